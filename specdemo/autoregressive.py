@@ -1,0 +1,71 @@
+"""The honest baseline: target-only autoregressive decoding with a KV cache.
+
+Owns the token-by-token loop as a generator of `Step` events. It uses the same `CachedLM`, the same `warp` and
+`sample`, and a generator seeded the same way as the speculative loop, so that at T = 0 both produce the same
+tokens and any speedup measured between them is the algorithm's, not a missing cache's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import torch
+
+from .config import SamplingConfig
+from .events import Step, Token, Trace
+from .models import CachedLM, ModelPair
+from .sampling import sample, warp
+from .speculative import device_sync, encode_prompt, finish, run_settings
+
+
+@torch.inference_mode()
+def baseline_steps(
+    pair: ModelPair,
+    prompt_ids: list[int],
+    sampling: SamplingConfig,
+    max_new_tokens: int,
+    seed: int = 0,
+    target_lm: CachedLM | None = None,
+) -> Iterator[Step]:
+    """Yield one Step per generated token until max_new_tokens or EOS."""
+    dev = pair.device
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    target = target_lm or CachedLM(pair.target, pair.vocab_size)
+    target.reset()
+    pending = torch.tensor(prompt_ids, dtype=torch.long, device=dev)
+    t_start = time.perf_counter()
+    for i in range(max_new_tokens):
+        t0 = time.perf_counter()
+        p = warp(target.feed(pending), sampling)  # [1, V]
+        x = sample(p, gen, greedy=sampling.greedy)  # [1]
+        tok, p_x = torch.stack([x[0].float(), p[0, x[0]]]).tolist()  # one host sync per token
+        tok_id = int(tok)
+        device_sync(dev)
+        t1 = time.perf_counter()
+        stop = "eos" if tok_id == pair.eos_token_id else ("max_new_tokens" if i + 1 == max_new_tokens else None)
+        token = Token(tok_id, pair.token_text(tok_id), "bonus", 1, p=p_x)
+        yield Step(i, token, (t1 - t0) * 1e3, t1 - t_start, stop)
+        if stop:
+            return
+        pending = x
+
+
+def baseline_generate(
+    pair: ModelPair,
+    prompt: str,
+    sampling: SamplingConfig | None = None,
+    max_new_tokens: int = 64,
+    seed: int = 0,
+) -> Trace:
+    """Run the target alone to the end and return its Trace."""
+    sampling = sampling or SamplingConfig()
+    prompt_ids = encode_prompt(pair, prompt, max_new_tokens)
+    settings = run_settings(pair, sampling) | {"max_new_tokens": max_new_tokens, "seed": seed}
+    trace = Trace("baseline", prompt, prompt_ids, settings=settings)
+    t0 = time.perf_counter()
+    with pair.lock:
+        trace.steps.extend(baseline_steps(pair, prompt_ids, sampling, max_new_tokens, seed))
+    trace.wall_s = time.perf_counter() - t0
+    finish(pair, trace)
+    return trace

@@ -1,0 +1,131 @@
+"""Settings for a run and the named model-pair presets.
+
+Owns: the frozen dataclasses that describe how to sample (`SamplingConfig`) and how to run the speculative loop
+(`SpecConfig`), their validation with messages a person can act on, and the table of presets. It does not load
+models (models.py) or sample (sampling.py).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+EMBEDDED_DRAFT = ASSETS / "models" / "shakespeare-draft"
+EMBEDDED_TARGET = ASSETS / "models" / "shakespeare-target"
+
+
+def env_int(name: str, default: int) -> int:
+    """An integer setting from the environment, with a clear error when it is not an integer."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} must be an integer") from None
+
+
+class ConfigError(ValueError):
+    """A setting is out of range. The message says which one and what is allowed."""
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How logits become a distribution. Applied identically to the draft and the target.
+
+    temperature 0 means greedy (one-hot on the argmax); top_k 0 and top_p 1 switch those filters off.
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.temperature <= 100.0):
+            raise ConfigError(f"temperature must be between 0 and 100, got {self.temperature}")
+        if self.top_k < 0:
+            raise ConfigError(f"top-k must be 0 (off) or a positive integer, got {self.top_k}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise ConfigError(f"top-p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """One speculative run: K drafts per round, the token budget, the seed and the lenience b.
+
+    lenience b in (0, 1] draws the acceptance uniform from U[0, b); b = 1 is the exact algorithm, b < 1 accepts more
+    drafts and is lossy (the output no longer follows the target's distribution).
+    """
+
+    k: int = 4
+    max_new_tokens: int = 64
+    seed: int = 0
+    lenience: float = 1.0
+    top_candidates: int = 8
+
+    def __post_init__(self) -> None:
+        if not (1 <= self.k <= 64):
+            raise ConfigError(f"K must be between 1 and 64, got {self.k}")
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"max new tokens must be at least 1, got {self.max_new_tokens}")
+        if not (0.0 < self.lenience <= 1.0):
+            raise ConfigError(f"lenience must be in (0, 1], got {self.lenience}")
+        if self.top_candidates < 0:
+            raise ConfigError(f"top_candidates must be >= 0, got {self.top_candidates}")
+
+    @property
+    def lossy(self) -> bool:
+        return self.lenience < 1.0
+
+
+@dataclass(frozen=True)
+class PairPreset:
+    draft: str
+    target: str
+    description: str
+    examples: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+PRESETS: dict[str, PairPreset] = {
+    "shakespeare": PairPreset(
+        draft=str(EMBEDDED_DRAFT),
+        target=str(EMBEDDED_TARGET),
+        description="Embedded pair trained on Shakespeare's plays: 1.3M-parameter draft, 13M-parameter target "
+        "(works offline).",
+        examples=("ROMEO:\n", "KING HENRY IV:\nSo shaken as we are, so wan with care,\n", "JULIET:\nO, "),
+    ),
+    "gpt2": PairPreset(
+        draft="openai-community/gpt2",
+        target="openai-community/gpt2-xl",
+        description="GPT-2 small (124M) drafting for GPT-2 XL (1.5B), the pair of the DeepMind-paper walkthroughs.",
+        examples=("The meaning of life is", "In a shocking finding, scientists discovered"),
+    ),
+    "pythia": PairPreset(
+        draft="EleutherAI/pythia-70m-deduped",
+        target="EleutherAI/pythia-1.4b-deduped",
+        description="Pythia 70M drafting for Pythia 1.4B (same tokenizer, same training data).",
+        examples=("The capital of France is", "def fibonacci(n):"),
+    ),
+    "smollm2": PairPreset(
+        draft="HuggingFaceTB/SmolLM2-135M",
+        target="HuggingFaceTB/SmolLM2-1.7B",
+        description="SmolLM2 135M drafting for SmolLM2 1.7B.",
+        examples=("Gravity is", "Once upon a time,"),
+    ),
+    "qwen2.5": PairPreset(
+        draft="Qwen/Qwen2.5-0.5B",
+        target="Qwen/Qwen2.5-1.5B",
+        description="Qwen2.5 0.5B drafting for 1.5B; their logits are padded past the tokenizer's vocabulary.",
+        examples=("Speculative decoding works by", "The three laws of thermodynamics are"),
+    ),
+}
+DEFAULT_PRESET = "shakespeare"

@@ -1,0 +1,186 @@
+"""The events that the decoding loops yield: the one contract between the engine and everything that shows it.
+
+Owns plain dataclasses and their JSON form. The speculative loop yields one `Round` per target call, the baseline
+yields one `Step` per token; `Trace` collects either and computes the run's metrics. Nothing here touches torch,
+gradio or HTML, so the UI, the plots, the CLI and the benchmark all read the same objects.
+
+Labels of the tokens in a round, in display order:
+  accepted  - a draft token the target kept (r < min(1, p/q));
+  rejected  - the draft token that failed the test; shown struck through, NOT part of the output;
+  resampled - drawn from norm(max(0, p - q)) right after a rejection; part of the output;
+  bonus     - drawn from the target's own distribution after all K drafts were accepted; part of the output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+LABELS = ("accepted", "rejected", "resampled", "bonus")
+OUTPUT_LABELS = ("accepted", "resampled", "bonus")
+
+
+@dataclass
+class Candidate:
+    """One entry of a position's top list: a token with its target and draft probabilities."""
+
+    token_id: int
+    text: str
+    p: float  # p_target(token), warped
+    q: float  # q_draft(token), warped
+
+
+@dataclass
+class Token:
+    """One token as shown to a person. p/q/r/accept_prob are None where they do not apply (e.g. a bonus has no q)."""
+
+    token_id: int
+    text: str
+    label: str
+    position: int  # 1-based draft position within the round (K+1 for a bonus)
+    p: float | None = None
+    q: float | None = None
+    r: float | None = None
+    accept_prob: float | None = None
+
+
+@dataclass
+class DraftPosition:
+    """What the draft proposed at one position and how the target judged it.
+
+    Positions after the first rejection were drafted but never judged (`checked` is False).
+    `overlap` = sum_x min(p, q): the chance this position is accepted, averaged over the draft's choice;
+    the residual at this position is max(0, p - q) / (1 - overlap).
+    """
+
+    position: int
+    token_id: int
+    text: str
+    q: float
+    p: float
+    r: float
+    accept_prob: float
+    overlap: float
+    checked: bool
+    accepted: bool
+    top: list[Candidate] = field(default_factory=list)
+
+
+@dataclass
+class Round:
+    """One speculative round: K drafts, one target call, the verdict, and its timing."""
+
+    index: int
+    k: int  # drafts proposed this round (may be below the run's K near the token budget)
+    prefix_len: int  # tokens fixed (prompt + generated) before this round
+    drafts: list[DraftPosition]
+    tokens: list[Token]  # display order: accepted..., then rejected + resampled, or a bonus
+    n_accepted: int
+    draft_ms: float
+    verify_ms: float
+    overhead_ms: float
+    elapsed_s: float  # wall time since the run started, at the end of this round
+    lossy: bool = False
+    stop_reason: str | None = None  # "eos" or "max_new_tokens" if the run ended in this round
+    bonus_top: list[Candidate] = field(default_factory=list)  # target's top tokens at the bonus position
+
+    @property
+    def output(self) -> list[Token]:
+        return [t for t in self.tokens if t.label in OUTPUT_LABELS]
+
+    @property
+    def caption(self) -> str:
+        """The round in plain words, for talks: 'draft proposed 4; target kept 2, resampled 1'."""
+        parts = [f"kept {self.n_accepted}"]
+        labels = [t.label for t in self.tokens]
+        if "resampled" in labels:
+            parts.append("rejected 1 and resampled 1")
+        if "bonus" in labels:
+            parts.append("added 1 bonus token")
+        text = f"draft proposed {self.k}; target " + ", ".join(parts)
+        if self.stop_reason:
+            text += f" (stopped: {self.stop_reason.replace('_', ' ')})"
+        return text
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"caption": self.caption}
+
+
+@dataclass
+class Step:
+    """One token of the target-only baseline."""
+
+    index: int
+    token: Token
+    step_ms: float
+    elapsed_s: float
+    stop_reason: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Trace:
+    """A whole run: the settings, the events, the output and its metrics."""
+
+    mode: str  # "speculative" or "baseline"
+    prompt: str
+    prompt_ids: list[int]
+    settings: dict
+    rounds: list[Round] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    text: str = ""
+    wall_s: float = 0.0
+    stop_reason: str | None = None
+
+    @property
+    def output_ids(self) -> list[int]:
+        if self.mode == "speculative":
+            return [t.token_id for r in self.rounds for t in r.output]
+        return [s.token.token_id for s in self.steps]
+
+    def metrics(self) -> dict:
+        n_tokens = len(self.output_ids)
+        out = {
+            "new_tokens": n_tokens,
+            "wall_s": self.wall_s,
+            "tokens_per_s": n_tokens / self.wall_s if self.wall_s > 0 else 0.0,
+            "lossy": bool(self.settings.get("lenience", 1.0) < 1.0),
+        }
+        if self.mode == "baseline":
+            out["target_calls"] = len(self.steps)
+            return out
+        drafted = sum(r.k for r in self.rounds)
+        accepted = sum(r.n_accepted for r in self.rounds)
+        checked = [d for r in self.rounds for d in r.drafts if d.checked]
+        out |= {
+            "rounds": len(self.rounds),
+            "target_calls": len(self.rounds),
+            "target_calls_saved": max(0, n_tokens - len(self.rounds)),
+            "drafted": drafted,
+            "accepted": accepted,
+            "acceptance_rate": accepted / drafted if drafted else 0.0,
+            # mean tokens emitted per target call (accepted drafts + the resampled or bonus token)
+            "mean_accepted_length": n_tokens / len(self.rounds) if self.rounds else 0.0,
+            # alpha, two estimates over the positions the target judged (see theory.alpha_from_trace)
+            "alpha_empirical": sum(d.accepted for d in checked) / len(checked) if checked else 0.0,
+            "alpha_overlap": sum(d.overlap for d in checked) / len(checked) if checked else 0.0,
+            "draft_ms": sum(r.draft_ms for r in self.rounds),
+            "verify_ms": sum(r.verify_ms for r in self.rounds),
+            "overhead_ms": sum(r.overhead_ms for r in self.rounds),
+        }
+        return out
+
+    def to_dict(self) -> dict:
+        return {
+            "mode": self.mode,
+            "prompt": self.prompt,
+            "prompt_ids": self.prompt_ids,
+            "settings": self.settings,
+            "text": self.text,
+            "token_ids": self.output_ids,
+            "stop_reason": self.stop_reason,
+            "metrics": self.metrics(),
+            "rounds": [r.to_dict() for r in self.rounds],
+            "steps": [s.to_dict() for s in self.steps],
+        }

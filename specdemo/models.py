@@ -1,0 +1,258 @@
+"""Loading draft/target pairs, and the KV-cached forward that both decoding loops use.
+
+Owns: the only `from_pretrained` calls in specdemo (with `trust_remote_code=False`, always), the device and dtype
+choice (cuda, then mps, then cpu; bf16/fp16 on a GPU, fp32 on the CPU), the check that the two tokenizers agree, the
+shared vocabulary width (logits can be wider than the tokenizer, e.g. padded embeddings), a bounded LRU of loaded
+pairs, and `CachedLM`: a model plus its DynamicCache, fed new tokens and cropped on rejection. It does not sample.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .config import DEFAULT_PRESET, PRESETS, env_int
+
+
+class ModelLoadError(RuntimeError):
+    """A model or tokenizer could not be loaded, or the pair cannot work together. The message is for people."""
+
+
+def pick_device(requested: str | None = None) -> torch.device:
+    requested = requested or os.environ.get("SPECDEMO_DEVICE") or None
+    if requested:
+        return torch.device(requested)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def pick_dtype(device: torch.device) -> torch.dtype:
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "mps":
+        return torch.float16
+    return torch.float32
+
+
+class CachedLM:
+    """A causal LM with its KV cache. `length` is how many tokens the cache holds; they are always a prefix of the
+    sequence fixed so far, so rolling back is a crop to a shorter prefix."""
+
+    def __init__(self, model, vocab_size: int):
+        from transformers import DynamicCache
+
+        self.model = model
+        self.vocab_size = vocab_size
+        self._new_cache = lambda: DynamicCache(config=model.config)
+        self.cache = self._new_cache()
+        self.calls = 0
+
+    @property
+    def length(self) -> int:
+        return self.cache.get_seq_length()
+
+    def reset(self) -> None:
+        self.cache = self._new_cache()
+        self.calls = 0
+
+    def crop(self, keep: int) -> None:
+        """Keep the first `keep` cached tokens (transformers 5: `DynamicCache.crop` takes a negative count)."""
+        drop = self.length - keep
+        assert drop >= 0, f"cannot crop a cache of {self.length} tokens to {keep}"
+        if drop:
+            self.cache.crop(-drop)
+
+    @torch.inference_mode()
+    def feed(self, ids: torch.Tensor, keep_logits: int = 1) -> torch.Tensor:
+        """Append ids [n] to the cache and return the logits of the last `keep_logits` positions, [keep_logits, V],
+        cut to the shared vocabulary."""
+        assert ids.dim() == 1 and ids.numel() >= keep_logits >= 1, (ids.shape, keep_logits)
+        out = self.model(
+            input_ids=ids.view(1, -1), past_key_values=self.cache, use_cache=True, logits_to_keep=keep_logits
+        )
+        self.calls += 1
+        return out.logits[0, -keep_logits:, : self.vocab_size]
+
+
+@dataclass
+class ModelPair:
+    """A draft and a target that share a tokenizer."""
+
+    name: str
+    draft_id: str
+    target_id: str
+    draft: object
+    target: object
+    tokenizer: object
+    vocab_size: int
+    device: torch.device
+    dtype: torch.dtype
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _token_texts: list[str] | None = field(default=None, repr=False)
+
+    @property
+    def context_window(self) -> int:
+        """The longest sequence (prompt + new tokens) both models accept."""
+        return min(context_of(self.draft.config), context_of(self.target.config))
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.tokenizer.eos_token_id
+
+    def token_text(self, token_id: int) -> str:
+        """The text of one token, from a table built once per pair (per-token decode is too slow for a hot loop).
+        A byte-level token that is only part of a UTF-8 character shows as the replacement character."""
+        if self._token_texts is None:
+            self._token_texts = self.tokenizer.batch_decode([[i] for i in range(self.vocab_size)])
+        return self._token_texts[token_id]
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids)
+
+    def parameters(self) -> tuple[int, int]:
+        return (sum(p.numel() for p in self.draft.parameters()), sum(p.numel() for p in self.target.parameters()))
+
+    def describe(self) -> dict:
+        d, t = self.parameters()
+        return {
+            "name": self.name,
+            "draft": self.draft_id,
+            "target": self.target_id,
+            "draft_parameters": d,
+            "target_parameters": t,
+            "vocab_size": self.vocab_size,
+            "context_window": self.context_window,
+            "device": str(self.device),
+            "dtype": str(self.dtype).replace("torch.", ""),
+        }
+
+
+def context_of(config) -> int:
+    for attr in ("n_positions", "max_position_embeddings", "n_ctx", "seq_length"):
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 2048
+
+
+def _friendly(model_id: str, role: str, err: Exception) -> ModelLoadError:
+    local = Path(model_id).expanduser()
+    if local.exists() or model_id.startswith((".", "/")):
+        hint = f"the folder {model_id!r} is not a transformers model" if local.exists() else "no such folder"
+    else:
+        hint = (
+            "it is not in the local cache and the model hub could not be reached, or no such model exists"
+        )
+    return ModelLoadError(
+        f"Could not load the {role} model {model_id!r}: {hint} ({type(err).__name__}). "
+        f"The embedded pair {DEFAULT_PRESET!r} works offline."
+    )
+
+
+def check_tokenizers(draft_tok, target_tok) -> int:
+    """Refuse a pair whose tokenizers differ; return the shared vocabulary size."""
+    dv, tv = draft_tok.get_vocab(), target_tok.get_vocab()
+    if dv != tv:
+        only_d = len(dv.keys() - tv.keys())
+        only_t = len(tv.keys() - dv.keys())
+        moved = sum(1 for k in dv.keys() & tv.keys() if dv[k] != tv[k])
+        raise ModelLoadError(
+            "The draft and target tokenizers disagree "
+            f"({len(dv)} vs {len(tv)} tokens; {only_d} only in the draft, {only_t} only in the target, "
+            f"{moved} with different ids). Speculative sampling needs both models to share one vocabulary."
+        )
+    if draft_tok.eos_token_id != target_tok.eos_token_id:
+        raise ModelLoadError(
+            f"The draft and target disagree on the end-of-text token "
+            f"({draft_tok.eos_token_id} vs {target_tok.eos_token_id})."
+        )
+    return len(tv)
+
+
+def _load_one(model_id: str, role: str, device: torch.device, dtype: torch.dtype, offline: bool):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs = dict(trust_remote_code=False, local_files_only=offline)
+    try:
+        tok = AutoTokenizer.from_pretrained(model_id, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(model_id, dtype=dtype, **kwargs)
+    except Exception as err:  # OSError, HTTP errors, ValueError for unknown architectures...
+        raise _friendly(model_id, role, err) from err
+    return tok, model.to(device).eval()
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+
+
+def resolve(pair: str | tuple[str, str]) -> tuple[str, str, str]:
+    """A preset name or a (draft, target) tuple -> (name, draft_id, target_id)."""
+    if isinstance(pair, str):
+        if pair not in PRESETS:
+            raise ModelLoadError(f"Unknown preset {pair!r}; choose one of {', '.join(PRESETS)}.")
+        p = PRESETS[pair]
+        return pair, p.draft, p.target
+    draft_id, target_id = (s.strip() for s in pair)
+    if not draft_id or not target_id:
+        raise ModelLoadError("Both a draft and a target model id are needed.")
+    return f"{draft_id} -> {target_id}", draft_id, target_id
+
+
+def load_pair_uncached(
+    pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None = None, dtype: torch.dtype | None = None
+) -> ModelPair:
+    name, draft_id, target_id = resolve(pair)
+    dev = pick_device(device)
+    dt = dtype or pick_dtype(dev)
+    offline = hub_offline()
+    target_tok, target = _load_one(target_id, "target", dev, dt, offline)
+    draft_tok, draft = _load_one(draft_id, "draft", dev, dt, offline)
+    vocab = check_tokenizers(draft_tok, target_tok)
+    for role, m in (("draft", draft), ("target", target)):
+        width = m.get_output_embeddings().weight.shape[0]
+        if width < vocab:
+            raise ModelLoadError(f"The {role} model's logits ({width}) are narrower than the tokenizer ({vocab}).")
+    return ModelPair(name, draft_id, target_id, draft, target, target_tok, vocab, dev, dt)
+
+
+_CACHE: OrderedDict[tuple, ModelPair] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+
+def load_pair(
+    pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None = None, dtype: torch.dtype | None = None
+) -> ModelPair:
+    """Load (or fetch from the LRU) a draft/target pair. The LRU holds SPECDEMO_MAX_PAIRS pairs (default 2).
+
+    A failed load raises ModelLoadError and leaves the cache, and so every pair loaded before, as it was.
+    """
+    _, draft_id, target_id = resolve(pair)
+    key = (draft_id, target_id, str(pick_device(device)), dtype)
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+        loaded = load_pair_uncached(pair, device, dtype)
+        _CACHE[key] = loaded
+        while len(_CACHE) > max(1, env_int("SPECDEMO_MAX_PAIRS", 2)):
+            _CACHE.popitem(last=False)
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        return loaded
+
+
+def cached_pairs() -> list[str]:
+    return [f"{d} -> {t}" for d, t, *_ in _CACHE]

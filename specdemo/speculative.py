@@ -1,0 +1,248 @@
+"""The speculative sampling loop (Chen et al. 2023, arXiv:2302.01318; Leviathan et al. 2023, arXiv:2211.17192).
+
+Owns the round-by-round loop as a generator of `Round` events, and the KV caches of both models: they always hold
+a prefix of the fixed tokens and are cropped back to it after every round. It does not decide how to sample (see
+sampling.py) or how to show anything (render.py, plots.py).
+
+Per round, with the sequence `seq` fixed so far (prompt + output, N tokens):
+  1. the draft proposes x_1..x_K autoregressively from its warped q_1..q_K;
+  2. the target scores [not yet cached tokens of seq] + x_1..x_K in ONE forward, giving warped p_1..p_{K+1};
+  3. `verify` accepts the longest prefix with r_t < min(1, p_t(x_t)/q_t(x_t)) and draws the next token from the
+     residual norm(max(0, p - q)) at the first rejection, or from p_{K+1} as a bonus if all K were accepted;
+  4. both caches are cropped to the tokens that were kept.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import torch
+
+from .config import SamplingConfig, SpecConfig
+from .events import Candidate, DraftPosition, Round, Token, Trace
+from .models import CachedLM, ModelPair
+from .sampling import sample, verify, warp
+
+
+class PromptError(ValueError):
+    """The prompt cannot be generated from (empty, or too long for the context window)."""
+
+
+def encode_prompt(pair: ModelPair, prompt: str, max_new_tokens: int) -> list[int]:
+    """Tokenise and check the prompt against the pair's context window (prompt + new tokens must fit)."""
+    if not prompt or not prompt.strip():
+        raise PromptError("The prompt is empty. Type a few words for the models to continue.")
+    ids = pair.encode(prompt)
+    if not ids:
+        raise PromptError("The prompt produced no tokens.")
+    window = pair.context_window
+    if len(ids) + max_new_tokens > window:
+        raise PromptError(
+            f"The prompt is {len(ids)} tokens and {max_new_tokens} new tokens were asked for, but this pair's "
+            f"context window is {window} tokens. Shorten the prompt or lower max new tokens."
+        )
+    return ids
+
+
+def device_sync(device: torch.device) -> None:
+    """Wait for queued GPU work so that a phase's time is its own (a no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def to_host(*tensors: torch.Tensor) -> list[list[float]]:
+    """Copy several small device tensors to Python lists with ONE device-to-host transfer.
+
+    Everything travels as float32, which holds token ids exactly up to 2**24 (every vocabulary in use is smaller).
+    """
+    sizes = [t.numel() for t in tensors]
+    flat = torch.cat([t.reshape(-1).float() for t in tensors]).tolist()
+    out, i = [], 0
+    for n in sizes:
+        out.append(flat[i : i + n])
+        i += n
+    return out
+
+
+def candidate_ids(p_rows: torch.Tensor, q_rows: torch.Tensor, m: int) -> torch.Tensor:
+    """[rows, 2m] token ids: the top-m under p followed by the top-m under q (duplicates removed on the host)."""
+    m = min(m, p_rows.shape[-1])
+    if m <= 0:
+        return p_rows.new_zeros((p_rows.shape[0], 0), dtype=torch.long)
+    return torch.cat([p_rows.topk(m, dim=-1).indices, q_rows.topk(m, dim=-1).indices], dim=-1)
+
+
+def top_candidates(pair: ModelPair, ids: list, p_vals: list, q_vals: list, width: int) -> list[list[Candidate]]:
+    """Rebuild per-position candidate lists from the flat host copies, sorted by max(p, q)."""
+    rows = []
+    n_rows = len(ids) // width if width else 0
+    for i in range(n_rows):
+        seen: dict[int, Candidate] = {}
+        for j in range(i * width, (i + 1) * width):
+            tid = int(ids[j])
+            if tid not in seen:
+                seen[tid] = Candidate(tid, pair.token_text(tid), p_vals[j], q_vals[j])
+        rows.append(sorted(seen.values(), key=lambda c: -max(c.p, c.q)))
+    return rows
+
+
+@torch.inference_mode()
+def speculative_rounds(
+    pair: ModelPair,
+    prompt_ids: list[int],
+    sampling: SamplingConfig,
+    spec: SpecConfig,
+    draft_lm: CachedLM | None = None,
+    target_lm: CachedLM | None = None,
+) -> Iterator[Round]:
+    """Yield one Round per target forward until max_new_tokens or EOS. Never emits more than max_new_tokens."""
+    dev = pair.device
+    gen = torch.Generator(device=dev).manual_seed(spec.seed)
+    draft = draft_lm or CachedLM(pair.draft, pair.vocab_size)
+    target = target_lm or CachedLM(pair.target, pair.vocab_size)
+    draft.reset()
+    target.reset()
+    seq = torch.tensor(prompt_ids, dtype=torch.long, device=dev)
+    prompt_len = len(prompt_ids)
+    eos = pair.eos_token_id
+    t_start = time.perf_counter()
+    index = 0
+    while True:
+        produced = seq.numel() - prompt_len
+        remaining = spec.max_new_tokens - produced
+        # near the budget, draft fewer: a round emits at most k + 1 tokens
+        k = min(spec.k, remaining - 1)
+        t0 = time.perf_counter()
+
+        # 1. draft: feed what it has not seen (1 token, or 2 after an all-accepted round), then propose k tokens
+        drafted, q_rows = [], []
+        if k > 0:
+            pending = seq[draft.length :]
+            for _ in range(k):
+                q = warp(draft.feed(pending)[-1:], sampling)  # [1, V]
+                x = sample(q, gen, greedy=sampling.greedy)  # [1]
+                drafted.append(x)
+                q_rows.append(q)
+                pending = x
+        device_sync(dev)
+        t1 = time.perf_counter()
+
+        # 2. verify: one target forward over its unseen tokens + the k drafts -> p_1..p_{k+1}
+        draft_tokens = torch.cat(drafted) if drafted else seq.new_empty(0)
+        logits = target.feed(torch.cat([seq[target.length :], draft_tokens]), keep_logits=k + 1)
+        p = warp(logits, sampling)  # [k+1, V]
+        device_sync(dev)
+        t2 = time.perf_counter()
+
+        # 3. accept/reject all k at once, then copy the verdict and the top candidates to the host in one sync
+        q_draft = torch.cat(q_rows) if q_rows else p[:0]
+        v = verify(draft_tokens, q_draft, p, gen, greedy=sampling.greedy, lenience=spec.lenience)
+        q_padded = torch.cat([q_draft, torch.zeros_like(p[:1])])  # the bonus position has no draft distribution
+        top_ids = candidate_ids(p, q_padded, spec.top_candidates)
+        host = to_host(
+            draft_tokens, v.p_of_draft, v.q_of_draft, v.accept_prob, v.r, v.overlap,
+            torch.stack([v.n_accepted, v.next_token]), p[v.n_accepted, v.next_token].view(1),
+            top_ids, p.gather(1, top_ids), q_padded.gather(1, top_ids),
+        )
+        draft_list, p_x, q_x, acc, r, overlap, (n_acc, next_tok), (p_next,), *top_host = host
+        draft_list, n_acc, next_tok = [int(t) for t in draft_list], int(n_acc), int(next_tok)
+        top = top_candidates(pair, *top_host, width=top_ids.shape[1]) or [[] for _ in range(k + 1)]
+
+        # 4. the tokens that stay: accepted drafts + the resampled/bonus token, cut at EOS and at the budget
+        new_ids = draft_list[:n_acc] + [next_tok]
+        stop_reason = None
+        if eos is not None and eos in new_ids:
+            new_ids = new_ids[: new_ids.index(eos) + 1]
+            stop_reason = "eos"
+        if len(new_ids) >= remaining:
+            new_ids = new_ids[:remaining]
+            stop_reason = stop_reason or "max_new_tokens"
+        seq = torch.cat([seq, torch.tensor(new_ids, dtype=torch.long, device=dev)])
+        # roll back: keep only cached tokens that are still part of seq (the last one is fed next round)
+        target.crop(min(target.length, seq.numel() - 1))
+        draft.crop(min(draft.length, seq.numel() - 1))
+
+        positions = [
+            DraftPosition(
+                position=t + 1,
+                token_id=tid,
+                text=pair.token_text(tid),
+                q=q_x[t],
+                p=p_x[t],
+                r=r[t],
+                accept_prob=acc[t],
+                overlap=overlap[t],
+                checked=t <= n_acc,
+                accepted=t < n_acc,
+                top=top[t],
+            )
+            for t, tid in enumerate(draft_list)
+        ]
+        tokens = [
+            Token(d.token_id, d.text, "accepted", d.position, d.p, d.q, d.r, d.accept_prob)
+            for d in positions[: min(n_acc, len(new_ids))]
+        ]
+        if n_acc < k and len(new_ids) > n_acc:
+            d = positions[n_acc]
+            tokens.append(Token(d.token_id, d.text, "rejected", d.position, d.p, d.q, d.r, d.accept_prob))
+            tokens.append(Token(next_tok, pair.token_text(next_tok), "resampled", n_acc + 1, p=p_next))
+        elif len(new_ids) > n_acc:
+            tokens.append(Token(next_tok, pair.token_text(next_tok), "bonus", k + 1, p=p_next))
+        t3 = time.perf_counter()
+        yield Round(
+            index=index,
+            k=k,
+            prefix_len=seq.numel() - len(new_ids),
+            drafts=positions,
+            tokens=tokens,
+            n_accepted=n_acc,
+            draft_ms=(t1 - t0) * 1e3,
+            verify_ms=(t2 - t1) * 1e3,
+            overhead_ms=(t3 - t2) * 1e3,
+            elapsed_s=t3 - t_start,
+            lossy=spec.lossy,
+            stop_reason=stop_reason,
+            bonus_top=top[k] if n_acc == k else [],
+        )
+        index += 1
+        if stop_reason:
+            return
+
+
+def speculative_generate(
+    pair: ModelPair,
+    prompt: str,
+    sampling: SamplingConfig | None = None,
+    spec: SpecConfig | None = None,
+    on_round=None,
+) -> Trace:
+    """Run speculative sampling to the end and return its Trace. `on_round(round)` is called as rounds arrive."""
+    sampling = sampling or SamplingConfig()
+    spec = spec or SpecConfig()
+    prompt_ids = encode_prompt(pair, prompt, spec.max_new_tokens)
+    trace = Trace("speculative", prompt, prompt_ids, settings=run_settings(pair, sampling, spec))
+    t0 = time.perf_counter()
+    with pair.lock:
+        for rnd in speculative_rounds(pair, prompt_ids, sampling, spec):
+            trace.rounds.append(rnd)
+            if on_round is not None:
+                on_round(rnd)
+    trace.wall_s = time.perf_counter() - t0
+    finish(pair, trace)
+    return trace
+
+
+def run_settings(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig | None = None) -> dict:
+    out = {"pair": pair.name, "draft": pair.draft_id, "target": pair.target_id, "device": str(pair.device)}
+    out |= {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p}
+    if spec is not None:
+        out |= {"k": spec.k, "max_new_tokens": spec.max_new_tokens, "seed": spec.seed, "lenience": spec.lenience}
+    return out
+
+
+def finish(pair: ModelPair, trace: Trace) -> None:
+    """Fill the trace's text and stop reason from its events."""
+    trace.text = pair.decode(trace.output_ids)
+    events = trace.rounds or trace.steps
+    trace.stop_reason = events[-1].stop_reason if events else None

@@ -1,0 +1,50 @@
+"""Closed forms of speculative sampling's speed, and alpha estimated from a run.
+
+Owns the formulas of Leviathan et al. 2023 (arXiv:2211.17192, section 3): with acceptance rate alpha and K drafts,
+a round emits E = (1 - alpha^(K+1)) / (1 - alpha) tokens on average (Theorem 3.8), and with a draft/target cost ratio
+c the walltime improvement is E / (c K + 1) (Theorem 3.11). It also offers a refined form that uses the measured
+cost of a (K+1)-token verify instead of assuming it equals one target step. No torch, no models.
+"""
+
+from __future__ import annotations
+
+from .events import Trace
+
+
+def expected_tokens_per_round(alpha: float, k: int) -> float:
+    """(1 - alpha^(k+1)) / (1 - alpha); k + 1 when alpha == 1."""
+    assert 0.0 <= alpha <= 1.0 and k >= 0, (alpha, k)
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def predicted_speedup(alpha: float, k: int, c: float, verify_cost: float = 1.0) -> float:
+    """Expected speedup over target-only decoding: E(alpha, k) / (c k + verify_cost).
+
+    c = t_draft / t_target per token; verify_cost = t_verify(k+1 tokens) / t_target(1 token), 1 in the paper's model.
+    """
+    assert c >= 0 and verify_cost > 0, (c, verify_cost)
+    return expected_tokens_per_round(alpha, k) / (c * k + verify_cost)
+
+
+def best_k(alpha: float, c: float, k_max: int = 16, verify_cost=None) -> tuple[int, float]:
+    """The K in 1..k_max with the highest predicted speedup. verify_cost may be a function of K."""
+    scores = {
+        k: predicted_speedup(alpha, k, c, verify_cost(k) if callable(verify_cost) else (verify_cost or 1.0))
+        for k in range(1, k_max + 1)
+    }
+    k = max(scores, key=scores.get)
+    return k, scores[k]
+
+
+def alpha_from_trace(trace: Trace) -> dict:
+    """Two estimates of alpha from a speculative run.
+
+    empirical: accepted / judged drafts, where judged counts every position the target tested (a round that rejects
+      at position t judged t positions). This is the maximum-likelihood estimate of a constant alpha under the
+      paper's i.i.d. model; accepted / (K rounds) would count the never-judged drafts after a rejection as failures.
+    overlap: the mean of sum_x min(p, q) over the judged positions, the exact acceptance probability at each one.
+    """
+    m = trace.metrics()
+    return {"empirical": m["alpha_empirical"], "overlap": m["alpha_overlap"]}
