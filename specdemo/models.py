@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import gc
 import os
+import socket
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,13 +150,13 @@ def context_of(config) -> int:
 
 
 def _friendly(model_id: str, role: str, err: Exception) -> ModelLoadError:
-    local = Path(model_id).expanduser()
-    if local.exists() or model_id.startswith((".", "/")):
-        hint = f"the folder {model_id!r} is not a transformers model" if local.exists() else "no such folder"
+    if is_local(model_id):
+        exists = Path(model_id).expanduser().exists()
+        hint = f"the folder {model_id!r} is not a transformers model" if exists else "no such folder"
+    elif hub_offline() or not hub_reachable():
+        hint = "the model hub cannot be reached from here (offline) and the model is not in the local cache"
     else:
-        hint = (
-            "it is not in the local cache and the model hub could not be reached, or no such model exists"
-        )
+        hint = "no such model on the hub, or it is private or gated"
     return ModelLoadError(
         f"Could not load the {role} model {model_id!r}: {hint} ({type(err).__name__}). "
         f"The embedded pair {DEFAULT_PRESET!r} works offline."
@@ -197,6 +199,43 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
 
 
+_HUB_PROBE: dict[str, tuple[float, bool]] = {}
+
+
+def hub_reachable(timeout: float = 2.0) -> bool:
+    """Can the model hub's host be reached? One TCP connect, remembered for a minute.
+
+    huggingface_hub retries an unreachable hub for most of a minute before it gives up; probing first lets an
+    unfetchable id fail in about a second with a useful message.
+    """
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+    now = time.monotonic()
+    if host in _HUB_PROBE and now - _HUB_PROBE[host][0] < 60:
+        return _HUB_PROBE[host][1]
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+        ok = True
+    except OSError:
+        ok = False
+    _HUB_PROBE[host] = (now, ok)
+    return ok
+
+
+def is_local(model_id: str) -> bool:
+    return Path(model_id).expanduser().exists() or model_id.startswith((".", "/", "~"))
+
+
+def offline_for(model_id: str) -> bool:
+    """Load from local files only when the id is local, the hub is switched off, or the hub cannot be reached
+    (then a cached copy still loads, and an uncached one fails at once)."""
+    return is_local(model_id) or hub_offline() or not hub_reachable()
+
+
 def resolve(pair: str | tuple[str, str]) -> tuple[str, str, str]:
     """A preset name or a (draft, target) tuple -> (name, draft_id, target_id)."""
     if isinstance(pair, str):
@@ -216,15 +255,16 @@ def load_pair_uncached(
     name, draft_id, target_id = resolve(pair)
     dev = pick_device(device)
     dt = dtype or pick_dtype(dev)
-    offline = hub_offline()
-    target_tok, target = _load_one(target_id, "target", dev, dt, offline)
-    draft_tok, draft = _load_one(draft_id, "draft", dev, dt, offline)
+    target_tok, target = _load_one(target_id, "target", dev, dt, offline_for(target_id))
+    draft_tok, draft = _load_one(draft_id, "draft", dev, dt, offline_for(draft_id))
     vocab = check_tokenizers(draft_tok, target_tok)
     for role, m in (("draft", draft), ("target", target)):
         width = m.get_output_embeddings().weight.shape[0]
         if width < vocab:
             raise ModelLoadError(f"The {role} model's logits ({width}) are narrower than the tokenizer ({vocab}).")
-    return ModelPair(name, draft_id, target_id, draft, target, target_tok, vocab, dev, dt)
+    loaded = ModelPair(name, draft_id, target_id, draft, target, target_tok, vocab, dev, dt)
+    loaded.token_text(0)  # build the token table now, not inside the first request
+    return loaded
 
 
 _CACHE: OrderedDict[tuple, ModelPair] = OrderedDict()

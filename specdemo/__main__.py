@@ -1,0 +1,131 @@
+"""The command line: `python -m specdemo generate ...` and `python -m specdemo bench ...`.
+
+Owns argument parsing and terminal output (ANSI colours plus a non-colour cue per label, or JSON). Everything it
+prints comes from the engine's events; it computes nothing of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+STYLE = {  # colour plus a second cue (strike, underline, bold), so the labels read without colour too
+    "accepted": "\x1b[32m",  # green
+    "rejected": "\x1b[31;9m",  # red, struck through
+    "resampled": "\x1b[34;4m",  # blue, underlined
+    "bonus": "\x1b[35;1m",  # magenta, bold
+}
+RESET = "\x1b[0m"
+
+
+def add_common(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--pair", default="shakespeare", help="preset name (see --list-pairs)")
+    ap.add_argument("--draft", help="draft model id or path (overrides --pair, needs --target)")
+    ap.add_argument("--target", help="target model id or path (overrides --pair, needs --draft)")
+    ap.add_argument("--k", type=int, default=4, help="draft tokens per round")
+    ap.add_argument("--temperature", type=float, default=0.8)
+    ap.add_argument("--top-k", type=int, default=0, help="0 = off")
+    ap.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lenience", type=float, default=1.0, help="b in (0,1]; below 1 is lossy")
+    ap.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
+    ap.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def colour(text: str, label: str, enabled: bool) -> str:
+    if not enabled:
+        return text
+    return f"{STYLE[label]}{text}{RESET}"
+
+
+def cmd_generate(args, pair, sampling) -> int:
+    from . import SpecConfig, baseline_generate, speculative_generate
+
+    use_colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    for i in range(args.num_samples):
+        spec = SpecConfig(k=args.k, max_new_tokens=args.max_new_tokens, seed=args.seed + i, lenience=args.lenience)
+        trace = speculative_generate(pair, args.prompt, sampling, spec)
+        base = baseline_generate(pair, args.prompt, sampling, args.max_new_tokens, args.seed + i) if args.baseline else None
+        if args.json:
+            out = trace.to_dict()
+            if base is not None:
+                out["baseline"] = {"text": base.text, "token_ids": base.output_ids, "metrics": base.metrics()}
+            print(json.dumps(out))
+            continue
+        body = "".join(colour(t.text, t.label, use_colour) for r in trace.rounds for t in r.tokens)
+        m = trace.metrics()
+        print(f"--- sample {i + 1} (seed {spec.seed}) ---")
+        print(args.prompt + body)
+        print(f"[{m['new_tokens']} tokens in {m['rounds']} target calls ({m['target_calls_saved']} saved), "
+              f"acceptance {m['acceptance_rate']:.2f}, mean accepted length {m['mean_accepted_length']:.2f}, "
+              f"{m['tokens_per_s']:.1f} tok/s{', LOSSY' if m['lossy'] else ''}]")
+        if base is not None:
+            bm = base.metrics()
+            print(f"[baseline: {bm['new_tokens']} tokens, {bm['tokens_per_s']:.1f} tok/s -> speedup "
+                  f"{m['tokens_per_s'] / bm['tokens_per_s']:.2f}x]")
+    if not args.json and use_colour:
+        print("legend: " + " ".join(colour(lbl, lbl, True) for lbl in STYLE))
+    return 0
+
+
+def cmd_bench(args, pair, sampling) -> int:
+    from . import SpecConfig
+    from .bench import BENCH_PROMPTS, format_bench, run_bench
+
+    spec = SpecConfig(k=args.k, max_new_tokens=args.max_new_tokens, seed=args.seed, lenience=args.lenience)
+    prompts = BENCH_PROMPTS[: args.prompts]
+    log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
+    res = run_bench(pair, sampling, spec, prompts, include_hf=not args.no_hf, log=log)
+    print(json.dumps(res, indent=2) if args.json else format_bench(res))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m specdemo", description="Speculative sampling, exact and observable.")
+    ap.add_argument("--list-pairs", action="store_true", help="print the presets and exit")
+    sub = ap.add_subparsers(dest="command")
+    gen = sub.add_parser("generate", help="generate with speculative sampling and show every round")
+    add_common(gen)
+    gen.add_argument("--prompt", default="ROMEO:\n")
+    gen.add_argument("--baseline", action="store_true", help="also run target-only decoding and compare speed")
+    gen.add_argument("--num-samples", type=int, default=1)
+    bench = sub.add_parser("bench", help="naive vs speculative vs transformers assisted generation")
+    add_common(bench)
+    bench.add_argument("--prompts", type=int, default=10, help="how many of the built-in prompts to use")
+    bench.add_argument("--no-hf", action="store_true", help="skip transformers' assisted generation")
+    bench.set_defaults(max_new_tokens=128, temperature=0.0)
+    args = ap.parse_args(argv)
+
+    from .config import PRESETS, ConfigError, SamplingConfig
+    from .models import ModelLoadError, load_pair
+    from .speculative import PromptError
+
+    if args.list_pairs:
+        for name, p in PRESETS.items():
+            print(f"{name:12s} {p.draft} -> {p.target}\n{'':12s} {p.description}")
+        return 0
+    if args.command is None:
+        ap.print_help()
+        return 2
+    if args.command == "generate":
+        args.prompt = args.prompt.replace("\\n", "\n")  # let a shell user type ROMEO:\n
+    try:
+        if bool(args.draft) != bool(args.target):
+            raise ModelLoadError("--draft and --target go together")
+        pair = load_pair((args.draft, args.target) if args.draft else args.pair, device=args.device)
+        sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
+        if args.command == "generate":
+            if args.num_samples < 1:
+                raise ConfigError("--num-samples must be at least 1")
+            return cmd_generate(args, pair, sampling)
+        return cmd_bench(args, pair, sampling)
+    except (ModelLoadError, ConfigError, PromptError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Shared fixtures: the embedded Shakespeare pair (loaded offline, once) and tiny toy pairs with an 8-token
+vocabulary whose exact distributions can be enumerated. All models are real transformers models loaded through
+specdemo.models.load_pair, the same path the app uses."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from specdemo.models import load_pair  # noqa: E402
+
+TOY_WORDS = ["a", "b", "c", "d", "e", "f", "g", "h"]
+
+
+def make_toy_model(path, seed: int, n_layer: int = 1, n_embd: int = 32, scale: float = 6.0) -> None:
+    """Save a random GPT-2 with an 8-word vocabulary and peaked (not near-uniform) next-token distributions."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(TOY_WORDS)}, unk_token="a"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="a")
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=len(TOY_WORDS), n_positions=32, n_layer=n_layer, n_embd=n_embd, n_head=2,
+                        bos_token_id=None, eos_token_id=None)
+    model = GPT2LMHeadModel(config)
+    with torch.no_grad():
+        model.transformer.wte.weight.mul_(scale)  # tied head: sharper logits
+    model.save_pretrained(path)
+    fast.save_pretrained(path)
+
+
+@pytest.fixture(scope="session")
+def toy_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("toy")
+    make_toy_model(root / "draft", seed=1)
+    make_toy_model(root / "target", seed=2, n_layer=2)
+    return root / "draft", root / "target"
+
+
+@pytest.fixture(scope="session")
+def toy_pair(toy_dirs):
+    return load_pair((str(toy_dirs[0]), str(toy_dirs[1])), device="cpu")
+
+
+@pytest.fixture(scope="session")
+def pair():
+    return load_pair("shakespeare", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def self_pair():
+    """The embedded target drafting for itself: every draft must be accepted."""
+    from specdemo.config import EMBEDDED_TARGET
+
+    return load_pair((str(EMBEDDED_TARGET), str(EMBEDDED_TARGET)), device="cpu")
+
+
+PROMPTS = [
+    "ROMEO:\n",
+    "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?\n",
+    "KING RICHARD III:\nNow is the winter of our discontent\n",
+    "First Citizen:\nBefore we proceed any further, hear me speak.\n",
+    "MACBETH:\nIs this a dagger which I see before me,\n",
+    "PORTIA:\nThe quality of mercy is not strain'd,\n",
+    "BRUTUS:\n",
+    "OTHELLO:\nIt is the cause, it is the cause, my soul,\n",
+    "PROSPERO:\nOur revels now are ended.",
+    "LEAR:\nBlow, winds, and crack your cheeks!",
+    "HAMLET:\nTo be, or not to be",
+    "CLEOPATRA:\nGive me my robe,",
+    "DUKE ORSINO:\nIf music be the food of love, play on;",
+    "ANTONIO:\nIn sooth, I know not why I am so sad:",
+    "HELENA:\nHow happy some o'er other some can be!",
+    "CORIOLANUS:\nYou common cry of curs!",
+    "KING HENRY V:\nOnce more unto the breach, dear friends,",
+    "ROSALIND:\n",
+    "Second Servant:\nWhat, ho!",
+    "The king is dead",
+]

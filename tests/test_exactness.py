@@ -1,0 +1,197 @@
+"""The promise of the algorithm: speculative sampling draws from exactly the target's distribution.
+
+chi-square tests compare thousands of speculative samples with the target's exact (enumerated) distribution: for
+the verify step alone, for the joint of the first two tokens on toy models with an 8-token vocabulary, and for the
+first token of the embedded Shakespeare pair. Two planted bugs (q taken unwarped; a lenient b < 1) must be caught.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+import specdemo.speculative as speculative
+from specdemo.config import SamplingConfig, SpecConfig
+from specdemo.sampling import residual, sample, verify, warp
+from specdemo.speculative import speculative_rounds
+
+PASS_P = 1e-3  # a correct sampler fails a given seed set with probability 0.001; the seeds are fixed
+BUG_P = 1e-6
+
+
+def chi2_pvalue(counts: Counter, probs: dict, n: int) -> float:
+    """chi-square goodness of fit; cells expected below 5 are pooled so the approximation holds."""
+    obs, exp, pool_o, pool_e = [], [], 0, 0.0
+    for cell, p in probs.items():
+        if n * p >= 5:
+            obs.append(counts.get(cell, 0))
+            exp.append(n * p)
+        else:
+            pool_o += counts.get(cell, 0)
+            pool_e += n * p
+    stray = sum(c for cell, c in counts.items() if cell not in probs)  # samples the target gives probability 0
+    pool_o += stray
+    if pool_e > 0 or stray:
+        obs.append(pool_o)
+        exp.append(max(pool_e, 1e-9))
+    scale = sum(obs) / sum(exp)
+    return float(chisquare(obs, [e * scale for e in exp]).pvalue) if stray == 0 else 0.0
+
+
+# ------------------------------------------------------------------------------------------------ pure functions
+
+
+def test_warp_greedy_is_one_hot_without_division():
+    logits = torch.tensor([[1.0, 3.0, 2.0], [0.0, -1.0, 5.0]])
+    probs = warp(logits, SamplingConfig(temperature=0.0))
+    assert torch.equal(probs, torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]))
+    assert torch.isfinite(probs).all()
+
+
+@pytest.mark.parametrize("top_k,top_p,expected_support", [(2, 1.0, {0, 1}), (0, 0.6, {0, 1}), (0, 0.5, {0}),
+                                                          (3, 0.99, {0, 1, 2}), (1, 1.0, {0})])
+def test_warp_filters(top_k, top_p, expected_support):
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    probs = warp(logits, SamplingConfig(temperature=1.0, top_k=top_k, top_p=top_p))[0]
+    assert {i for i, v in enumerate(probs.tolist()) if v > 0} == expected_support
+    assert abs(probs.sum().item() - 1) < 1e-6
+    kept = torch.tensor(sorted(expected_support))
+    base = torch.tensor([0.5, 0.3, 0.15, 0.05])[kept]
+    assert torch.allclose(probs[kept], base / base.sum(), atol=1e-6)
+
+
+def test_warp_temperature():
+    logits = torch.tensor([[0.0, 1.0, 2.0]])
+    probs = warp(logits, SamplingConfig(temperature=0.5))
+    assert torch.allclose(probs, torch.softmax(logits / 0.5, -1))
+
+
+def test_residual_guards_equal_distributions():
+    p = torch.tensor([[0.2, 0.3, 0.5]])
+    res = residual(p, p.clone())
+    assert torch.allclose(res, p) and torch.isfinite(res).all()
+    res = residual(torch.tensor([[0.5, 0.5, 0.0]]), torch.tensor([[0.0, 0.5, 0.5]]))
+    assert torch.allclose(res, torch.tensor([[1.0, 0.0, 0.0]]))
+
+
+def test_verify_is_exact_for_one_position():
+    """Draft x ~ q, verify against p: the emitted first token must follow p, with acceptance sum min(p, q)."""
+    gen = torch.Generator().manual_seed(0)
+    p = torch.tensor([0.05, 0.4, 0.3, 0.2, 0.05, 0.0])
+    q = torch.tensor([0.3, 0.1, 0.3, 0.1, 0.1, 0.1])
+    bonus = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 1.0])
+    p_rows, q_rows = torch.stack([p, bonus]), q.view(1, -1)
+    n, counts, accepted = 20000, Counter(), 0
+    for _ in range(n):
+        x = sample(q_rows, gen)
+        v = verify(x, q_rows, p_rows, gen)
+        first = int(x[0]) if int(v.n_accepted) == 1 else int(v.next_token)
+        counts[first] += 1
+        accepted += int(v.n_accepted)
+    assert counts[5] == 0, "a token with p = 0 was emitted"
+    assert chi2_pvalue(counts, {i: float(v) for i, v in enumerate(p) if v > 0}, n) > PASS_P
+    alpha = torch.minimum(p, q).sum().item()
+    assert abs(accepted / n - alpha) < 4 * (alpha * (1 - alpha) / n) ** 0.5
+
+
+def test_verify_greedy_accepts_only_the_argmax():
+    p = torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    q = torch.tensor([[0.0, 1.0, 0.0], [0.0, 1.0, 0.0]])
+    v = verify(torch.tensor([1, 1]), q, p, None, greedy=True)
+    assert int(v.n_accepted) == 1 and int(v.next_token) == 0  # second draft wrong: replaced by target's argmax
+
+
+# ---------------------------------------------------------------------------------------------- toy model pair
+
+
+@torch.inference_mode()
+def exact_joint(pair, prompt_ids: list[int], cfg: SamplingConfig) -> dict:
+    """P(x1, x2 | prompt) under the warped target, by enumeration with full (uncached) forwards."""
+    ids = torch.tensor([prompt_ids])
+    p1 = warp(pair.target(ids).logits[0, -1, : pair.vocab_size], cfg)
+    out = {}
+    for x1 in range(pair.vocab_size):
+        if p1[x1] == 0:
+            continue
+        p2 = warp(pair.target(torch.tensor([prompt_ids + [x1]])).logits[0, -1, : pair.vocab_size], cfg)
+        for x2 in range(pair.vocab_size):
+            if p2[x2] > 0:
+                out[(x1, x2)] = float(p1[x1] * p2[x2])
+    return out
+
+
+def speculative_samples(pair, prompt_ids, cfg, k, n, n_tokens=2, lenience=1.0, seed0=0) -> Counter:
+    counts = Counter()
+    for seed in range(seed0, seed0 + n):
+        spec = SpecConfig(k=k, max_new_tokens=k + 1, seed=seed, lenience=lenience, top_candidates=0)
+        out: list[int] = []
+        for rnd in speculative_rounds(pair, prompt_ids, cfg, spec):
+            out += [t.token_id for t in rnd.output]
+            if len(out) >= n_tokens:
+                break
+        counts[tuple(out[:n_tokens])] += 1
+    return counts
+
+
+TOY_SETTINGS = [
+    SamplingConfig(temperature=1.0),
+    SamplingConfig(temperature=0.7, top_k=3),
+    SamplingConfig(temperature=1.3, top_p=0.8),
+]
+
+
+@pytest.mark.parametrize("cfg", TOY_SETTINGS, ids=lambda c: f"T{c.temperature}-k{c.top_k}-p{c.top_p}")
+def test_toy_joint_distribution_matches_target(toy_pair, cfg):
+    prompt = [0, 1]
+    exact = exact_joint(toy_pair, prompt, cfg)
+    n = 3000
+    counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n)
+    assert chi2_pvalue(counts, exact, n) > PASS_P
+    # the toy draft must disagree with the target, or this test would never exercise the residual
+    with torch.inference_mode():
+        ids = torch.tensor([prompt])
+        p1 = warp(toy_pair.target(ids).logits[0, -1], cfg)
+        q1 = warp(toy_pair.draft(ids).logits[0, -1], cfg)
+    assert torch.minimum(p1, q1).sum() < 0.8
+
+
+def test_toy_planted_bug_unwarped_q_is_caught(toy_pair, monkeypatch):
+    """The bug of transformers #32867: the draft samples from warped q but the test uses the unwarped q."""
+    cfg = SamplingConfig(temperature=0.4)
+    real_verify = speculative.verify
+
+    def buggy_verify(draft_tokens, q_draft, p_target, gen, **kw):
+        unwarped = q_draft ** cfg.temperature  # undo the temperature: softmax(l/T)^T is proportional to softmax(l)
+        return real_verify(draft_tokens, unwarped / unwarped.sum(-1, keepdim=True), p_target, gen, **kw)
+
+    monkeypatch.setattr(speculative, "verify", buggy_verify)
+    prompt = [0, 1]
+    n = 3000
+    counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n)
+    assert chi2_pvalue(counts, exact_joint(toy_pair, prompt, cfg), n) < BUG_P
+
+
+def test_toy_lenience_is_lossy_and_detected(toy_pair):
+    cfg = SamplingConfig(temperature=1.0)
+    prompt = [0, 1]
+    n = 3000
+    counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n, lenience=0.3)
+    assert chi2_pvalue(counts, exact_joint(toy_pair, prompt, cfg), n) < BUG_P
+
+
+# ---------------------------------------------------------------------------------------------- embedded pair
+
+
+@pytest.mark.parametrize("cfg", [SamplingConfig(temperature=1.0, top_k=12), SamplingConfig(temperature=0.8, top_p=0.7)],
+                         ids=["T1-k12", "T0.8-p0.7"])
+def test_embedded_pair_first_token_matches_target(pair, cfg):
+    prompt_ids = pair.encode("ROMEO:\nI")
+    with torch.inference_mode():
+        p1 = warp(pair.target(torch.tensor([prompt_ids])).logits[0, -1, : pair.vocab_size], cfg)
+    exact = {(i,): float(v) for i, v in enumerate(p1.tolist()) if v > 0}
+    n = 1500
+    counts = speculative_samples(pair, prompt_ids, cfg, k=2, n=n, n_tokens=1)
+    assert chi2_pvalue(counts, exact, n) > PASS_P
