@@ -34,7 +34,7 @@ def baseline_steps(
     target = target_lm or CachedLM(pair.target, pair.vocab_size)
     target.reset()
     pending = torch.tensor(prompt_ids, dtype=torch.long, device=dev)
-    t_start = time.perf_counter()
+    busy = 0.0
     for i in range(max_new_tokens):
         t0 = time.perf_counter()
         p = warp(target.feed(pending), sampling)  # [1, V]
@@ -43,9 +43,10 @@ def baseline_steps(
         tok_id = int(tok)
         device_sync(dev)
         t1 = time.perf_counter()
+        busy += t1 - t0
         stop = "eos" if tok_id == pair.eos_token_id else ("max_new_tokens" if i + 1 == max_new_tokens else None)
         token = Token(tok_id, pair.token_text(tok_id), "bonus", 1, p=p_x)
-        yield Step(i, token, (t1 - t0) * 1e3, t1 - t_start, stop)
+        yield Step(i, token, (t1 - t0) * 1e3, busy, stop)
         if stop:
             return
         pending = x

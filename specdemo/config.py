@@ -129,3 +129,28 @@ PRESETS: dict[str, PairPreset] = {
     ),
 }
 DEFAULT_PRESET = "shakespeare"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps for a public deployment, read from the environment (defaults suit a CPU Space)."""
+
+    max_new_tokens: int = 256  # SPECDEMO_MAX_NEW_TOKENS
+    max_prompt_chars: int = 4000  # SPECDEMO_MAX_PROMPT_CHARS
+    max_k: int = 12  # SPECDEMO_MAX_K
+    max_samples: int = 5000  # SPECDEMO_MAX_SAMPLES (distribution check)
+    time_limit_s: int = 120  # SPECDEMO_TIME_LIMIT_S (per request)
+    allow_custom: bool = True  # SPECDEMO_ALLOW_CUSTOM (custom hub ids)
+    max_params_m: int = 3000  # SPECDEMO_MAX_PARAMS_M (millions of parameters per custom model)
+
+    @classmethod
+    def from_env(cls) -> Limits:
+        return cls(
+            max_new_tokens=env_int("SPECDEMO_MAX_NEW_TOKENS", cls.max_new_tokens),
+            max_prompt_chars=env_int("SPECDEMO_MAX_PROMPT_CHARS", cls.max_prompt_chars),
+            max_k=env_int("SPECDEMO_MAX_K", cls.max_k),
+            max_samples=env_int("SPECDEMO_MAX_SAMPLES", cls.max_samples),
+            time_limit_s=env_int("SPECDEMO_TIME_LIMIT_S", cls.time_limit_s),
+            allow_custom=env_int("SPECDEMO_ALLOW_CUSTOM", 1) != 0,
+            max_params_m=env_int("SPECDEMO_MAX_PARAMS_M", cls.max_params_m),
+        )

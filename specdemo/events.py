@@ -78,7 +78,7 @@ class Round:
     draft_ms: float
     verify_ms: float
     overhead_ms: float
-    elapsed_s: float  # wall time since the run started, at the end of this round
+    elapsed_s: float  # the run's own time so far, end of this round (excludes the consumer's pauses)
     lossy: bool = False
     stop_reason: str | None = None  # "eos" or "max_new_tokens" if the run ended in this round
     bonus_top: list[Candidate] = field(default_factory=list)  # target's top tokens at the bonus position
@@ -112,7 +112,7 @@ class Step:
     index: int
     token: Token
     step_ms: float
-    elapsed_s: float
+    elapsed_s: float  # the run's own time so far (excludes the consumer's pauses)
     stop_reason: str | None = None
 
     def to_dict(self) -> dict:
