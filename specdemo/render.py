@@ -166,11 +166,11 @@ def reason(rnd: Round, position: int) -> str:
         if not d.checked:
             return f"Draft {x} was never checked: an earlier draft in this round was rejected."
         if d.accepted:
-            why = "p \u2265 q, so it is always kept" if d.p >= d.q else f"r = {d.r:.3f} < p/q = {d.accept_prob:.3f}"
-            return f"Accepted {x}: p = {d.p:.3f}, q = {d.q:.3f}; {why}."
+            why = "p \u2265 q, so it is always kept" if d.p >= d.q else f"r = {d.r:.3g} < p/q = {d.accept_prob:.3g}"
+            return f"Accepted {x}: p = {d.p:.3g}, q = {d.q:.3g}; {why}."
         added = next((t for t in rnd.tokens if t.label == "resampled"), None)
         then = f" and resampled {esc(repr(added.text))} from norm(max(0, p \u2212 q))" if added else ""
-        return (f"Rejected {x}: p = {d.p:.3f} < q = {d.q:.3f} and r = {d.r:.3f} \u2265 p/q = {d.accept_prob:.3f}"
+        return (f"Rejected {x}: p = {d.p:.3g} < q = {d.q:.3g} and r = {d.r:.3g} \u2265 p/q = {d.accept_prob:.3g}"
                 f"{then}. The residual only puts mass where the target wants more than the draft gave, which is "
                 f"what makes the output follow p exactly.")
     bonus = next((t for t in rnd.tokens if t.label == "bonus"), None)

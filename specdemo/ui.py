@@ -174,4 +174,7 @@ def launch(demo: gr.Blocks, **kwargs):
     """Launch with specdemo's CSS and theme (gradio 6 takes both at launch). Host and port follow gradio's own
     settings (GRADIO_SERVER_NAME, GRADIO_SERVER_PORT) unless given here."""
     kwargs.setdefault("show_error", False)
-    return demo.launch(css=render.CSS, theme=gr.themes.Soft(), **kwargs)
+    # system fonts only: the page makes no request outside the server (works offline, no third-party font host)
+    theme = gr.themes.Soft(font=["ui-sans-serif", "system-ui", "sans-serif"],
+                           font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "monospace"])
+    return demo.launch(css=render.CSS, theme=theme, **kwargs)

@@ -83,3 +83,30 @@ PROMPTS = [
     "Second Servant:\nWhat, ho!",
     "The king is dead",
 ]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def app_url():
+    """The real app (app.py's demo) served on a free localhost port for the whole session."""
+    import app
+    from specdemo.ui import launch
+
+    _, url, _ = launch(app.demo, prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(),
+                       quiet=True)
+    yield url.rstrip("/")
+    app.demo.close()
+
+
+@pytest.fixture(scope="session")
+def client(app_url):
+    from gradio_client import Client
+
+    return Client(app_url, verbose=False)

@@ -1,0 +1,166 @@
+"""The real Gradio server on localhost, driven through gradio_client: the /generate trace, streaming, errors,
+concurrency, cancel and memory over many requests."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import time
+
+import psutil
+import pytest
+from gradio_client import Client
+
+OUTPUT = ("accepted", "resampled", "bonus")
+
+
+def gen(client, **kw):
+    args = dict(pair="shakespeare", prompt="ROMEO:\n", k=4, temperature=0.8, top_k=0, top_p=1.0, max_new_tokens=32,
+                seed=0, baseline=False, lenience=1.0)
+    args.update(kw)
+    return client.predict(**args, api_name="/generate")
+
+
+def check_trace(trace: dict, pair) -> None:
+    ids = trace["token_ids"]
+    assert trace["text"] == pair.decode(ids)
+    emitted = []
+    for rnd in trace["rounds"]:
+        labels = [t["label"] for t in rnd["tokens"]]
+        n = rnd["n_accepted"]
+        assert labels[:n] == ["accepted"] * min(n, len(labels))
+        if not rnd["stop_reason"]:
+            assert labels[n:] in (["rejected", "resampled"], ["bonus"])
+        emitted += [t["token_id"] for t in rnd["tokens"] if t["label"] in OUTPUT]
+    assert emitted == ids
+    assert trace["metrics"]["new_tokens"] == len(ids)
+
+
+def test_generate_endpoint_greedy_equals_baseline(client, pair):
+    out = gen(client, temperature=0.0, baseline=True, max_new_tokens=48, prompt="HAMLET:\nTo be, or not to be")
+    spec, base = out["speculative"], out["baseline"]
+    check_trace(spec, pair)
+    assert spec["token_ids"] == base["token_ids"] and len(spec["token_ids"]) == 48
+    assert spec["text"] == base["text"] == pair.decode(base["token_ids"])
+    assert spec["metrics"]["target_calls"] < 48  # speculative used fewer target forwards
+
+
+def test_generate_endpoint_sampling_trace(client, pair):
+    out = gen(client, temperature=1.0, top_k=40, seed=3, max_new_tokens=40)
+    check_trace(out["speculative"], pair)
+    assert out["baseline"] is None
+    assert out["speculative"]["settings"]["top_k"] == 40
+    again = gen(client, temperature=1.0, top_k=40, seed=3, max_new_tokens=40)
+    assert again["speculative"]["token_ids"] == out["speculative"]["token_ids"]
+
+
+def test_stream_endpoint_streams_rounds(client):
+    job = client.submit("shakespeare", "", "", "JULIET:\n", 4, 0.8, 0, 1.0, 40, 1, False, 1.0,
+                        api_name="/generate_stream")
+    final = job.result()
+    updates = job.outputs()
+    assert len(updates) >= 3, "the handler should stream several updates"
+    html = final[0]
+    assert 'class="sd-tok sd-' in html and "JULIET:" in html
+    trace = final[8]
+    assert trace["speculative"]["text"] and os.path.exists(final[9])
+
+
+BAD_INPUTS = [
+    (dict(prompt=""), "empty"),
+    (dict(prompt="   \n"), "empty"),
+    (dict(prompt="ROMEO " * 700), "context window|characters"),
+    (dict(k=0), "K must be between"),
+    (dict(k=99), "K must be between"),
+    (dict(temperature=-0.5), "Temperature must be between"),
+    (dict(top_p=0.0), "Top-p must be above 0"),
+    (dict(top_p=1.5), "Top-p must be between"),
+    (dict(top_k=-1), "Top-k must be between"),
+    (dict(seed="abc"), "Seed must be a number"),
+    (dict(max_new_tokens=100000), "Max new tokens must be between"),
+    (dict(pair="no-such-pair"), "Unknown model pair"),
+    (dict(pair="custom", draft="/no/such/model", target="/no/such/other"), "no such folder"),
+    (dict(pair="gpt2"), "hub cannot be reached|not in the local cache"),
+]
+
+
+@pytest.mark.parametrize("kwargs,message", BAD_INPUTS, ids=[m for _, m in BAD_INPUTS])
+def test_bad_input_gets_a_clear_message_and_the_next_request_works(client, kwargs, message):
+    import re
+
+    with pytest.raises(Exception) as info:
+        gen(client, **kwargs)
+    assert re.search(message, str(info.value)), str(info.value)
+    assert "Traceback" not in str(info.value)
+    assert gen(client, max_new_tokens=4)["speculative"]["metrics"]["new_tokens"] == 4
+
+
+def test_mismatched_tokenizers_are_refused(client, toy_dirs):
+    from specdemo.config import EMBEDDED_TARGET
+
+    with pytest.raises(Exception, match="tokenizers disagree"):
+        gen(client, pair="custom", draft=str(toy_dirs[0]), target=str(EMBEDDED_TARGET))
+
+
+def test_concurrent_sessions_get_their_own_results(app_url):
+    settings = [dict(seed=s, temperature=t, k=k, top_p=p, max_new_tokens=24)
+                for s, t, k, p in [(1, 0.8, 4, 1.0), (2, 1.0, 3, 0.9), (3, 0.0, 5, 1.0), (4, 1.2, 2, 1.0),
+                                   (5, 0.7, 6, 0.8), (6, 1.0, 1, 1.0), (7, 0.5, 4, 1.0), (8, 0.9, 8, 0.95)]]
+    solo_client = Client(app_url, verbose=False)
+    solo = [gen(solo_client, **s)["speculative"]["token_ids"] for s in settings]
+
+    def one(s):
+        return gen(Client(app_url, verbose=False), **s)["speculative"]["token_ids"]
+
+    with cf.ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(one, settings))
+    assert together == solo
+    assert len({tuple(t) for t in together}) == len(settings)
+
+
+def test_cancel_stops_a_long_run_and_the_next_run_is_correct(client, pair):
+    from specdemo.models import load_pair
+
+    loaded = load_pair("shakespeare")
+    job = client.submit("shakespeare", "", "", "ROMEO:\n", 2, 1.0, 0, 1.0, 256, 0, True, 1.0,
+                        api_name="/generate_stream")
+    while len(job.outputs()) < 2:
+        time.sleep(0.05)
+    job.cancel()
+    t0 = time.monotonic()
+    while loaded.lock.locked() and time.monotonic() - t0 < 5:
+        time.sleep(0.01)
+    assert not loaded.lock.locked()
+    time.sleep(0.5)
+    n_after_cancel = len(job.outputs())
+    time.sleep(1.0)
+    assert len(job.outputs()) == n_after_cancel, "the cancelled run kept streaming"
+    out = gen(client, temperature=0.0, max_new_tokens=24, baseline=True)
+    assert out["speculative"]["token_ids"] == out["baseline"]["token_ids"]
+
+
+def test_memory_is_flat_over_200_requests(client):
+    proc = psutil.Process()  # the server runs in this process
+    for _ in range(20):
+        gen(client, max_new_tokens=8)
+    before = proc.memory_info().rss
+    for i in range(200):
+        gen(client, max_new_tokens=8, seed=i)
+    growth = proc.memory_info().rss / before - 1
+    assert growth < 0.10, f"RSS grew {100 * growth:.1f}%"
+
+
+def test_custom_ids_can_be_switched_off(client, monkeypatch, toy_dirs):
+    monkeypatch.setenv("SPECDEMO_ALLOW_CUSTOM", "0")
+    with pytest.raises(Exception, match="switched off"):
+        gen(client, pair="custom", draft=str(toy_dirs[0]), target=str(toy_dirs[1]))
+    monkeypatch.setenv("SPECDEMO_ALLOW_CUSTOM", "1")
+    assert gen(client, max_new_tokens=3)["speculative"]["metrics"]["new_tokens"] == 3
+
+
+def test_parameter_cap_refuses_big_custom_models_before_loading(client, monkeypatch):
+    from specdemo.config import EMBEDDED_DRAFT, EMBEDDED_TARGET
+
+    monkeypatch.setenv("SPECDEMO_MAX_PARAMS_M", "5")  # the embedded target has ~13M
+    with pytest.raises(Exception, match="over this server's cap"):
+        gen(client, pair="custom", draft=str(EMBEDDED_DRAFT), target=str(EMBEDDED_TARGET))
