@@ -284,7 +284,8 @@ def save(model, tokenizer, out_dir: Path) -> None:
     from transformers import GenerationConfig
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    model.config.resid_pdrop = model.config.embd_pdrop = model.config.attn_pdrop = 0.0  # the saved config is for inference; the live Dropout modules keep their p
+    # the saved config is for inference; the live Dropout modules keep their p
+    model.config.resid_pdrop = model.config.embd_pdrop = model.config.attn_pdrop = 0.0
     model.save_pretrained(out_dir, max_shard_size="9MB", safe_serialization=True)
     GenerationConfig(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id

@@ -48,7 +48,9 @@ def cmd_generate(args, pair, sampling) -> int:
     for i in range(args.num_samples):
         spec = SpecConfig(k=args.k, max_new_tokens=args.max_new_tokens, seed=args.seed + i, lenience=args.lenience)
         trace = speculative_generate(pair, args.prompt, sampling, spec)
-        base = baseline_generate(pair, args.prompt, sampling, args.max_new_tokens, args.seed + i) if args.baseline else None
+        base = None
+        if args.baseline:
+            base = baseline_generate(pair, args.prompt, sampling, args.max_new_tokens, args.seed + i)
         if args.json:
             out = trace.to_dict()
             if base is not None:

@@ -79,7 +79,8 @@ def check_custom_ids(draft_id: str, target_id: str, limits: Limits) -> None:
 
     for role, model_id in (("draft", draft_id), ("target", target_id)):
         try:
-            config = AutoConfig.from_pretrained(model_id, trust_remote_code=False, local_files_only=offline_for(model_id))
+            config = AutoConfig.from_pretrained(model_id, trust_remote_code=False,
+                                                local_files_only=offline_for(model_id))
         except Exception as err:
             from .models import _friendly
 
@@ -297,9 +298,7 @@ def generate_api(pair: str = DEFAULT_PRESET, prompt: str = "ROMEO:\n", k: int = 
     req = validate(pair, draft, target, prompt, k, temperature, top_k, top_p, max_new_tokens, seed, baseline,
                    lenience, limits)
     loaded = get_pair(req.pair)
-    spec = base = None
-    for spec, base, _ in run_stream(req, loaded, limits):
-        pass
+    *_, (spec, base, _) = run_stream(req, loaded, limits)  # run to the end; the last snapshot is the whole run
     return trace_payload(spec, base)
 
 

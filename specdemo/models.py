@@ -85,6 +85,17 @@ class CachedLM:
         return out.logits[0, -keep_logits:, : self.vocab_size]
 
 
+_DEVICE_LOCKS: dict[str, threading.Lock] = {}
+_DEVICE_LOCKS_GUARD = threading.Lock()
+
+
+def device_lock(device: torch.device) -> threading.Lock:
+    """One lock per device: work from every session and every loaded pair on one device takes turns, a round at a
+    time, instead of trampling each other's kernels and memory."""
+    with _DEVICE_LOCKS_GUARD:
+        return _DEVICE_LOCKS.setdefault(str(device), threading.Lock())
+
+
 @dataclass
 class ModelPair:
     """A draft and a target that share a tokenizer."""
@@ -98,8 +109,12 @@ class ModelPair:
     vocab_size: int
     device: torch.device
     dtype: torch.dtype
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    lock: threading.Lock | None = field(default=None, repr=False)  # the device's lock, set in __post_init__
     _token_texts: list[str] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.lock is None:
+            self.lock = device_lock(self.device)
 
     @property
     def context_window(self) -> int:
@@ -152,7 +167,7 @@ def context_of(config) -> int:
 def _friendly(model_id: str, role: str, err: Exception) -> ModelLoadError:
     if is_local(model_id):
         exists = Path(model_id).expanduser().exists()
-        hint = f"the folder {model_id!r} is not a transformers model" if exists else "no such folder"
+        hint = "the folder does not hold a loadable transformers causal LM" if exists else "no such folder"
     elif hub_offline() or not hub_reachable():
         hint = "the model hub cannot be reached from here (offline) and the model is not in the local cache"
     else:

@@ -109,10 +109,10 @@ def speedup_vs_theory(spec: Trace | None, base: Trace | None, k_max: int = 12) -
         return fig
     a, c, v = model["alpha"], model["c"], model["verify_cost"]
     ks = list(range(1, k_max + 1))
-    fig.add_scatter(x=ks, y=[predicted_speedup(a, k, c) for k in ks], mode="lines", name=f"E/(cK+1), alpha={a:.2f}, c={c:.3f}",
-                    line=dict(color=PALETTE["target"]))
-    fig.add_scatter(x=ks, y=[predicted_speedup(a, k, c, v) for k in ks], mode="lines", line=dict(dash="dot", color=PALETTE["draft"]),
-                    name=f"with measured verify cost {v:.2f}")
+    fig.add_scatter(x=ks, y=[predicted_speedup(a, k, c) for k in ks], mode="lines",
+                    name=f"E/(cK+1), alpha={a:.2f}, c={c:.3f}", line=dict(color=PALETTE["target"]))
+    fig.add_scatter(x=ks, y=[predicted_speedup(a, k, c, v) for k in ks], mode="lines",
+                    line=dict(dash="dot", color=PALETTE["draft"]), name=f"with measured verify cost {v:.2f}")
     kb, sb = best_k(a, c, k_max)
     fig.add_scatter(x=[kb], y=[sb], mode="markers+text", text=[f"best K={kb}"], textposition="top center",
                     marker=dict(symbol="star", size=14, color=PALETTE["bonus"]), name="best K (theory)")
@@ -136,9 +136,10 @@ def inspector(rnd: Round, position: int, top: int = 10) -> go.Figure:
     fig = _fig(title, "token", "probability")
     labels = [repr(c.text)[1:-1] or "(empty)" for c in cands]
     # identical texts (different ids) would share a bar; make them distinct
-    labels = [f"{lbl} #{c.token_id}" if labels.count(lbl) > 1 else lbl for lbl, c in zip(labels, cands)]
+    labels = [f"{lbl} #{c.token_id}" if labels.count(lbl) > 1 else lbl for lbl, c in zip(labels, cands, strict=True)]
     fig.add_bar(x=labels, y=[c.p for c in cands], name="p target", marker_color=PALETTE["target"])
-    fig.add_bar(x=labels, y=[c.q for c in cands], name="q draft", marker_color=PALETTE["draft"], marker_pattern_shape="/")
+    fig.add_bar(x=labels, y=[c.q for c in cands], name="q draft", marker_color=PALETTE["draft"],
+                marker_pattern_shape="/")
     if overlap is not None and overlap < 1 - 1e-6:
         res = [max(0.0, c.p - c.q) / (1 - overlap) for c in cands]
         fig.add_bar(x=labels, y=res, name="residual norm(max(0, p-q))", marker_color=PALETTE["residual"],
@@ -146,7 +147,8 @@ def inspector(rnd: Round, position: int, top: int = 10) -> go.Figure:
     if chosen is not None:
         label = repr(chosen)[1:-1] or "(empty)"
         if label in labels:
-            fig.add_annotation(x=label, y=max(max(c.p, c.q) for c in cands), text="drafted", showarrow=True, arrowhead=2)
+            top_y = max(max(c.p, c.q) for c in cands)
+            fig.add_annotation(x=label, y=top_y, text="drafted", showarrow=True, arrowhead=2)
     fig.update_layout(barmode="group", height=340)
     return fig
 

@@ -95,7 +95,8 @@ def tokens_html(prompt: str, rounds: list[Round] | None = None, steps: list[Step
     parts = [f'<span class="sd-prompt" title="prompt">{esc(prompt)}</span>']
     for rnd in (rounds or [])[:upto]:
         for t in rnd.tokens:
-            title = f"round {rnd.index + 1}, position {t.position}\n" + token_title(t.label, t.p, t.q, t.r, t.accept_prob)
+            where = f"round {rnd.index + 1}, position {t.position}\n"
+            title = where + token_title(t.label, t.p, t.q, t.r, t.accept_prob)
             parts.append(span(t.text, t.label, title, f' data-round="{rnd.index}"'))
     for s in steps or []:
         parts.append(span(s.token.text, "accepted", f"token {s.index + 1}\np(x) target = {fmt(s.token.p)}"))
@@ -175,5 +176,6 @@ def reason(rnd: Round, position: int) -> str:
                 f"what makes the output follow p exactly.")
     bonus = next((t for t in rnd.tokens if t.label == "bonus"), None)
     if bonus:
-        return f"All {rnd.k} drafts were accepted, so the target's own p at position {rnd.k + 1} gave a bonus token {esc(repr(bonus.text))}."
+        return (f"All {rnd.k} drafts were accepted, so the target's own p at position {rnd.k + 1} gave a bonus "
+                f"token {esc(repr(bonus.text))}.")
     return "No bonus at this position: the round ended earlier."

@@ -95,7 +95,8 @@ def test_same_seed_same_output_and_different_seed_differs(pair):
 @pytest.mark.parametrize("k,max_new", [(1, 1), (4, 1), (4, 2), (4, 5), (4, 33), (8, 9), (8, 50)])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_stops_exactly_at_max_new_tokens(pair, k, max_new, temperature):
-    trace = speculative_generate(pair, "BRUTUS:\n", SamplingConfig(temperature), SpecConfig(k=k, max_new_tokens=max_new))
+    spec = SpecConfig(k=k, max_new_tokens=max_new)
+    trace = speculative_generate(pair, "BRUTUS:\n", SamplingConfig(temperature), spec)
     assert len(trace.output_ids) == max_new
     assert trace.stop_reason == "max_new_tokens"
     assert all(r.k <= k for r in trace.rounds)

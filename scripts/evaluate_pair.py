@@ -1,0 +1,113 @@
+"""Measure the embedded pair for its model card (assets/models/README.md).
+
+Held-out loss and perplexity of each model (on the held-out plays), alpha at K=4 on held-out prompts at T=0 and T=1
+(the empirical acceptance rate and the mean sum min(p, q)), per-token latency of each model and of a (K+1)-token
+verify, the cost ratio c, and a sample continuation of "ROMEO:". Prints a JSON object and writes it to
+assets/models/card_metrics.json.
+
+    python scripts/evaluate_pair.py            # after scripts/train_embedded_pair.py corpus tokenizer
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from specdemo import SamplingConfig, SpecConfig, load_pair, speculative_generate  # noqa: E402
+from specdemo.models import CachedLM  # noqa: E402
+
+K = 4
+
+
+@torch.inference_mode()
+def held_out_loss(model, data: torch.Tensor, block: int = 256) -> float:
+    n = (len(data) - 1) // block
+    total = 0.0
+    for i in range(0, n, 16):
+        rows = range(i, min(i + 16, n))
+        x = torch.stack([data[j * block : (j + 1) * block] for j in rows])
+        y = torch.stack([data[j * block + 1 : (j + 1) * block + 1] for j in rows])
+        total += F.cross_entropy(model(x).logits.flatten(0, 1), y.flatten(), reduction="sum").item()
+    return total / (n * block)
+
+
+@torch.inference_mode()
+def latency_ms(model, vocab: int, new_tokens: int, context: int = 128, reps: int = 200) -> float:
+    """Median time of one cached forward over `new_tokens` tokens after a `context`-token prefix."""
+    lm = CachedLM(model, vocab)
+    gen = torch.Generator().manual_seed(0)
+    lm.feed(torch.randint(vocab, (context,), generator=gen))
+    x = torch.randint(vocab, (new_tokens,), generator=gen)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        lm.feed(x, keep_logits=new_tokens)
+        times.append(time.perf_counter() - t0)
+        lm.crop(context)
+    return statistics.median(times) * 1e3
+
+
+def held_out_prompts(pair, n: int = 20, length: int = 24) -> list[str]:
+    """n prompts cut from the held-out plays at evenly spaced speech starts."""
+    text = (ROOT / "data" / "val.txt").read_text(encoding="utf-8")
+    starts = [i + 2 for i in range(len(text)) if text.startswith("\n\n", i)]
+    picks = [starts[j * len(starts) // n] for j in range(n)]
+    return [pair.decode(pair.encode(text[s : s + 400])[:length]) for s in picks]
+
+
+def main() -> None:
+    pair = load_pair("shakespeare", device="cpu")
+    val = torch.load(ROOT / "data" / "val.pt").long()
+    out: dict = {"hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
+                 "torch": torch.__version__}
+    for role, model, path in (("target", pair.target, pair.target_id), ("draft", pair.draft, pair.draft_id)):
+        loss = held_out_loss(model, val)
+        meta = json.loads((Path(path) / "training.json").read_text())
+        out[role] = {
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "layers": model.config.n_layer, "width": model.config.n_embd, "heads": model.config.n_head,
+            "held_out_loss": loss, "held_out_ppl": math.exp(loss),
+            "training_minutes": meta["minutes"], "training_steps": meta["steps"],
+            "training_tokens": meta["steps"] * meta["batch"] * meta["block"],
+        }
+    out["latency_ms"] = {
+        "target_1_token": latency_ms(pair.target, pair.vocab_size, 1),
+        "draft_1_token": latency_ms(pair.draft, pair.vocab_size, 1),
+        f"target_verify_{K + 1}_tokens": latency_ms(pair.target, pair.vocab_size, K + 1),
+    }
+    lat = out["latency_ms"]
+    out["c"] = lat["draft_1_token"] / lat["target_1_token"]
+    out["verify_cost"] = lat[f"target_verify_{K + 1}_tokens"] / lat["target_1_token"]
+    prompts = held_out_prompts(pair)
+    for temperature in (0.0, 1.0):
+        judged = accepted = 0
+        overlaps = []
+        for i, prompt in enumerate(prompts):
+            tr = speculative_generate(pair, prompt, SamplingConfig(temperature),
+                                      SpecConfig(k=K, max_new_tokens=64, seed=i, top_candidates=0))
+            checked = [d for r in tr.rounds for d in r.drafts if d.checked]
+            judged += len(checked)
+            accepted += sum(d.accepted for d in checked)
+            overlaps += [d.overlap for d in checked]
+        out[f"T{temperature:g}"] = {"alpha_empirical": accepted / judged,
+                                    "alpha_overlap": sum(overlaps) / len(overlaps), "judged_positions": judged,
+                                    "prompts": len(prompts)}
+    sample = speculative_generate(pair, "ROMEO:\n", SamplingConfig(0.8), SpecConfig(k=K, max_new_tokens=96, seed=0))
+    out["sample_romeo_T0.8_seed0"] = "ROMEO:\n" + sample.text
+    (ROOT / "assets" / "models" / "card_metrics.json").write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
