@@ -16,8 +16,9 @@ from specdemo.models import load_pair  # noqa: E402
 TOY_WORDS = ["a", "b", "c", "d", "e", "f", "g", "h"]
 
 
-def make_toy_model(path, seed: int, n_layer: int = 1, n_embd: int = 32, scale: float = 6.0) -> None:
-    """Save a random GPT-2 with an 8-word vocabulary and peaked (not near-uniform) next-token distributions."""
+def make_toy_model(path, seed: int, n_layer: int = 1, n_embd: int = 32, scale: float = 8.0) -> None:
+    """Save a random GPT-2 with an 8-word vocabulary and varied, peaked next-token distributions (an untied,
+    scaled-up output head: with tied embeddings every random model mostly repeats its last token)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, decoders
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
@@ -27,10 +28,10 @@ def make_toy_model(path, seed: int, n_layer: int = 1, n_embd: int = 32, scale: f
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="a")
     torch.manual_seed(seed)
     config = GPT2Config(vocab_size=len(TOY_WORDS), n_positions=32, n_layer=n_layer, n_embd=n_embd, n_head=2,
-                        bos_token_id=None, eos_token_id=None)
+                        bos_token_id=None, eos_token_id=None, tie_word_embeddings=False)
     model = GPT2LMHeadModel(config)
     with torch.no_grad():
-        model.transformer.wte.weight.mul_(scale)  # tied head: sharper logits
+        model.lm_head.weight.mul_(scale)
     model.save_pretrained(path)
     fast.save_pretrained(path)
 
