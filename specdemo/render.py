@@ -69,6 +69,11 @@ def esc(text: str) -> str:
     return html.escape(shown, quote=True)
 
 
+def visible(text: str) -> str:
+    """Newlines and tabs as symbols, for one-line places such as a film-strip row."""
+    return text.replace("\n", "\u23ce").replace("\t", "\u21e5")
+
+
 def fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.4g}"
 
@@ -117,13 +122,13 @@ def filmstrip_html(rounds: list[Round], selected: int | None = None) -> str:
                 label = "rejected"
             else:
                 cells.append(f'<span class="sd-cell sd-unchecked" title="never checked: an earlier draft was '
-                             f'rejected">{esc(d.text)}</span>')
+                             f'rejected">{esc(visible(d.text))}</span>')
                 continue
-            cells.append(span(d.text, label, token_title(label, d.p, d.q, d.r, d.accept_prob), ' data-cell="1"'))
+            cells.append(span(visible(d.text), label, token_title(label, d.p, d.q, d.r, d.accept_prob)))
         added = [t for t in rnd.tokens if t.label in ("resampled", "bonus")]
         if added:
             t = added[0]
-            cells.append(" \u2192 " + span(t.text, t.label, token_title(t.label, t.p, None, None, None)))
+            cells.append(" \u2192 " + span(visible(t.text), t.label, token_title(t.label, t.p, None, None, None)))
         verdict = f"kept {rnd.n_accepted}/{rnd.k}" + (" +1" if added else "")
         verdict += f" \u00b7 {rnd.draft_ms + rnd.verify_ms + rnd.overhead_ms:.0f} ms"
         cls = "sd-row sd-selected" if selected == rnd.index else "sd-row"
