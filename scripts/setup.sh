@@ -11,7 +11,8 @@ if ! python -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     pip install torch
   else
-    pip install "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
+    # only torch itself from the CPU index (--no-deps); its dependencies come from PyPI with requirements.txt
+    pip install --no-deps "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
   fi
 fi
 pip install -r requirements.txt

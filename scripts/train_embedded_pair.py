@@ -164,8 +164,8 @@ def generate_onpolicy(n_prompts: int = 768, prompt_len: int = 32, new_tokens: in
     for b in range(0, n_prompts, batch):
         x = prompts[b : b + batch]
         greedy = (b // batch) % 2 == 0
-        out = target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                              do_sample=not greedy, temperature=1.0, top_k=0, pad_token_id=0)
+        out = target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=new_tokens,
+                              min_new_tokens=new_tokens, do_sample=not greedy, temperature=1.0, top_k=0, pad_token_id=0)
         seqs.append(out)
         print(f"on-policy: {b + len(x)}/{n_prompts} sequences ({'greedy' if greedy else 'T=1'}), "
               f"{time.time() - t0:.0f}s", flush=True)

@@ -177,27 +177,30 @@ def user_errors(fn):
 # ----------------------------------------------------------------------------------------------- the runs
 
 
-def run_stream(req: Request, pair: ModelPair, limits: Limits) -> Iterator[tuple[Trace, Trace | None, str]]:
-    """Run speculative decoding, then (optionally) the baseline, yielding (spec, base, phase) after every event.
+def one_at_a_time(pair: ModelPair, events: Iterator, deadline: float) -> Iterator:
+    """Step an engine generator one event at a time, each under the device lock, so that many sessions share one
+    loaded pair without their device work overlapping and a cancelled request never leaves the lock held. Past the
+    deadline the last event is marked 'time_limit' and the run ends."""
+    while True:
+        with pair.lock:
+            event = next(events, None)
+        if event is None:
+            return
+        if time.monotonic() > deadline and not event.stop_reason:
+            event.stop_reason = "time_limit"
+            yield event
+            return
+        yield event
 
-    The pair's lock is held for one round (or one baseline token) at a time, so many sessions share one loaded
-    pair without their device work overlapping, and a cancelled request never leaves the lock held.
-    """
+
+def run_stream(req: Request, pair: ModelPair, limits: Limits) -> Iterator[tuple[Trace, Trace | None, str]]:
+    """Run speculative decoding, then (optionally) the baseline, yielding (spec, base, phase) after every event."""
     ids = encode_prompt(pair, req.prompt, req.spec.max_new_tokens)
     deadline = time.monotonic() + limits.time_limit_s
     spec = Trace("speculative", req.prompt, ids, run_settings(pair, req.sampling, req.spec))
-    rounds = speculative_rounds(pair, ids, req.sampling, req.spec)
-    while True:
-        with pair.lock:
-            rnd = next(rounds, None)
-        if rnd is None:
-            break
+    for rnd in one_at_a_time(pair, speculative_rounds(pair, ids, req.sampling, req.spec), deadline):
         spec.rounds.append(rnd)
         spec.wall_s = rnd.elapsed_s
-        if time.monotonic() > deadline and not rnd.stop_reason:
-            rnd.stop_reason = "time_limit"
-            yield spec, None, "speculative"
-            break
         yield spec, None, "speculative"
     finish(pair, spec)
     if not req.run_baseline:
@@ -205,17 +208,9 @@ def run_stream(req: Request, pair: ModelPair, limits: Limits) -> Iterator[tuple[
     base = Trace("baseline", req.prompt, ids, run_settings(pair, req.sampling) | {
         "max_new_tokens": req.spec.max_new_tokens, "seed": req.spec.seed})
     steps = baseline_steps(pair, ids, req.sampling, req.spec.max_new_tokens, req.spec.seed)
-    while True:
-        with pair.lock:
-            step = next(steps, None)
-        if step is None:
-            break
+    for step in one_at_a_time(pair, steps, deadline):
         base.steps.append(step)
         base.wall_s = step.elapsed_s
-        if time.monotonic() > deadline and not step.stop_reason:
-            step.stop_reason = "time_limit"
-            yield spec, base, "baseline"
-            break
         yield spec, base, "baseline"
     finish(pair, base)
 
