@@ -4,11 +4,16 @@
 (GRADIO_SERVER_NAME, GRADIO_SERVER_PORT); the limits and switches are listed in the README.
 """
 
-from specdemo.config import DEFAULT_PRESET
+from specdemo import SamplingConfig, SpecConfig, speculative_generate
+from specdemo.config import DEFAULT_PRESET, PRESETS
 from specdemo.models import load_pair
 from specdemo.ui import build_demo, launch
 
-load_pair(DEFAULT_PRESET)  # the embedded pair is loaded before the first visitor arrives
+# Load the embedded pair and run it once before the first visitor arrives: torch sets up its kernels on first use,
+# which would otherwise land on the first request.
+_pair = load_pair(DEFAULT_PRESET)
+speculative_generate(_pair, PRESETS[DEFAULT_PRESET].examples[0], SamplingConfig(0.8),
+                     SpecConfig(k=4, max_new_tokens=16))
 demo = build_demo()
 
 if __name__ == "__main__":

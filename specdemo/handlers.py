@@ -252,7 +252,7 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
         gr.Warning(f"Lenience b = {req.spec.lenience} < 1: this run is lossy and will not follow the target's "
                    "distribution.")
     skip = gr.skip()
-    last_chart = 0.0
+    last_chart = time.monotonic()  # the first update carries only text and stats, so it reaches the page fastest
     spec = base = None
     for spec, base, phase in run_stream(req, pair, limits):
         now = time.monotonic()

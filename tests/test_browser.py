@@ -35,6 +35,8 @@ def page(browser, app_url):
     pg.on("dialog", lambda d: (pg.dialogs.append(d.message), d.dismiss()))
     pg.goto(app_url, wait_until="load")
     pg.wait_for_selector("#sd-generate")
+    pg.wait_for_selector("#sd-race .js-plotly-plot")  # the page has drawn its (empty) charts: a person sees it ready
+    pg.wait_for_function("document.querySelector('#sd-pair-status').innerText.includes('Loaded')")
     yield pg
     context.close()
 
