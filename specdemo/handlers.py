@@ -150,6 +150,8 @@ def user_errors(fn):
     import functools
     import inspect
 
+    expected = (UserError, PromptError, ConfigError, ModelLoadError, torch.cuda.OutOfMemoryError)
+
     def convert(err: Exception) -> gr.Error:
         if isinstance(err, torch.cuda.OutOfMemoryError):
             torch.cuda.empty_cache()
@@ -161,7 +163,7 @@ def user_errors(fn):
         def gen_wrapper(*args, **kwargs):
             try:
                 yield from fn(*args, **kwargs)
-            except (UserError, PromptError, ConfigError, ModelLoadError, torch.cuda.OutOfMemoryError) as err:
+            except expected as err:
                 raise convert(err) from None
         return gen_wrapper
 
@@ -169,7 +171,7 @@ def user_errors(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (UserError, PromptError, ConfigError, ModelLoadError, torch.cuda.OutOfMemoryError) as err:
+        except expected as err:
             raise convert(err) from None
     return wrapper
 
