@@ -17,7 +17,7 @@ from .autoregressive import baseline_generate
 from .config import SamplingConfig, SpecConfig
 from .models import ModelPair
 from .speculative import encode_prompt, speculative_generate
-from .theory import expected_tokens_per_round, predicted_speedup
+from .theory import expected_tokens_per_round, measure, predicted_speedup
 
 BENCH_PROMPTS = [
     "ROMEO:\n",
@@ -93,17 +93,10 @@ def run_bench(
             f"{m} {totals[m]['tokens'] / totals[m]['seconds']:.1f} tok/s" for m in methods))
 
     tps = {m: totals[m]["tokens"] / totals[m]["seconds"] for m in methods}
-    judged = [d for r in rounds for d in r.drafts if d.checked]
-    alpha = sum(d.accepted for d in judged) / len(judged)
-    alpha_overlap = sum(d.overlap for d in judged) / len(judged)
+    m = measure(rounds, steps, spec.k)  # t_target from the naive runs, t_draft and t_verify from the speculative
+    alpha, c, verify_cost = m["alpha_empirical"], m["c"], m["verify_cost"]
     drafted = sum(r.k for r in rounds)
     emitted = sum(len(r.output) for r in rounds)
-    t_target = sum(s.step_ms for s in steps) / len(steps)  # one cached target step, from the naive runs
-    t_draft = sum(r.draft_ms for r in rounds) / drafted  # one draft step
-    full = [r for r in rounds if r.k == spec.k]
-    t_verify = sum(r.verify_ms for r in full) / len(full)  # one (K+1)-token target forward
-    c = t_draft / t_target
-    verify_cost = t_verify / t_target
     ceiling_paper = predicted_speedup(alpha, spec.k, c)  # Leviathan et al.: verify costs one target step
     ceiling_measured = predicted_speedup(alpha, spec.k, c, verify_cost)
     speedup = tps["speculative"] / tps["naive"]
@@ -116,16 +109,10 @@ def run_bench(
         "speedup_vs_naive": speedup,
         "speedup_vs_hf_assisted": tps["speculative"] / tps["hf_assisted"] if include_hf else None,
         "hf_assisted_speedup_vs_naive": tps["hf_assisted"] / tps["naive"] if include_hf else None,
-        "alpha_empirical": alpha,
-        "alpha_overlap": alpha_overlap,
+        **m,
         "acceptance_rate": sum(r.n_accepted for r in rounds) / drafted,
         "mean_accepted_length": emitted / len(rounds),
         "expected_tokens_per_round": expected_tokens_per_round(alpha, spec.k),
-        "t_target_ms": t_target,
-        "t_draft_ms": t_draft,
-        "t_verify_ms": t_verify,
-        "c": c,
-        "verify_cost": verify_cost,
         "ceiling_paper": ceiling_paper,
         "ceiling_measured_verify": ceiling_measured,
         "fraction_of_ceiling_paper": speedup / ceiling_paper,

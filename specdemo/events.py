@@ -162,7 +162,7 @@ class Trace:
             "acceptance_rate": accepted / drafted if drafted else 0.0,
             # mean tokens emitted per target call (accepted drafts + the resampled or bonus token)
             "mean_accepted_length": n_tokens / len(self.rounds) if self.rounds else 0.0,
-            # alpha, two estimates over the positions the target judged (see theory.alpha_from_trace)
+            # alpha, two estimates over the positions the target judged (see theory.measure)
             "alpha_empirical": sum(d.accepted for d in checked) / len(checked) if checked else 0.0,
             "alpha_overlap": sum(d.overlap for d in checked) / len(checked) if checked else 0.0,
             "draft_ms": sum(r.draft_ms for r in self.rounds),

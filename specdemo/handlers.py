@@ -28,6 +28,7 @@ from .events import Trace
 from .models import ModelLoadError, ModelPair, load_pair
 from .sampling import first_token_samples, warp
 from .speculative import PromptError, encode_prompt, finish, run_settings, speculative_rounds
+from .theory import best_k, measure
 
 CUSTOM = "custom"
 CHART_EVERY_S = 0.4  # redraw the plotly charts at most this often while streaming (text and stats every round)
@@ -379,8 +380,7 @@ def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p
     with pair.lock:
         base_steps = list(baseline_steps(pair, ids, req.sampling, req.spec.max_new_tokens, req.spec.seed))
     base_tps = len(base_steps) / base_steps[-1].elapsed_s
-    t_target = sum(s.step_ms for s in base_steps) / len(base_steps)
-    results, judged, accepted, draft_ms, drafted = [], 0, 0, 0.0, 0
+    results, all_rounds = [], []
     deadline = time.monotonic() + limits.time_limit_s
     for k in range(k_from, k_to + 1):
         spec = SpecConfig(k=k, max_new_tokens=req.spec.max_new_tokens, seed=req.spec.seed, top_candidates=0)
@@ -388,20 +388,14 @@ def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p
             rounds = list(speculative_rounds(pair, ids, req.sampling, spec))
         n = sum(len(r.output) for r in rounds)
         tps = n / rounds[-1].elapsed_s
-        checked = [d for r in rounds for d in r.drafts if d.checked]
-        judged += len(checked)
-        accepted += sum(d.accepted for d in checked)
-        draft_ms += sum(r.draft_ms for r in rounds)
-        drafted += sum(r.k for r in rounds)
+        all_rounds += rounds
         results.append({"k": k, "speedup": tps / base_tps, "tokens_per_s": tps,
-                        "alpha": sum(d.accepted for d in checked) / max(1, len(checked))})
-        alpha = min(accepted / max(1, judged), 0.999)
-        c = (draft_ms / max(1, drafted)) / t_target
+                        "alpha": measure(rounds, base_steps)["alpha_empirical"]})
+        pooled = measure(all_rounds, base_steps)  # alpha and c over every K swept so far
+        alpha, c = pooled["alpha_empirical"], pooled["c"]
         best = max(results, key=lambda r: r["speedup"])
         table = "| K | tokens/s | speedup | alpha |\n|---:|---:|---:|---:|\n" + "\n".join(
             f"| {r['k']} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r['alpha']:.2f} |" for r in results)
-        from .theory import best_k
-
         kb, sb = best_k(alpha, c, limits.max_k)
         text = (f"Baseline {base_tps:.1f} tokens/s. Measured best: **K = {best['k']}** ({best['speedup']:.2f}x). "
                 f"Theory with alpha = {alpha:.2f}, c = {c:.3f}: best K = {kb} ({sb:.2f}x).\n\n{table}")

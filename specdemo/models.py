@@ -308,6 +308,3 @@ def load_pair(
                 torch.cuda.empty_cache()
         return loaded
 
-
-def cached_pairs() -> list[str]:
-    return [f"{d} -> {t}" for d, t, *_ in _CACHE]

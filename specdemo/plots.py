@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from .events import Round, Trace
 from .render import PALETTE
-from .theory import best_k, predicted_speedup
+from .theory import best_k, measure, predicted_speedup
 
 LAYOUT = dict(template="plotly_white", height=300, margin=dict(l=50, r=20, t=50, b=45),
               legend=dict(orientation="h", y=-0.25), font=dict(size=12))
@@ -84,30 +84,14 @@ def acceptance_by_position(spec: Trace | None) -> go.Figure:
     return fig
 
 
-def cost_model(spec: Trace, base: Trace | None) -> dict | None:
-    """alpha, c and the verify cost measured from a run; None without a baseline to time a target step."""
-    if not spec.rounds or base is None or not base.steps:
-        return None
-    m = spec.metrics()
-    t_target = sum(s.step_ms for s in base.steps) / len(base.steps)
-    drafted = sum(r.k for r in spec.rounds)
-    full = [r for r in spec.rounds if r.k == spec.settings["k"]] or spec.rounds
-    return {
-        "alpha": min(m["alpha_empirical"], 0.999),
-        "c": (m["draft_ms"] / drafted) / t_target if drafted else 0.0,
-        "verify_cost": sum(r.verify_ms + r.overhead_ms for r in full) / len(full) / t_target,
-        "t_target_ms": t_target,
-    }
-
-
 def speedup_vs_theory(spec: Trace | None, base: Trace | None, k_max: int = 12) -> go.Figure:
     fig = _fig("Speedup: measured vs theory over K", "K (drafts per round)", "speedup over target only")
-    model = cost_model(spec, base) if spec is not None else None
-    if model is None:
+    if spec is None or not spec.rounds or base is None or not base.steps:
         fig.add_annotation(text="Run with the baseline on to measure c and compare with theory.", showarrow=False,
                            x=0.5, y=0.5, xref="paper", yref="paper")
         return fig
-    a, c, v = model["alpha"], model["c"], model["verify_cost"]
+    model = measure(spec.rounds, base.steps, spec.settings["k"])
+    a, c, v = model["alpha_empirical"], model["c"], model["verify_cost"]
     ks = list(range(1, k_max + 1))
     fig.add_scatter(x=ks, y=[predicted_speedup(a, k, c) for k in ks], mode="lines",
                     name=f"E/(cK+1), alpha={a:.2f}, c={c:.3f}", line=dict(color=PALETTE["target"]))

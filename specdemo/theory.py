@@ -8,7 +8,7 @@ cost of a (K+1)-token verify instead of assuming it equals one target step. No t
 
 from __future__ import annotations
 
-from .events import Trace
+from .events import Round, Step
 
 
 def expected_tokens_per_round(alpha: float, k: int) -> float:
@@ -38,13 +38,29 @@ def best_k(alpha: float, c: float, k_max: int = 16, verify_cost=None) -> tuple[i
     return k, scores[k]
 
 
-def alpha_from_trace(trace: Trace) -> dict:
-    """Two estimates of alpha from a speculative run.
+def measure(rounds: list[Round], steps: list[Step], k: int | None = None) -> dict:
+    """alpha and the cost model, measured from speculative rounds and target-only steps timed in the same run.
 
-    empirical: accepted / judged drafts, where judged counts every position the target tested (a round that rejects
-      at position t judged t positions). This is the maximum-likelihood estimate of a constant alpha under the
-      paper's i.i.d. model; accepted / (K rounds) would count the never-judged drafts after a rejection as failures.
-    overlap: the mean of sum_x min(p, q) over the judged positions, the exact acceptance probability at each one.
+    alpha_empirical: accepted / judged drafts, where judged counts every position the target tested (a round that
+      rejects at position t judged t positions). It is the maximum-likelihood estimate of a constant alpha under
+      the paper's i.i.d. model; accepted / (K rounds) would count the never-judged drafts after a rejection.
+    alpha_overlap: the mean of sum_x min(p, q) over the judged positions, the exact acceptance probability there.
+    c: one draft step / one cached target step. verify_cost: one (k+1)-token target forward / one target step,
+      over the rounds that drafted the full k (all rounds when k is None).
     """
-    m = trace.metrics()
-    return {"empirical": m["alpha_empirical"], "overlap": m["alpha_overlap"]}
+    assert rounds and steps, "need speculative rounds and baseline steps"
+    judged = [d for r in rounds for d in r.drafts if d.checked]
+    drafted = sum(r.k for r in rounds)
+    full = [r for r in rounds if k is None or r.k == k] or rounds
+    t_target = sum(s.step_ms for s in steps) / len(steps)
+    t_draft = sum(r.draft_ms for r in rounds) / drafted if drafted else 0.0
+    t_verify = sum(r.verify_ms for r in full) / len(full)
+    return {
+        "alpha_empirical": sum(d.accepted for d in judged) / len(judged) if judged else 0.0,
+        "alpha_overlap": sum(d.overlap for d in judged) / len(judged) if judged else 0.0,
+        "t_target_ms": t_target,
+        "t_draft_ms": t_draft,
+        "t_verify_ms": t_verify,
+        "c": t_draft / t_target,
+        "verify_cost": t_verify / t_target,
+    }
