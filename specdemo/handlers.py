@@ -3,7 +3,9 @@ the distribution check, the step-through and the /generate API.
 
 Owns turning UI or API inputs into engine calls and engine events into UI outputs. Each UI handler's arguments
 match its event's inputs and its return/yield tuples match its outputs (ui.py wires them). Every expected failure
-is raised as `gr.Error` with a plain message; nothing here builds HTML (render.py) or figures (plots.py).
+is raised as `gr.Error` with a plain message in the visitor's language; nothing here builds HTML (render.py) or
+figures (plots.py). The UI handlers take the page's language (`lang`) and presenter switch (`presenter`) as their
+last inputs, and `redraw` re-renders everything on screen when either changes; the words come from i18n.py.
 Per-session state travels in `gr.State` (a dict with the last traces); nothing per-session is module-global.
 """
 
@@ -21,10 +23,11 @@ from pathlib import Path
 import gradio as gr
 import torch
 
-from . import plots, render
+from . import i18n, plots, render
 from .autoregressive import baseline_steps
 from .config import DEFAULT_PRESET, PRESETS, ConfigError, Limits, SamplingConfig, SpecConfig
 from .events import Trace
+from .i18n import Msg, Translatable, tr
 from .models import ModelLoadError, ModelPair, load_pair
 from .sampling import first_token_samples, warp
 from .speculative import PromptError, encode_prompt, finish, run_settings, speculative_rounds
@@ -34,28 +37,30 @@ CUSTOM = "custom"
 CHART_EVERY_S = 0.4  # redraw the plotly charts at most this often while streaming (text and stats every round)
 
 
-class UserError(Exception):
-    """Bad input or an unavailable model: shown to the person as it is."""
+class UserError(Translatable, Exception):
+    """Bad input or an unavailable model: shown to the person, in their language. Raise it with a catalogue key and
+    its params (`UserError("err.range", name=Msg("field.k"), ...)`); a plain sentence is shown as it is."""
 
 
 # ----------------------------------------------------------------------------------------------- validation
 
 
-def as_number(name: str, value, kind=float, lo=None, hi=None):
+def as_number(name: Msg, value, kind=float, lo=None, hi=None):
+    """`value` as a number of `kind` within [lo, hi]; `name` is the field's catalogue entry (Msg("field.k"))."""
     if value is None or (isinstance(value, str) and not value.strip()):
-        raise UserError(f"{name} is missing.")
+        raise UserError("err.missing", name=name)
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise UserError(f"{name} must be a number, got {str(value)[:40]!r}.") from None
+        raise UserError("err.not_number", name=name, value=repr(str(value)[:40])) from None
     if math.isnan(number) or math.isinf(number):
-        raise UserError(f"{name} must be a finite number.")
+        raise UserError("err.not_finite", name=name)
     if kind is int:
         if number != int(number):
-            raise UserError(f"{name} must be a whole number, got {value}.")
+            raise UserError("err.not_whole", name=name, value=value)
         number = int(number)
     if (lo is not None and number < lo) or (hi is not None and number > hi):
-        raise UserError(f"{name} must be between {lo} and {hi}, got {value}.")
+        raise UserError("err.range", name=name, lo=lo, hi=hi, value=value)
     return number
 
 
@@ -72,13 +77,13 @@ def estimate_parameters(config) -> int:
 def check_custom_ids(draft_id: str, target_id: str, limits: Limits) -> None:
     """Refuse custom ids when switched off, and models over the size cap, before any weights are downloaded."""
     if not limits.allow_custom:
-        raise UserError("Custom model ids are switched off on this server (SPECDEMO_ALLOW_CUSTOM=0). "
-                        "Pick one of the presets.")
+        raise UserError("err.custom_off")
     from transformers import AutoConfig
 
     from .models import offline_for
 
     for role, model_id in (("draft", draft_id), ("target", target_id)):
+        role_name = Msg("role.draft") if role == "draft" else Msg("role.target")
         try:
             config = AutoConfig.from_pretrained(model_id, trust_remote_code=False,
                                                 local_files_only=offline_for(model_id))
@@ -88,8 +93,8 @@ def check_custom_ids(draft_id: str, target_id: str, limits: Limits) -> None:
             raise UserError(str(_friendly(model_id, role, err))) from None
         n = estimate_parameters(config)
         if n > limits.max_params_m * 1_000_000:
-            raise UserError(f"The {role} model {model_id!r} has about {n / 1e9:.1f}B parameters, over this server's "
-                            f"cap of {limits.max_params_m}M (SPECDEMO_MAX_PARAMS_M).")
+            raise UserError("err.too_big", role=role_name, model=repr(model_id), billions=f"{n / 1e9:.1f}",
+                            cap=limits.max_params_m)
 
 
 @dataclass(frozen=True)
@@ -105,11 +110,11 @@ def pair_key(pair_name: str, draft_id: str | None, target_id: str | None, limits
     if pair_name == CUSTOM:
         draft_id, target_id = (draft_id or "").strip(), (target_id or "").strip()
         if not draft_id or not target_id:
-            raise UserError("Enter both a draft and a target model id for a custom pair.")
+            raise UserError("err.both_ids")
         check_custom_ids(draft_id, target_id, limits)
         return draft_id, target_id
     if pair_name not in PRESETS:
-        raise UserError(f"Unknown model pair {str(pair_name)[:60]!r}; choose one of {', '.join(PRESETS)} or custom.")
+        raise UserError("err.unknown_pair", name=repr(str(pair_name)[:60]), presets=", ".join(PRESETS))
     return pair_name
 
 
@@ -117,20 +122,20 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
              run_baseline, lenience, limits: Limits | None = None) -> Request:
     limits = limits or Limits.from_env()
     if not isinstance(prompt, str) or not prompt.strip():
-        raise UserError("The prompt is empty. Type a few words for the models to continue.")
+        raise UserError("err.prompt_empty")
     if len(prompt) > limits.max_prompt_chars:
-        raise UserError(f"The prompt is {len(prompt)} characters; this server accepts up to {limits.max_prompt_chars}.")
-    k = as_number("K", k, int, 1, limits.max_k)
-    temperature = as_number("Temperature", temperature, float, 0.0, 2.0)
-    top_k = as_number("Top-k", top_k, int, 0, 1_000_000)
-    top_p = as_number("Top-p", top_p, float, 0.0, 1.0)
+        raise UserError("err.prompt_chars", n=len(prompt), max=limits.max_prompt_chars)
+    k = as_number(Msg("field.k"), k, int, 1, limits.max_k)
+    temperature = as_number(Msg("field.temperature"), temperature, float, 0.0, 2.0)
+    top_k = as_number(Msg("field.top_k"), top_k, int, 0, 1_000_000)
+    top_p = as_number(Msg("field.top_p"), top_p, float, 0.0, 1.0)
     if top_p <= 0.0:
-        raise UserError("Top-p must be above 0 (1 switches it off).")
-    max_new_tokens = as_number("Max new tokens", max_new_tokens, int, 1, limits.max_new_tokens)
-    seed = as_number("Seed", seed, int, 0, 2**63 - 1)
-    lenience = as_number("Lenience", lenience, float, 0.0, 1.0)
+        raise UserError("err.top_p_zero")
+    max_new_tokens = as_number(Msg("field.max_new"), max_new_tokens, int, 1, limits.max_new_tokens)
+    seed = as_number(Msg("field.seed"), seed, int, 0, 2**63 - 1)
+    lenience = as_number(Msg("field.lenience"), lenience, float, 0.0, 1.0)
     if lenience <= 0.0:
-        raise UserError("Lenience must be above 0 (1 is exact).")
+        raise UserError("err.lenience_zero")
     try:
         sampling = SamplingConfig(temperature, top_k, top_p)
         spec = SpecConfig(k=k, max_new_tokens=max_new_tokens, seed=seed, lenience=lenience)
@@ -146,18 +151,30 @@ def get_pair(key) -> ModelPair:
         raise UserError(str(err)) from None
 
 
+def error_text(err: Exception, lang: str | None = None) -> str:
+    """An expected error as one sentence in `lang` (catalogue errors are translated; others keep their text)."""
+    if isinstance(err, torch.cuda.OutOfMemoryError):
+        return tr("err.oom", lang)
+    return err.text(lang) if isinstance(err, Translatable) else str(err)
+
+
 def user_errors(fn):
-    """Turn UserError (and the engine's own input errors, and a GPU out-of-memory) into gr.Error for the UI."""
+    """Turn UserError (and the engine's own input errors, and a GPU out-of-memory) into gr.Error for the UI, in the
+    language of the handler's `lang` argument (English when it has none, as for the API)."""
     import functools
     import inspect
 
     expected = (UserError, PromptError, ConfigError, ModelLoadError, torch.cuda.OutOfMemoryError)
+    signature = inspect.signature(fn)
 
-    def convert(err: Exception) -> gr.Error:
+    def convert(err: Exception, args, kwargs) -> gr.Error:
         if isinstance(err, torch.cuda.OutOfMemoryError):
             torch.cuda.empty_cache()
-            return gr.Error("The GPU ran out of memory for this request. Try fewer tokens or a smaller pair.")
-        return gr.Error(str(err))
+        try:
+            lang = signature.bind_partial(*args, **kwargs).arguments.get("lang")
+        except TypeError:
+            lang = None
+        return gr.Error(error_text(err, lang))
 
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
@@ -165,7 +182,7 @@ def user_errors(fn):
             try:
                 yield from fn(*args, **kwargs)
             except expected as err:
-                raise convert(err) from None
+                raise convert(err, args, kwargs) from None
         return gen_wrapper
 
     @functools.wraps(fn)
@@ -173,7 +190,7 @@ def user_errors(fn):
         try:
             return fn(*args, **kwargs)
         except expected as err:
-            raise convert(err) from None
+            raise convert(err, args, kwargs) from None
     return wrapper
 
 
@@ -238,22 +255,24 @@ def export_file(payload: dict) -> str:
     return path
 
 
-def charts(spec: Trace | None, base: Trace | None) -> tuple:
-    return (plots.race(spec, base), plots.acceptance_per_round(spec), plots.accepted_length_histogram(spec),
-            plots.acceptance_by_position(spec), plots.speedup_vs_theory(spec, base))
+def charts(spec: Trace | None, base: Trace | None, lang: str | None = None, presenter: bool = False) -> tuple:
+    """The five run charts (race, acceptance per round, accepted lengths, by position, theory) in one language."""
+    figs = (plots.race(spec, base, lang), plots.acceptance_per_round(spec, lang),
+            plots.accepted_length_histogram(spec, lang), plots.acceptance_by_position(spec, lang),
+            plots.speedup_vs_theory(spec, base, lang=lang))
+    return tuple(plots.present(f, presenter) for f in figs)
 
 
 @user_errors
 def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-                run_baseline, lenience):
+                run_baseline, lenience, lang=None, presenter=False):
     """The Generate button. Yields (tokens, stats, film strip, 5 charts, trace JSON, file, state, round slider)."""
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
                    run_baseline, lenience, limits)
     pair = get_pair(req.pair)
     if req.spec.lossy:
-        gr.Warning(f"Lenience b = {req.spec.lenience} < 1: this run is lossy and will not follow the target's "
-                   "distribution.")
+        gr.Warning(tr("warn.lossy", lang, b=req.spec.lenience))
     skip = gr.skip()
     last_chart = time.monotonic()  # the first update carries only text and stats, so it reaches the page fastest
     spec = base = None
@@ -262,23 +281,24 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
         redraw = now - last_chart > CHART_EVERY_S
         if redraw:
             last_chart = now
-        status = f"running {phase}..." if phase == "speculative" else (
-            f"running the target-only baseline: {len(base.steps)} tokens")
+        status = tr("status.speculative", lang) if phase == "speculative" else (
+            tr("status.baseline", lang, n=len(base.steps)))
         if phase == "speculative":
-            yield (render.tokens_html(req.prompt, spec.rounds), render.stats_html(spec, None, status),
-                   render.filmstrip_html(spec.rounds), *(charts(spec, None) if redraw else (skip,) * 5),
-                   skip, skip, skip, skip)
+            yield (render.tokens_html(req.prompt, spec.rounds, lang=lang), render.stats_html(spec, None, status, lang),
+                   render.filmstrip_html(spec.rounds, lang=lang),
+                   *(charts(spec, None, lang, presenter) if redraw else (skip,) * 5), skip, skip, skip, skip)
         else:
-            yield (skip, render.stats_html(spec, base, status), skip,
-                   *((plots.race(spec, base),) + (skip,) * 4 if redraw else (skip,) * 5), skip, skip, skip, skip)
-    stop = spec.stop_reason
-    if stop == "time_limit":
-        gr.Warning(f"Stopped at this server's time limit of {limits.time_limit_s} s per request.")
+            race = plots.present(plots.race(spec, base, lang), presenter)
+            yield (skip, render.stats_html(spec, base, status, lang), skip,
+                   *((race,) + (skip,) * 4 if redraw else (skip,) * 5), skip, skip, skip, skip)
+    if spec.stop_reason == "time_limit":
+        gr.Warning(tr("warn.time_limit", lang, s=limits.time_limit_s))
     payload = trace_payload(spec, base)
     n_rounds = len(spec.rounds)
-    yield (render.tokens_html(req.prompt, spec.rounds), render.stats_html(spec, base, f"done ({stop})"),
-           render.filmstrip_html(spec.rounds), *charts(spec, base), payload, export_file(payload),
-           {"spec": spec, "base": base, "cursor": 0},
+    yield (render.tokens_html(req.prompt, spec.rounds, lang=lang),
+           render.stats_html(spec, base, render.done_status(spec, lang), lang),
+           render.filmstrip_html(spec.rounds, lang=lang), *charts(spec, base, lang, presenter), payload,
+           export_file(payload), {"spec": spec, "base": base, "cursor": 0},
            gr.update(maximum=max(2, n_rounds), value=1, interactive=n_rounds > 1))  # a slider needs max > min
 
 
@@ -307,17 +327,19 @@ def _rounds(state) -> list:
     return state["spec"].rounds if state and state.get("spec") else []
 
 
-def inspect_round(state, round_no, position):
+def inspect_round(state, round_no, position, lang=None, presenter=False):
     """The round inspector: p, q and the residual at one position, and why that token was kept or resampled."""
     rounds = _rounds(state)
     if not rounds:
-        return plots.inspector_empty(), "Generate first, then pick a round in the film strip."
+        return (plots.present(plots.inspector_empty(lang), presenter),
+                f'<div class="sd-caption">{render.trh("reason.generate_first", lang)}</div>')
     idx = min(max(int(round_no or 1), 1), len(rounds)) - 1
     rnd = rounds[idx]
     pos = min(max(int(position or 1), 1), rnd.k + 1)
     if pos == rnd.k + 1 and not rnd.bonus_top and rnd.drafts:
         pos = next((d.position for d in rnd.drafts if d.checked and not d.accepted), rnd.k)
-    return plots.inspector(rnd, pos), f'<div class="sd-caption">{render.reason(rnd, pos)}</div>'
+    return (plots.present(plots.inspector(rnd, pos, lang=lang), presenter),
+            f'<div class="sd-caption">{render.reason(rnd, pos, lang)}</div>')
 
 
 def default_position(state, round_no) -> int:
@@ -330,13 +352,13 @@ def default_position(state, round_no) -> int:
     return rejected[0] if rejected else rnd.k + 1
 
 
-def select_round(state, round_no):
+def select_round(state, round_no, lang=None, presenter=False):
     """A round was chosen: open it at its most telling position and draw the inspector."""
     pos = default_position(state, round_no)
-    return (pos, *inspect_round(state, round_no, pos))
+    return (pos, *inspect_round(state, round_no, pos, lang, presenter))
 
 
-def film_click(state, evt: gr.EventData):
+def film_click(state, lang, evt: gr.EventData):
     """A click on a film-strip row carries data-round; select that round in the inspector."""
     data = getattr(evt, "_data", None) or {}
     rounds = _rounds(state)
@@ -346,33 +368,66 @@ def film_click(state, evt: gr.EventData):
         return gr.skip(), gr.skip()
     if not (0 <= idx < len(rounds)):
         return gr.skip(), gr.skip()
-    return idx + 1, render.filmstrip_html(rounds, selected=idx)
+    return idx + 1, render.filmstrip_html(rounds, selected=idx, lang=lang)
 
 
-def step_round(state, direction: int):
-    """Step-through for talks: show the text up to the current round and say what happened, in plain words."""
+STEP_TAB = "step"  # the Step through tab's id (ui.py), which a step key selects
+
+
+def step_view(state, lang=None) -> tuple:
+    """The step-through's text up to the cursor and its caption."""
     rounds = _rounds(state)
-    if not rounds:
-        return state, render.tokens_html("", []), "Generate first; then step through the rounds one at a time."
-    cursor = 0 if direction == 0 else min(max(state.get("cursor", 0) + direction, 0), len(rounds))
-    state = {**state, "cursor": cursor}
-    prompt = state["spec"].prompt
-    if cursor == 0:
-        return state, render.tokens_html(prompt, []), f"Before round 1: only the prompt. {len(rounds)} rounds follow."
-    rnd = rounds[cursor - 1]
-    caption = f"Round {cursor} of {len(rounds)}: {rnd.caption}."
-    return state, render.tokens_html(prompt, rounds, upto=cursor), caption
+    cursor = state.get("cursor", 0) if rounds else 0
+    prompt = state["spec"].prompt if rounds else ""
+    return (render.tokens_html(prompt, rounds, upto=cursor, lang=lang) if rounds else render.tokens_html("", []),
+            render.step_caption(rounds, cursor, lang))
+
+
+def step_round(state, direction: int, lang=None):
+    """Step-through for talks: show the text up to the current round and say what happened, in plain words.
+    direction: 0 = back to before round 1, -1 = previous round, +1 = next round."""
+    rounds = _rounds(state)
+    if rounds:
+        cursor = 0 if direction == 0 else min(max(state.get("cursor", 0) + direction, 0), len(rounds))
+        state = {**state, "cursor": cursor}
+    return (state, *step_view(state, lang))
+
+
+def step_key(state, lang, evt: gr.EventData):
+    """A step key on the page (ui.KEYS_JS sends {step: 1, -1 or 0}): step, and show the Step through tab."""
+    data = getattr(evt, "_data", None) or {}
+    if data.get("step") not in (0, 1, -1) or not _rounds(state):
+        return gr.skip(), gr.skip(), gr.skip(), gr.skip()
+    return (*step_round(state, data["step"], lang), gr.Tabs(selected=STEP_TAB))
 
 
 # ----------------------------------------------------------------------------------------------- experiments
 
 
+def sweep_text(sweep: dict, lang=None) -> str:
+    results, best = sweep["results"], max(sweep["results"], key=lambda r: r["speedup"])
+    table = tr("sweep.header", lang) + "\n|---:|---:|---:|---:|\n" + "\n".join(
+        f"| {r['k']} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r['alpha']:.2f} |" for r in results)
+    summary = tr("sweep.summary", lang, base=f"{sweep['base_tps']:.1f}", k=best["k"], speedup=f"{best['speedup']:.2f}",
+                 alpha=f"{sweep['alpha']:.2f}", c=f"{sweep['c']:.3f}", kb=sweep["kb"], sb=f"{sweep['sb']:.2f}")
+    return f"{summary}\n\n{table}"
+
+
+def sweep_view(sweep: dict | None, lang=None, presenter=False) -> tuple:
+    if not sweep:
+        return plots.present(plots.k_sweep([], None, None, lang), presenter), ""
+    return (plots.present(plots.k_sweep(sweep["results"], sweep["alpha"], sweep["c"], lang), presenter),
+            sweep_text(sweep, lang))
+
+
 @user_errors
-def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, max_new_tokens, seed, k_from, k_to):
-    """Run K = k_from..k_to on the same prompt and seed; plot measured and predicted speedup, recommend a K."""
+def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, max_new_tokens, seed, k_from, k_to,
+               lang=None, presenter=False):
+    """Run K = k_from..k_to on the same prompt and seed; plot measured and predicted speedup, recommend a K.
+    Yields (figure, text, sweep state); the state lets a language switch redraw the result."""
     limits = Limits.from_env()
-    k_from = as_number("First K", k_from, int, 1, limits.max_k)
-    k_to = as_number("Last K", k_to, int, k_from, limits.max_k)
+    k_from = as_number(Msg("field.k_from"), k_from, int, 1, limits.max_k)
+    k_to = as_number(Msg("field.k_to"), k_to, int, k_from, limits.max_k)
     req = validate(pair_name, draft_id, target_id, prompt, k_from, temperature, top_k, top_p, max_new_tokens, seed,
                    True, 1.0, limits)
     pair = get_pair(req.pair)
@@ -393,23 +448,34 @@ def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p
                         "alpha": measure(rounds, base_steps)["alpha_empirical"]})
         pooled = measure(all_rounds, base_steps)  # alpha and c over every K swept so far
         alpha, c = pooled["alpha_empirical"], pooled["c"]
-        best = max(results, key=lambda r: r["speedup"])
-        table = "| K | tokens/s | speedup | alpha |\n|---:|---:|---:|---:|\n" + "\n".join(
-            f"| {r['k']} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r['alpha']:.2f} |" for r in results)
         kb, sb = best_k(alpha, c, limits.max_k)
-        text = (f"Baseline {base_tps:.1f} tokens/s. Measured best: **K = {best['k']}** ({best['speedup']:.2f}x). "
-                f"Theory with alpha = {alpha:.2f}, c = {c:.3f}: best K = {kb} ({sb:.2f}x).\n\n{table}")
-        yield plots.k_sweep(results, alpha, c), text
+        sweep = {"results": list(results), "alpha": alpha, "c": c, "base_tps": base_tps, "kb": kb, "sb": sb}
+        yield (*sweep_view(sweep, lang, presenter), sweep)
         if time.monotonic() > deadline:
-            gr.Warning(f"K sweep stopped at this server's time limit ({limits.time_limit_s} s).")
+            gr.Warning(tr("warn.sweep_time_limit", lang, s=limits.time_limit_s))
             return
 
 
+def dist_text(dist: dict, lang=None) -> str:
+    lossy = tr("dist.lossy", lang, b=dist["lenience"]) if dist["lenience"] < 1 else ""
+    return tr("dist.summary", lang, n=dist["n"], tv=f"{dist['tv']:.3f}", tv_ref=f"{dist['tv_ref']:.3f}",
+              tv_pq=f"{dist['tv_pq']:.3f}") + lossy
+
+
+def dist_view(dist: dict | None, lang=None, presenter=False) -> tuple:
+    if not dist:
+        return gr.skip(), gr.skip()
+    fig = plots.distribution(dist["tokens"], dist["p"], dist["freq"], dist["q"], dist["n"], lang)
+    return plots.present(fig, presenter), dist_text(dist, lang)
+
+
 @user_errors
-def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, lenience, n_samples, seed):
-    """Draw N speculative samples of the first generated token and compare their histogram with the exact p."""
+def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, lenience, n_samples, seed,
+                    lang=None, presenter=False):
+    """Draw N speculative samples of the first generated token and compare their histogram with the exact p.
+    Returns (figure, text, distribution state)."""
     limits = Limits.from_env()
-    n = as_number("Samples", n_samples, int, 10, limits.max_samples)
+    n = as_number(Msg("field.samples"), n_samples, int, 10, limits.max_samples)
     req = validate(pair_name, draft_id, target_id, prompt, 1, temperature, top_k, top_p, 1, seed, False, lenience,
                    limits)
     pair = get_pair(req.pair)
@@ -422,43 +488,67 @@ def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, 
         exact = torch.multinomial(p, n, replacement=True, generator=gen)  # n samples of p itself, for scale
     freq = torch.bincount(draws, minlength=pair.vocab_size).float() / n
     ref = torch.bincount(exact, minlength=pair.vocab_size).float() / n
-    tv = 0.5 * (freq - p).abs().sum().item()
-    tv_ref = 0.5 * (ref - p).abs().sum().item()
-    tv_pq = 0.5 * (p - q).abs().sum().item()
     top = torch.topk(torch.maximum(p, freq), min(15, pair.vocab_size)).indices.tolist()
-    fig = plots.distribution([pair.token_text(i) for i in top], p[top].tolist(), freq[top].tolist(), q[top].tolist(),
-                             f"First token: {n} speculative samples vs the target's exact p")
-    lossy = (f" **Lossy:** lenience b = {req.spec.lenience} skews the samples toward the draft."
-             if req.spec.lossy else "")
-    text = (f"Total variation distance between the {n} speculative samples and p: **{tv:.3f}**. "
-            f"For scale, {n} samples drawn from p itself land at {tv_ref:.3f}; the draft q alone is {tv_pq:.3f} "
-            f"from p.{lossy}")
-    return fig, text
+    dist = {"n": n, "lenience": req.spec.lenience, "tokens": [pair.token_text(i) for i in top],
+            "p": p[top].tolist(), "freq": freq[top].tolist(), "q": q[top].tolist(),
+            "tv": 0.5 * (freq - p).abs().sum().item(), "tv_ref": 0.5 * (ref - p).abs().sum().item(),
+            "tv_pq": 0.5 * (p - q).abs().sum().item()}
+    return (*dist_view(dist, lang, presenter), dist)
 
 
 # ----------------------------------------------------------------------------------------------- pair selection
 
 
-def pair_info(pair: ModelPair) -> str:
-    d = pair.describe()
-    return (f"**Loaded** `{d['draft']}` ({d['draft_parameters'] / 1e6:.1f}M) drafting for `{d['target']}` "
-            f"({d['target_parameters'] / 1e6:.1f}M) on {d['device']} ({d['dtype']}), context {d['context_window']} "
-            f"tokens.")
+def pair_info(desc: dict, lang=None) -> str:
+    """The loaded pair in one line (Markdown), from ModelPair.describe()."""
+    return tr("pair.loaded", lang, draft=desc["draft"], draft_m=f"{desc['draft_parameters'] / 1e6:.1f}",
+              target=desc["target"], target_m=f"{desc['target_parameters'] / 1e6:.1f}", device=desc["device"],
+              dtype=desc["dtype"], context=desc["context_window"])
 
 
-def change_pair(pair_name, draft_id, target_id, progress=gr.Progress()):
-    """Load the chosen pair with a visible progress indicator. A failure keeps the previous pair working."""
+def change_pair(pair_name, draft_id, target_id, lang=None, progress=gr.Progress()):
+    """Load the chosen pair with a visible progress indicator. A failure keeps the previous pair working.
+    Returns (status, custom box, examples, the pair's description for redraw)."""
     custom = pair_name == CUSTOM
     examples = PRESETS[pair_name].examples if pair_name in PRESETS else ()
     if custom and not ((draft_id or "").strip() and (target_id or "").strip()):
-        return "Enter a draft and a target model id, then press Load.", gr.update(visible=True), gr.skip()
-    progress(0.1, desc=f"Loading {pair_name}...")
+        return tr("pair.enter_ids", lang), gr.update(visible=True), gr.skip(), None
+    progress(0.1, desc=tr("pair.loading", lang, name=pair_name))
     try:
         pair = get_pair(pair_key(pair_name, draft_id, target_id, Limits.from_env()))
     except UserError as err:
-        gr.Warning(str(err))
-        return f"**Could not load:** {render.esc(str(err))}", gr.update(visible=custom), gr.skip()
-    progress(1.0, desc="Loaded")
-    return (pair_info(pair), gr.update(visible=custom),
-            gr.Dataset(samples=[[e] for e in examples]) if examples else gr.skip())
+        gr.Warning(err.text(lang))
+        return tr("pair.failed", lang, error=render.esc(err.text(lang))), gr.update(visible=custom), gr.skip(), None
+    progress(1.0, desc=tr("pair.done", lang))
+    desc = pair.describe()
+    return (pair_info(desc, lang), gr.update(visible=custom),
+            gr.Dataset(samples=[[e] for e in examples]) if examples else gr.skip(), desc)
 
+
+# ----------------------------------------------------------------------------------------------- language, presenter
+
+
+def initial_lang(browser_lang: str | None, request: gr.Request):
+    """The page's first language: the browser's (navigator.language, sent by ui.DETECT_JS), else its
+    Accept-Language header, else English."""
+    header = request.headers.get("accept-language") if request is not None else None
+    return i18n.pick(browser_lang, header)
+
+
+def redraw(lang, presenter, state, round_no, position, sweep, dist, pair_desc) -> tuple:
+    """Everything specdemo renders itself, again, in `lang` and presenter size: the run's results stay on screen.
+    Returns (legend, keys, tokens, stats, film, 5 charts, inspector plot, reason, step tokens, step caption,
+    sweep plot, sweep text, distribution plot, distribution text, pair status)."""
+    spec = state.get("spec") if state else None
+    base = state.get("base") if state else None
+    if spec is not None:
+        run = (render.tokens_html(spec.prompt, spec.rounds, lang=lang),
+               render.stats_html(spec, base, render.done_status(spec, lang), lang),
+               render.filmstrip_html(spec.rounds, lang=lang))
+    else:
+        run = (render.tokens_html("", [], lang=lang), render.stats_html(None, lang=lang),
+               render.filmstrip_html([], lang=lang))
+    return (render.legend(lang), render.keys_hint(lang), *run, *charts(spec, base, lang, presenter),
+            *inspect_round(state, round_no, position, lang, presenter), *step_view(state, lang),
+            *sweep_view(sweep, lang, presenter), *dist_view(dist, lang, presenter),
+            pair_info(pair_desc, lang) if pair_desc else gr.skip())

@@ -10,6 +10,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from .events import Round, Trace
+from .i18n import tr
 from .render import PALETTE
 from .theory import best_k, measure, predicted_speedup
 
@@ -23,49 +24,62 @@ def _fig(title: str, x: str, y: str) -> go.Figure:
     return fig
 
 
-def race(spec: Trace | None, base: Trace | None) -> go.Figure:
+def present(fig: go.Figure, on: bool) -> go.Figure:
+    """Presenter mode: larger type and taller charts, for a 1280x720 projector. Off returns the figure as it is."""
+    if on:
+        fig.update_layout(font=dict(size=17), title_font_size=21, height=max(fig.layout.height or 300, 300) + 80,
+                          margin=dict(l=70, r=20, t=60, b=60), legend=dict(y=-0.32, font_size=16))
+        fig.update_traces(selector=dict(type="bar"), textfont_size=15)
+    return fig
+
+
+def _token_label(text: str, lang: str | None) -> str:
+    return repr(text)[1:-1] or tr("chart.empty_token", lang)
+
+
+def race(spec: Trace | None, base: Trace | None, lang: str | None = None) -> go.Figure:
     """Tokens generated against wall time, for both runs, each from its own start."""
-    fig = _fig("Race: tokens generated over time", "seconds since start", "tokens")
+    fig = _fig(tr("chart.race", lang), tr("chart.race_x", lang), tr("chart.race_y", lang))
     if spec is not None and spec.rounds:
         xs, ys, n = [0.0], [0], 0
         for r in spec.rounds:
             n += len(r.output)
             xs.append(r.elapsed_s)
             ys.append(n)
-        fig.add_scatter(x=xs, y=ys, mode="lines+markers", name="speculative", line=dict(color=PALETTE["accepted"],
+        fig.add_scatter(x=xs, y=ys, mode="lines+markers", name=tr("chart.speculative", lang), line=dict(color=PALETTE["accepted"],
                         shape="hv", width=3), marker=dict(size=5))
     if base is not None and base.steps:
         fig.add_scatter(x=[0.0] + [s.elapsed_s for s in base.steps], y=list(range(len(base.steps) + 1)),
-                        mode="lines", name="target only", line=dict(color=PALETTE["baseline"], shape="hv", width=2))
+                        mode="lines", name=tr("chart.target_only", lang), line=dict(color=PALETTE["baseline"], shape="hv", width=2))
     return fig
 
 
-def acceptance_per_round(spec: Trace | None) -> go.Figure:
-    fig = _fig("Drafts accepted per round", "round", "accepted of K")
+def acceptance_per_round(spec: Trace | None, lang: str | None = None) -> go.Figure:
+    fig = _fig(tr("chart.acc_round", lang), tr("chart.round", lang), tr("chart.accepted_of_k", lang))
     if spec is not None and spec.rounds:
         rs = spec.rounds
-        fig.add_bar(x=[r.index + 1 for r in rs], y=[r.n_accepted for r in rs], name="accepted",
+        fig.add_bar(x=[r.index + 1 for r in rs], y=[r.n_accepted for r in rs], name=tr("chart.accepted", lang),
                     marker_color=PALETTE["accepted"])
-        fig.add_bar(x=[r.index + 1 for r in rs], y=[r.k - r.n_accepted for r in rs], name="not accepted",
+        fig.add_bar(x=[r.index + 1 for r in rs], y=[r.k - r.n_accepted for r in rs], name=tr("chart.not_accepted", lang),
                     marker_color=PALETTE["rejected"], marker_pattern_shape="/")
         fig.update_layout(barmode="stack")
     return fig
 
 
-def accepted_length_histogram(spec: Trace | None) -> go.Figure:
-    fig = _fig("Tokens per target call", "tokens emitted in a round", "rounds")
+def accepted_length_histogram(spec: Trace | None, lang: str | None = None) -> go.Figure:
+    fig = _fig(tr("chart.hist", lang), tr("chart.hist_x", lang), tr("chart.rounds", lang))
     if spec is not None and spec.rounds:
         lengths = [len(r.output) for r in spec.rounds]
         k = max(r.k for r in spec.rounds)
         counts = [lengths.count(i) for i in range(1, k + 2)]
-        fig.add_bar(x=list(range(1, k + 2)), y=counts, marker_color=PALETTE["target"], name="rounds")
+        fig.add_bar(x=list(range(1, k + 2)), y=counts, marker_color=PALETTE["target"], name=tr("chart.rounds", lang))
         fig.update_xaxes(dtick=1)
     return fig
 
 
-def acceptance_by_position(spec: Trace | None) -> go.Figure:
+def acceptance_by_position(spec: Trace | None, lang: str | None = None) -> go.Figure:
     """P(accept | judged) at each draft position 1..K, with the overlap sum min(p, q) beside it."""
-    fig = _fig("Acceptance by draft position", "draft position", "rate")
+    fig = _fig(tr("chart.by_pos", lang), tr("chart.draft_position", lang), tr("chart.rate", lang))
     if spec is not None and spec.rounds:
         k = max(r.k for r in spec.rounds)
         acc, ovl, n = [], [], []
@@ -75,81 +89,81 @@ def acceptance_by_position(spec: Trace | None) -> go.Figure:
             acc.append(sum(d.accepted for d in judged) / len(judged) if judged else None)
             ovl.append(sum(d.overlap for d in judged) / len(judged) if judged else None)
         xs = list(range(1, k + 1))
-        fig.add_bar(x=xs, y=acc, name="accepted / judged", marker_color=PALETTE["accepted"],
+        fig.add_bar(x=xs, y=acc, name=tr("chart.accepted_judged", lang), marker_color=PALETTE["accepted"],
                     text=[f"n={c}" for c in n], textposition="outside")
-        fig.add_scatter(x=xs, y=ovl, name="mean sum min(p, q)", mode="lines+markers",
+        fig.add_scatter(x=xs, y=ovl, name=tr("chart.overlap", lang), mode="lines+markers",
                         line=dict(color=PALETTE["draft"], dash="dash"))
         fig.update_yaxes(range=[0, 1.15])
         fig.update_xaxes(dtick=1)
     return fig
 
 
-def speedup_vs_theory(spec: Trace | None, base: Trace | None, k_max: int = 12) -> go.Figure:
-    fig = _fig("Speedup: measured vs theory over K", "K (drafts per round)", "speedup over target only")
+def speedup_vs_theory(spec: Trace | None, base: Trace | None, k_max: int = 12, lang: str | None = None) -> go.Figure:
+    fig = _fig(tr("chart.theory", lang), tr("chart.k_axis", lang), tr("chart.speedup_axis", lang))
     if spec is None or not spec.rounds or base is None or not base.steps:
-        fig.add_annotation(text="Run with the baseline on to measure c and compare with theory.", showarrow=False,
+        fig.add_annotation(text=tr("chart.theory_needs_baseline", lang), showarrow=False,
                            x=0.5, y=0.5, xref="paper", yref="paper")
         return fig
     model = measure(spec.rounds, base.steps, spec.settings["k"])
     a, c, v = model["alpha_empirical"], model["c"], model["verify_cost"]
     ks = list(range(1, k_max + 1))
     fig.add_scatter(x=ks, y=[predicted_speedup(a, k, c) for k in ks], mode="lines",
-                    name=f"E/(cK+1), alpha={a:.2f}, c={c:.3f}", line=dict(color=PALETTE["target"]))
+                    name=f"E/(cK+1), \u03b1={a:.2f}, c={c:.3f}", line=dict(color=PALETTE["target"]))
     fig.add_scatter(x=ks, y=[predicted_speedup(a, k, c, v) for k in ks], mode="lines",
-                    line=dict(dash="dot", color=PALETTE["draft"]), name=f"with measured verify cost {v:.2f}")
+                    line=dict(dash="dot", color=PALETTE["draft"]), name=tr("chart.verify_cost", lang, v=f"{v:.2f}"))
     kb, sb = best_k(a, c, k_max)
-    fig.add_scatter(x=[kb], y=[sb], mode="markers+text", text=[f"best K={kb}"], textposition="top center",
-                    marker=dict(symbol="star", size=14, color=PALETTE["bonus"]), name="best K (theory)")
+    fig.add_scatter(x=[kb], y=[sb], mode="markers+text", text=[tr("chart.best_k", lang, k=kb)], textposition="top center",
+                    marker=dict(symbol="star", size=14, color=PALETTE["bonus"]), name=tr("chart.best_k_theory", lang))
     measured = spec.metrics()["tokens_per_s"] / base.metrics()["tokens_per_s"]
-    fig.add_scatter(x=[spec.settings["k"]], y=[measured], mode="markers", name="measured",
+    fig.add_scatter(x=[spec.settings["k"]], y=[measured], mode="markers", name=tr("chart.measured", lang),
                     marker=dict(symbol="diamond", size=13, color=PALETTE["accepted"]))
     fig.add_hline(y=1.0, line=dict(color="#999", width=1))
     return fig
 
 
-def inspector(rnd: Round, position: int, top: int = 10) -> go.Figure:
+def inspector(rnd: Round, position: int, top: int = 10, lang: str | None = None) -> go.Figure:
     """Top tokens at one position of a round: p (target), q (draft) and the normalised residual max(0, p - q)."""
     if position <= len(rnd.drafts):
         d = rnd.drafts[position - 1]
         cands, chosen, overlap = d.top, d.text, d.overlap
-        title = f"Round {rnd.index + 1}, position {position}: draft proposed {d.text!r}"
+        title = tr("chart.inspector_draft", lang, round=rnd.index + 1, pos=position, x=repr(d.text))
     else:
         cands, chosen, overlap = rnd.bonus_top, None, None
-        title = f"Round {rnd.index + 1}, bonus position {position}: target's own p"
+        title = tr("chart.inspector_bonus", lang, round=rnd.index + 1, pos=position)
     cands = cands[:top]
-    fig = _fig(title, "token", "probability")
-    labels = [repr(c.text)[1:-1] or "(empty)" for c in cands]
+    fig = _fig(title, tr("chart.token", lang), tr("chart.probability", lang))
+    labels = [_token_label(c.text, lang) for c in cands]
     # identical texts (different ids) would share a bar; make them distinct
     labels = [f"{lbl} #{c.token_id}" if labels.count(lbl) > 1 else lbl for lbl, c in zip(labels, cands, strict=True)]
-    fig.add_bar(x=labels, y=[c.p for c in cands], name="p target", marker_color=PALETTE["target"])
-    fig.add_bar(x=labels, y=[c.q for c in cands], name="q draft", marker_color=PALETTE["draft"],
+    fig.add_bar(x=labels, y=[c.p for c in cands], name=tr("chart.p_target", lang), marker_color=PALETTE["target"])
+    fig.add_bar(x=labels, y=[c.q for c in cands], name=tr("chart.q_draft", lang), marker_color=PALETTE["draft"],
                 marker_pattern_shape="/")
     if overlap is not None and overlap < 1 - 1e-6:
         res = [max(0.0, c.p - c.q) / (1 - overlap) for c in cands]
-        fig.add_bar(x=labels, y=res, name="residual norm(max(0, p-q))", marker_color=PALETTE["residual"],
+        fig.add_bar(x=labels, y=res, name=tr("chart.residual", lang), marker_color=PALETTE["residual"],
                     marker_pattern_shape=".")
     if chosen is not None:
-        label = repr(chosen)[1:-1] or "(empty)"
+        label = _token_label(chosen, lang)
         if label in labels:
             top_y = max(max(c.p, c.q) for c in cands)
-            fig.add_annotation(x=label, y=top_y, text="drafted", showarrow=True, arrowhead=2)
+            fig.add_annotation(x=label, y=top_y, text=tr("chart.drafted", lang), showarrow=True, arrowhead=2)
     fig.update_layout(barmode="group", height=340)
     return fig
 
 
-def inspector_empty() -> go.Figure:
-    fig = _fig("Round inspector", "token", "probability")
-    fig.add_annotation(text="Generate, then click a round in the film strip.", showarrow=False, x=0.5, y=0.5,
+def inspector_empty(lang: str | None = None) -> go.Figure:
+    fig = _fig(tr("chart.inspector", lang), tr("chart.token", lang), tr("chart.probability", lang))
+    fig.add_annotation(text=tr("chart.inspector_empty", lang), showarrow=False, x=0.5, y=0.5,
                        xref="paper", yref="paper")
     return fig
 
 
-def k_sweep(results: list[dict], alpha: float | None, c: float | None) -> go.Figure:
+def k_sweep(results: list[dict], alpha: float | None, c: float | None, lang: str | None = None) -> go.Figure:
     """Measured speedup per K (results: [{k, speedup, alpha}]), with the theory curve from the sweep's alpha and c."""
-    fig = _fig("K sweep: measured vs predicted speedup", "K", "speedup over target only")
+    fig = _fig(tr("chart.sweep", lang), "K", tr("chart.speedup_axis", lang))
     if results:
         fig.add_scatter(x=[r["k"] for r in results], y=[r["speedup"] for r in results], mode="lines+markers",
-                        name="measured", line=dict(color=PALETTE["accepted"], width=3))
+                        name=tr("chart.measured", lang), line=dict(color=PALETTE["accepted"], width=3))
     if results and alpha is not None and c is not None:
         ks = list(range(1, max(r["k"] for r in results) + 1))
         fig.add_scatter(x=ks, y=[predicted_speedup(alpha, k, c) for k in ks], mode="lines", name="E/(cK+1)",
@@ -160,15 +174,16 @@ def k_sweep(results: list[dict], alpha: float | None, c: float | None) -> go.Fig
 
 
 def distribution(tokens: list[str], target_p: list[float], freq: list[float], reference: list[float] | None,
-                 title: str) -> go.Figure:
-    fig = _fig(title, "token", "probability")
-    labels = [repr(t)[1:-1] or "(empty)" for t in tokens]
+                 n: int, lang: str | None = None) -> go.Figure:
+    """Top tokens of the first position: the target's exact p, the speculative samples' frequencies and q."""
+    fig = _fig(tr("chart.dist", lang, n=n), tr("chart.token", lang), tr("chart.probability", lang))
+    labels = [_token_label(t, lang) for t in tokens]
     labels = [f"{lbl} #{i}" if labels.count(lbl) > 1 else lbl for i, lbl in enumerate(labels)]
-    fig.add_bar(x=labels, y=target_p, name="target p (exact)", marker_color=PALETTE["target"])
-    fig.add_bar(x=labels, y=freq, name="speculative samples", marker_color=PALETTE["accepted"],
+    fig.add_bar(x=labels, y=target_p, name=tr("chart.dist_p", lang), marker_color=PALETTE["target"])
+    fig.add_bar(x=labels, y=freq, name=tr("chart.dist_samples", lang), marker_color=PALETTE["accepted"],
                 marker_pattern_shape="/")
     if reference is not None:
-        fig.add_bar(x=labels, y=reference, name="draft q", marker_color=PALETTE["draft"], opacity=0.6)
+        fig.add_bar(x=labels, y=reference, name=tr("chart.dist_q", lang), marker_color=PALETTE["draft"], opacity=0.6)
     fig.update_layout(barmode="group", height=340)
     return fig
 

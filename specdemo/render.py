@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 
 from .events import Round, Step, Trace
+from .i18n import template, tr
 
 PALETTE = {  # Okabe-Ito colours (Okabe & Ito 2008, "Color Universal Design")
     "accepted": "#009E73",
@@ -25,12 +26,17 @@ PALETTE = {  # Okabe-Ito colours (Okabe & Ito 2008, "Color Universal Design")
     "residual": "#D55E00",
     "baseline": "#555555",
 }
-CUE = {
-    "accepted": "kept by the target",
-    "rejected": "struck through: the target rejected this draft",
-    "resampled": "underlined: drawn from the residual max(0, p - q)",
-    "bonus": "bold: a free token from the target after all K were accepted",
-}
+LABELS = ("accepted", "rejected", "resampled", "bonus")
+# catalogue keys per label, written out so that tests/test_i18n.py sees every key the code uses
+LABEL_KEY = {"accepted": "label.accepted", "rejected": "label.rejected", "resampled": "label.resampled",
+             "bonus": "label.bonus"}
+CUE_KEY = {"accepted": "cue.accepted", "rejected": "cue.rejected", "resampled": "cue.resampled",
+           "bonus": "cue.bonus"}
+LEGEND_KEY = {"accepted": "legend.accepted", "rejected": "legend.rejected", "resampled": "legend.resampled",
+              "bonus": "legend.bonus"}
+STOP_KEY = {"eos": "stop.eos", "max_new_tokens": "stop.max_new_tokens", "time_limit": "stop.time_limit"}
+# the step-through keys (ui.py's KEYS_JS listens for the same names)
+KEYS = {"next": ("\u2192", "PageDown"), "prev": ("\u2190", "PageUp"), "first": ("Home",)}
 
 CSS = """
 .sd-tokens { white-space: pre-wrap; word-break: break-word; font-family: ui-monospace, SFMono-Regular, Menlo,
@@ -51,13 +57,27 @@ CSS = """
 .sd-card b { display: block; font-size: 20px; }
 .sd-card span { font-size: 12px; color: var(--body-text-color-subdued, #666); }
 .sd-film { font-family: ui-monospace, monospace; font-size: 13px; max-height: 420px; overflow-y: auto; }
-.sd-row { display: grid; grid-template-columns: 3.5em 1fr 14em; gap: 8px; align-items: center;
+.sd-row { display: grid; grid-template-columns: 4.5em 1fr 14em; gap: 8px; align-items: center;
   padding: 3px 6px; border-bottom: 1px solid #8882; cursor: pointer; white-space: pre; overflow: hidden; }
 .sd-row:hover, .sd-row.sd-selected { background: #0072B21a; }
 .sd-row .sd-unchecked { color: #999; font-style: italic; }
 .sd-cell { border: 1px solid #8886; border-radius: 3px; margin-right: 2px; padding: 0 3px; }
 .sd-caption { font-size: 15px; padding: 4px 0; }
 .sd-lossy { color: #D55E00; font-weight: 700; }
+.sd-keys { font-size: 13px; color: var(--body-text-color-subdued, #666); margin: 2px 0 6px; }
+.sd-keys kbd { font-family: ui-monospace, monospace; font-size: 12px; border: 1px solid #8888; border-bottom-width: 2px;
+  border-radius: 4px; padding: 0 5px; background: var(--block-background-fill, #fff); }
+/* presenter mode: body.sd-present (the toggle in ui.py); sized for a 1280x720 projector */
+.sd-present .sd-tokens { font-size: 26px; line-height: 1.8; }
+.sd-present .sd-legend { font-size: 18px; }
+.sd-present .sd-card b { font-size: 30px; }
+.sd-present .sd-card span { font-size: 16px; }
+.sd-present .sd-film { font-size: 18px; }
+.sd-present .sd-row { grid-template-columns: 4.5em 1fr 12em; }
+.sd-present .sd-caption, .sd-present #sd-step-caption, .sd-present #sd-step-caption p { font-size: 24px;
+  line-height: 1.5; }
+.sd-present .sd-keys { font-size: 16px; }
+.sd-present #sd-intro { display: none; }
 """
 
 
@@ -69,19 +89,30 @@ def esc(text: str) -> str:
     return html.escape(shown, quote=True)
 
 
+def trh(key: str, lang: str | None, /, **params) -> str:
+    """A catalogue text as HTML: the translation is escaped, and so is every param unless it is already `Html`."""
+    filled = {k: v if isinstance(v, Html) else esc(str(v)) for k, v in params.items()}
+    return esc(template(key, lang)).format(**filled)
+
+
+class Html(str):
+    """A string that is already HTML (escaped), to pass into `trh` unchanged."""
+
+
 def visible(text: str) -> str:
     """Newlines and tabs as symbols, for one-line places such as a film-strip row."""
     return text.replace("\n", "\u23ce").replace("\t", "\u21e5")
 
 
-def fmt(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.4g}"
+def fmt(x: float | None, lang: str | None = None) -> str:
+    return tr("na", lang) if x is None else f"{x:.4g}"
 
 
-def token_title(label: str, p, q, r, accept_prob) -> str:
-    lines = [f"{label}: {CUE[label]}", f"p(x) target = {fmt(p)}"]
+def token_title(label: str, p, q, r, accept_prob, lang: str | None = None) -> str:
+    lines = [tr("tip.head", lang, label=tr(LABEL_KEY[label], lang), cue=tr(CUE_KEY[label], lang)),
+             tr("tip.p", lang, p=fmt(p, lang))]
     if q is not None:
-        lines += [f"q(x) draft = {fmt(q)}", f"r = {fmt(r)}", f"min(1, p/q) = {fmt(accept_prob)}"]
+        lines += [tr("tip.q", lang, q=fmt(q, lang)), f"r = {fmt(r, lang)}", f"min(1, p/q) = {fmt(accept_prob, lang)}"]
     return "\n".join(lines)
 
 
@@ -89,29 +120,42 @@ def span(text: str, label: str, title: str, extra: str = "") -> str:
     return f'<span class="sd-tok sd-{label}" title="{esc(title)}"{extra}>{esc(text)}</span>'
 
 
-def legend() -> str:
-    items = "".join(span(lbl, lbl, CUE[lbl]) + f"<small>{esc(CUE[lbl].split(':')[0])}</small>" for lbl in CUE)
+def legend(lang: str | None = None) -> str:
+    items = "".join(span(tr(LABEL_KEY[lbl], lang), lbl, tr(CUE_KEY[lbl], lang))
+                    + f"<small>{esc(tr(LEGEND_KEY[lbl], lang))}</small>" for lbl in LABELS)
     return f'<div class="sd-legend">{items}</div>'
 
 
+def keys_hint(lang: str | None = None) -> str:
+    """The step-through keys, shown on the page."""
+    def keys(names):
+        return Html(f" {esc(tr('keys.or', lang))} ".join(f"<kbd>{esc(k)}</kbd>" for k in names))
+
+    return (f'<div class="sd-keys">'
+            f'{trh("keys.hint", lang, next=keys(KEYS["next"]), prev=keys(KEYS["prev"]), first=keys(KEYS["first"]))}'
+            f"</div>")
+
+
 def tokens_html(prompt: str, rounds: list[Round] | None = None, steps: list[Step] | None = None,
-                upto: int | None = None) -> str:
+                upto: int | None = None, lang: str | None = None) -> str:
     """The streamed text: the prompt, then one span per token event. `upto` limits to the first rounds."""
-    parts = [f'<span class="sd-prompt" title="prompt">{esc(prompt)}</span>']
+    parts = [f'<span class="sd-prompt" title="{esc(tr("tip.prompt", lang))}">{esc(prompt)}</span>']
     for rnd in (rounds or [])[:upto]:
         for t in rnd.tokens:
-            where = f"round {rnd.index + 1}, position {t.position}\n"
-            title = where + token_title(t.label, t.p, t.q, t.r, t.accept_prob)
+            where = tr("tip.where", lang, round=rnd.index + 1, position=t.position) + "\n"
+            title = where + token_title(t.label, t.p, t.q, t.r, t.accept_prob, lang)
             parts.append(span(t.text, t.label, title, f' data-round="{rnd.index}"'))
     for s in steps or []:
-        parts.append(span(s.token.text, "accepted", f"token {s.index + 1}\np(x) target = {fmt(s.token.p)}"))
+        parts.append(span(s.token.text, "accepted",
+                          tr("tip.baseline", lang, n=s.index + 1) + "\n" + tr("tip.p", lang, p=fmt(s.token.p, lang))))
     return f'<div class="sd-tokens">{"".join(parts)}</div>'
 
 
-def filmstrip_html(rounds: list[Round], selected: int | None = None) -> str:
+def filmstrip_html(rounds: list[Round], selected: int | None = None, lang: str | None = None) -> str:
     """One row per round, as the papers draw it: the K drafts, coloured by verdict, then the token the target added."""
     if not rounds:
-        return '<div class="sd-film"><i>Rounds appear here as they run. Click a row to inspect it.</i></div>'
+        return f'<div class="sd-film"><i>{esc(tr("film.empty", lang))}</i></div>'
+    unchecked = esc(tr("film.unchecked", lang))
     rows = []
     for rnd in rounds:
         cells = []
@@ -121,19 +165,20 @@ def filmstrip_html(rounds: list[Round], selected: int | None = None) -> str:
             elif d.checked:
                 label = "rejected"
             else:
-                cells.append(f'<span class="sd-cell sd-unchecked" title="never checked: an earlier draft was '
-                             f'rejected">{esc(visible(d.text))}</span>')
+                cells.append(f'<span class="sd-cell sd-unchecked" title="{unchecked}">{esc(visible(d.text))}</span>')
                 continue
-            cells.append(span(visible(d.text), label, token_title(label, d.p, d.q, d.r, d.accept_prob)))
+            cells.append(span(visible(d.text), label, token_title(label, d.p, d.q, d.r, d.accept_prob, lang)))
         added = [t for t in rnd.tokens if t.label in ("resampled", "bonus")]
         if added:
             t = added[0]
-            cells.append(" \u2192 " + span(visible(t.text), t.label, token_title(t.label, t.p, None, None, None)))
-        verdict = f"kept {rnd.n_accepted}/{rnd.k}" + (" +1" if added else "")
+            cells.append(" \u2192 " + span(visible(t.text), t.label,
+                                           token_title(t.label, t.p, None, None, None, lang)))
+        verdict = tr("film.kept", lang, n=rnd.n_accepted, k=rnd.k) + (" +1" if added else "")
         verdict += f" \u00b7 {rnd.draft_ms + rnd.verify_ms + rnd.overhead_ms:.0f} ms"
         cls = "sd-row sd-selected" if selected == rnd.index else "sd-row"
         rows.append(f'<div class="{cls}" data-round="{rnd.index}" role="button" tabindex="0">'
-                    f"<b>R{rnd.index + 1}</b><span>{''.join(cells)}</span><span>{esc(verdict)}</span></div>")
+                    f"<b>{trh('film.round', lang, n=rnd.index + 1)}</b><span>{''.join(cells)}</span>"
+                    f"<span>{esc(verdict)}</span></div>")
     return f'<div class="sd-film">{"".join(rows)}</div>'
 
 
@@ -141,46 +186,79 @@ def card(value: str, label: str) -> str:
     return f'<div class="sd-card"><b>{esc(value)}</b><span>{esc(label)}</span></div>'
 
 
-def stats_html(spec: Trace | None, base: Trace | None = None, running: str = "") -> str:
+def stats_html(spec: Trace | None, base: Trace | None = None, running: str = "", lang: str | None = None) -> str:
     """The live numbers: tokens/s of both runs, the measured speedup, target calls, alpha, accepted length."""
     cards = []
     if spec is not None and spec.rounds:
         m = spec.metrics()
         cards += [
-            card(f"{m['tokens_per_s']:.1f}", "speculative tokens/s"),
-            card(f"{m['target_calls']} / {m['target_calls_saved']}", "target calls used / saved"),
-            card(f"{m['alpha_empirical']:.2f}", "alpha (accepted / judged)"),
-            card(f"{m['mean_accepted_length']:.2f}", "tokens per target call"),
+            card(f"{m['tokens_per_s']:.1f}", tr("stats.spec_tps", lang)),
+            card(f"{m['target_calls']} / {m['target_calls_saved']}", tr("stats.calls", lang)),
+            card(f"{m['alpha_empirical']:.2f}", tr("stats.alpha", lang)),
+            card(f"{m['mean_accepted_length']:.2f}", tr("stats.per_call", lang)),
         ]
     if base is not None and base.steps:
         bm = base.metrics()
-        cards.append(card(f"{bm['tokens_per_s']:.1f}", "baseline tokens/s"))
+        cards.append(card(f"{bm['tokens_per_s']:.1f}", tr("stats.base_tps", lang)))
         if spec is not None and spec.rounds and bm["tokens_per_s"] > 0:
-            cards.append(card(f"{spec.metrics()['tokens_per_s'] / bm['tokens_per_s']:.2f}\u00d7", "measured speedup"))
+            cards.append(card(f"{spec.metrics()['tokens_per_s'] / bm['tokens_per_s']:.2f}\u00d7",
+                              tr("stats.speedup", lang)))
     note = ""
     if spec is not None and spec.metrics()["lossy"]:
-        note = '<div class="sd-lossy">Lossy run: lenience b &lt; 1, so the output does not follow the target.</div>'
+        note = f'<div class="sd-lossy">{esc(tr("stats.lossy", lang))}</div>'
     status = f"<div><small>{esc(running)}</small></div>" if running else ""
     return f'{note}<div class="sd-cards">{"".join(cards)}</div>{status}'
 
 
-def reason(rnd: Round, position: int) -> str:
-    """One line on why the token at `position` (1-based) was kept, rejected or added."""
+def stop_text(reason: str | None, lang: str | None = None) -> str:
+    """A run's stop reason in words ('eos' -> 'end of text'); an unknown code is shown as it is."""
+    return tr(STOP_KEY[reason], lang) if reason in STOP_KEY else (reason or "").replace("_", " ")
+
+
+def done_status(spec: Trace, lang: str | None = None) -> str:
+    return tr("status.done", lang, reason=stop_text(spec.stop_reason, lang))
+
+
+def reason(rnd: Round, position: int, lang: str | None = None) -> str:
+    """One line (HTML) on why the token at `position` (1-based) was kept, rejected or added."""
     if position <= len(rnd.drafts):
         d = rnd.drafts[position - 1]
-        x = esc(repr(d.text))
+        x = repr(d.text)
         if not d.checked:
-            return f"Draft {x} was never checked: an earlier draft in this round was rejected."
+            return trh("reason.never_checked", lang, x=x)
         if d.accepted:
-            why = "p \u2265 q, so it is always kept" if d.p >= d.q else f"r = {d.r:.3g} < p/q = {d.accept_prob:.3g}"
-            return f"Accepted {x}: p = {d.p:.3g}, q = {d.q:.3g}; {why}."
+            why = (tr("reason.always", lang) if d.p >= d.q
+                   else f"r = {d.r:.3g} < p/q = {d.accept_prob:.3g}")
+            return trh("reason.accepted", lang, x=x, p=f"{d.p:.3g}", q=f"{d.q:.3g}", why=why)
         added = next((t for t in rnd.tokens if t.label == "resampled"), None)
-        then = f" and resampled {esc(repr(added.text))} from norm(max(0, p \u2212 q))" if added else ""
-        return (f"Rejected {x}: p = {d.p:.3g} < q = {d.q:.3g} and r = {d.r:.3g} \u2265 p/q = {d.accept_prob:.3g}"
-                f"{then}. The residual only puts mass where the target wants more than the draft gave, which is "
-                f"what makes the output follow p exactly.")
+        then = Html(trh("reason.resampled", lang, y=repr(added.text)) if added else "")
+        return trh("reason.rejected", lang, x=x, p=f"{d.p:.3g}", q=f"{d.q:.3g}", r=f"{d.r:.3g}",
+                   ratio=f"{d.accept_prob:.3g}", then=then)
     bonus = next((t for t in rnd.tokens if t.label == "bonus"), None)
     if bonus:
-        return (f"All {rnd.k} drafts were accepted, so the target's own p at position {rnd.k + 1} gave a bonus "
-                f"token {esc(repr(bonus.text))}.")
-    return "No bonus at this position: the round ended earlier."
+        return trh("reason.bonus", lang, k=rnd.k, pos=rnd.k + 1, y=repr(bonus.text))
+    return trh("reason.no_bonus", lang)
+
+
+def round_caption(rnd: Round, lang: str | None = None) -> str:
+    """The round in plain words, for talks: 'draft proposed 4; target kept 2, rejected 1 and resampled 1'.
+    (events.Round.caption is the English one that the JSON trace carries.)"""
+    parts = [tr("caption.kept", lang, n=rnd.n_accepted)]
+    labels = [t.label for t in rnd.tokens]
+    if "resampled" in labels:
+        parts.append(tr("caption.resampled", lang))
+    if "bonus" in labels:
+        parts.append(tr("caption.bonus", lang))
+    text = tr("caption.round", lang, k=rnd.k, parts=tr("caption.sep", lang).join(parts))
+    if rnd.stop_reason:
+        text += tr("caption.stopped", lang, reason=stop_text(rnd.stop_reason, lang))
+    return text
+
+
+def step_caption(rounds: list[Round], cursor: int, lang: str | None = None) -> str:
+    """The step-through caption (Markdown text; the numbers and the catalogue's words carry no markup)."""
+    if not rounds:
+        return tr("step.generate_first", lang)
+    if cursor == 0:
+        return tr("step.before", lang, n=len(rounds))
+    return tr("step.round", lang, i=cursor, n=len(rounds), caption=round_caption(rounds[cursor - 1], lang))

@@ -21,27 +21,26 @@ import torch
 
 from .config import SamplingConfig, SpecConfig
 from .events import Candidate, DraftPosition, Round, Token, Trace
+from .i18n import Translatable
 from .models import CachedLM, ModelPair
 from .sampling import sample, verify, warp
 
 
-class PromptError(ValueError):
-    """The prompt cannot be generated from (empty, or too long for the context window)."""
+class PromptError(Translatable, ValueError):
+    """The prompt cannot be generated from (empty, or too long for the context window). The message is a catalogue
+    key (i18n.py): English in str(err), the visitor's language in the app."""
 
 
 def encode_prompt(pair: ModelPair, prompt: str, max_new_tokens: int) -> list[int]:
     """Tokenise and check the prompt against the pair's context window (prompt + new tokens must fit)."""
     if not prompt or not prompt.strip():
-        raise PromptError("The prompt is empty. Type a few words for the models to continue.")
+        raise PromptError("err.prompt_empty")
     ids = pair.encode(prompt)
     if not ids:
-        raise PromptError("The prompt produced no tokens.")
+        raise PromptError("err.prompt_no_tokens")
     window = pair.context_window
     if len(ids) + max_new_tokens > window:
-        raise PromptError(
-            f"The prompt is {len(ids)} tokens and {max_new_tokens} new tokens were asked for, but this pair's "
-            f"context window is {window} tokens. Shorten the prompt or lower max new tokens."
-        )
+        raise PromptError("err.prompt_window", n=len(ids), new=max_new_tokens, window=window)
     return ids
 
 

@@ -6,23 +6,12 @@ settings. It computes nothing: HTML comes from render.py, figures from plots.py,
 
 from __future__ import annotations
 
+import json
+
 import gradio as gr
 
-from . import handlers, plots, render
+from . import handlers, i18n, plots, render
 from .config import DEFAULT_PRESET, PRESETS, Limits, env_int
-
-INTRO = """
-# specdemo: speculative sampling, round by round
-A small **draft** model guesses K tokens; the large **target** scores all of them in **one** forward pass and keeps
-each guess with probability min(1, p/q). At the first rejection it draws a replacement from the residual
-max(0, p − q), so the text follows **exactly** the target's distribution, only with fewer target calls
-([Chen et al. 2023](https://arxiv.org/abs/2302.01318), [Leviathan et al. 2023](https://arxiv.org/abs/2211.17192)).
-Hover a token for p, q, r and min(1, p/q); click a round to see why it was kept or resampled.
-"""
-
-LENIENCE_NOTE = """**Lossy.** Lenience b draws r from U[0, b) instead of U[0, 1): more drafts pass, so decoding gets
-faster, but the output no longer follows the target's distribution. b = 1 is the exact algorithm. Watch the drift in
-the Distribution check tab."""
 
 # Delegated click: any element with data-round inside the component selects that round (film strip rows, tokens).
 CLICK_JS = """
@@ -34,6 +23,55 @@ element.addEventListener('click', pick);
 element.addEventListener('keydown', (e) => { if (e.key === 'Enter' || e.key === ' ') pick(e); });
 """
 
+# Step-through keys, on the whole page (render.KEYS shows the same names): next, previous, first round. Keys typed into
+# a field, a slider, a tab list or a dropdown keep their usual meaning, and so do all keys before a run is on screen.
+KEYS_JS = """
+window.sdStepTrigger = trigger;
+if (!window.sdKeysBound) {
+  window.sdKeysBound = true;
+  const steps = {ArrowRight: 1, PageDown: 1, ArrowLeft: -1, PageUp: -1, Home: 0};
+  const typing = 'input, textarea, select, [contenteditable], [role="slider"], [role="tab"], [role="listbox"], '
+    + '[role="option"], [role="combobox"]';
+  document.addEventListener('keydown', (e) => {
+    if (!Object.hasOwn(steps, e.key) || e.ctrlKey || e.metaKey || e.altKey || e.shiftKey) return;
+    if (e.target && e.target.closest && e.target.closest(typing)) return;
+    if (!document.querySelector('#sd-token-view .sd-tok')) return;
+    e.preventDefault();
+    window.sdStepTrigger('click', {step: steps[e.key]});
+  });
+}
+"""
+
+# On load: define the client-side locale switch, and send the browser's language to handlers.initial_lang (in place
+# of the hidden textbox's value).
+# gradio translates the i18n labels with svelte-i18n; its `changeLocale` lives in the frontend's core module, which
+# the page has already loaded (an ES module is one instance per URL, so importing it again returns the same store).
+DETECT_JS = """
+(_) => {
+  window.sdSetLocale = async (code) => {
+    const url = performance.getEntriesByType('resource').map((e) => e.name)
+      .find((n) => /\\/assets\\/core-[^/]*\\.js(\\?|$)/.test(n));
+    if (!url) return false;
+    const core = await import(url);
+    if (typeof core.changeLocale !== 'function') return false;
+    core.changeLocale(code);
+    return true;
+  };
+  return navigator.language || (navigator.languages || [])[0] || '';
+}
+"""
+
+# On a language change: switch gradio's own labels (no reload) and the page title; the server redraws the rest.
+LOCALE_JS = """
+async (lang) => {
+  document.title = TITLES[lang] || TITLES.en;
+  document.body.dataset.sdLang = lang;
+  if (window.sdSetLocale) await window.sdSetLocale(lang);
+}
+""".replace("TITLES", json.dumps({code: i18n.MESSAGES[code]["app.title"] for _, code in i18n.CHOICES}))
+
+PRESENTER_JS = "(on) => { document.body.classList.toggle('sd-present', !!on); }"
+
 GENERATE_INPUTS = ("pair", "draft", "target", "prompt", "k", "temperature", "top_k", "top_p", "max_new", "seed",
                    "baseline", "lenience")
 
@@ -41,127 +79,148 @@ GENERATE_INPUTS = ("pair", "draft", "target", "prompt", "k", "temperature", "top
 def build_demo() -> gr.Blocks:
     limits = Limits.from_env()
     preset = PRESETS[DEFAULT_PRESET]
-    with gr.Blocks(title="specdemo: speculative sampling, round by round", delete_cache=(3600, 3600)) as demo:
+    L = i18n.label
+    with gr.Blocks(title=i18n.EN["app.title"], delete_cache=(3600, 3600)) as demo:
         state = gr.State(None)
-        gr.Markdown(INTRO)
+        sweep_state, dist_state, pair_state = gr.State(None), gr.State(None), gr.State(None)
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=5):
+                gr.Markdown(L("app.intro"), elem_id="sd-intro")
+            with gr.Column(scale=1, min_width=220):
+                lang = gr.Radio(i18n.CHOICES, value=i18n.DEFAULT, label=L("ui.language"), elem_id="sd-lang")
+                presenter = gr.Checkbox(False, label=L("ui.presenter"), elem_id="sd-presenter")
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=320):
                 c = {}
                 c["pair"] = gr.Dropdown(
                     choices=[(f"{name}: {p.draft.split('/')[-1]} \u2192 {p.target.split('/')[-1]}", name)
-                             for name, p in PRESETS.items()] + [("custom: any two hub ids", handlers.CUSTOM)],
-                    value=DEFAULT_PRESET, label="Model pair (draft \u2192 target)")
+                             for name, p in PRESETS.items()] + [(L("ui.pair_custom"), handlers.CUSTOM)],
+                    value=DEFAULT_PRESET, label=L("ui.pair"))
                 with gr.Group(visible=False) as custom_box:
-                    c["draft"] = gr.Textbox(label="Draft model id", placeholder="e.g. openai-community/gpt2")
-                    c["target"] = gr.Textbox(label="Target model id", placeholder="e.g. openai-community/gpt2-xl")
-                    load_btn = gr.Button("Load pair", size="sm")
+                    c["draft"] = gr.Textbox(label=L("ui.draft_id"), placeholder=L("ui.draft_placeholder"))
+                    c["target"] = gr.Textbox(label=L("ui.target_id"), placeholder=L("ui.target_placeholder"))
+                    load_btn = gr.Button(L("ui.load_pair"), size="sm")
                 pair_status = gr.Markdown(elem_id="sd-pair-status")
-                c["prompt"] = gr.Textbox(label="Prompt", lines=4, value=preset.examples[0], elem_id="sd-prompt")
+                c["prompt"] = gr.Textbox(label=L("ui.prompt"), lines=4, value=preset.examples[0], elem_id="sd-prompt")
                 examples = gr.Dataset(components=[c["prompt"]], samples=[[e] for e in preset.examples],
-                                      label="Example prompts")
-                c["k"] = gr.Slider(1, limits.max_k, value=4, step=1, label="K: draft tokens per round")
-                c["temperature"] = gr.Slider(0, 2, value=0.8, step=0.05, label="Temperature (0 = greedy)")
+                                      label=L("ui.examples"))
+                c["k"] = gr.Slider(1, limits.max_k, value=4, step=1, label=L("ui.k"))
+                c["temperature"] = gr.Slider(0, 2, value=0.8, step=0.05, label=L("ui.temperature"))
                 with gr.Row():
-                    c["top_k"] = gr.Number(0, label="Top-k (0 = off)", precision=0, minimum=0)
-                    c["top_p"] = gr.Slider(0.01, 1, value=1, step=0.01, label="Top-p (1 = off)")
+                    c["top_k"] = gr.Number(0, label=L("ui.top_k"), precision=0, minimum=0)
+                    c["top_p"] = gr.Slider(0.01, 1, value=1, step=0.01, label=L("ui.top_p"))
                 with gr.Row():
                     c["max_new"] = gr.Slider(1, limits.max_new_tokens, value=min(128, limits.max_new_tokens), step=1,
-                                             label="Max new tokens")
-                    c["seed"] = gr.Number(0, label="Seed", precision=0, minimum=0)
-                c["baseline"] = gr.Checkbox(True, label="Also run the target-only baseline (measures the speedup)")
-                with gr.Accordion("Advanced: lenience (lossy)", open=False):
-                    gr.Markdown(LENIENCE_NOTE)
-                    c["lenience"] = gr.Slider(0.05, 1, value=1, step=0.05, label="Lenience b (1 = exact)")
+                                             label=L("ui.max_new"))
+                    c["seed"] = gr.Number(0, label=L("ui.seed"), precision=0, minimum=0)
+                c["baseline"] = gr.Checkbox(True, label=L("ui.baseline"))
+                with gr.Accordion(L("ui.lenience_box"), open=False):
+                    gr.Markdown(L("ui.lenience_note"))
+                    c["lenience"] = gr.Slider(0.05, 1, value=1, step=0.05, label=L("ui.lenience"))
                 with gr.Row():
-                    go_btn = gr.Button("Generate", variant="primary", elem_id="sd-generate")
-                    stop_btn = gr.Button("Stop", variant="stop", elem_id="sd-stop")
+                    go_btn = gr.Button(L("ui.generate"), variant="primary", elem_id="sd-generate")
+                    stop_btn = gr.Button(L("ui.stop"), variant="stop", elem_id="sd-stop")
             with gr.Column(scale=2):
-                gr.HTML(render.legend(), elem_id="sd-legend")
+                legend = gr.HTML(render.legend(), elem_id="sd-legend")
+                keys = gr.HTML(render.keys_hint(), elem_id="sd-keys", js_on_load=KEYS_JS)
                 tokens = gr.HTML(render.tokens_html("", []), elem_id="sd-token-view", js_on_load=CLICK_JS,
                                  max_height=420, autoscroll=True)
                 stats = gr.HTML(render.stats_html(None), elem_id="sd-stats")
                 with gr.Row():
                     race = gr.Plot(plots.race(None, None), elem_id="sd-race", show_label=False)
                     acc_round = gr.Plot(plots.acceptance_per_round(None), elem_id="sd-acc-round", show_label=False)
-                with gr.Tabs():
-                    with gr.Tab("Film strip & inspector"):
+                with gr.Tabs() as tabs:
+                    with gr.Tab(L("tab.film"), id="film"):
                         film = gr.HTML(render.filmstrip_html([]), elem_id="sd-film", js_on_load=CLICK_JS)
                         with gr.Row():
-                            round_sl = gr.Slider(1, 2, value=1, step=1, label="Round", interactive=False)
-                            pos_sl = gr.Slider(1, limits.max_k + 1, value=1, step=1,
-                                               label="Position in the round (K+1 = bonus)")
+                            round_sl = gr.Slider(1, 2, value=1, step=1, label=L("ui.round"), interactive=False)
+                            pos_sl = gr.Slider(1, limits.max_k + 1, value=1, step=1, label=L("ui.position"))
                         insp_plot = gr.Plot(plots.inspector_empty(), elem_id="sd-inspector", show_label=False)
                         insp_reason = gr.HTML(elem_id="sd-reason")
-                    with gr.Tab("More charts"):
+                    with gr.Tab(L("tab.charts"), id="charts"):
                         with gr.Row():
                             hist = gr.Plot(plots.accepted_length_histogram(None), show_label=False)
                             by_pos = gr.Plot(plots.acceptance_by_position(None), show_label=False)
                         theory = gr.Plot(plots.speedup_vs_theory(None, None), show_label=False)
-                    with gr.Tab("K sweep"):
+                    with gr.Tab(L("tab.sweep"), id="sweep"):
                         with gr.Row():
-                            k_from = gr.Slider(1, limits.max_k, value=1, step=1, label="First K")
-                            k_to = gr.Slider(1, limits.max_k, value=min(8, limits.max_k), step=1, label="Last K")
-                        sweep_btn = gr.Button("Run K sweep (same prompt and seed)")
+                            k_from = gr.Slider(1, limits.max_k, value=1, step=1, label=L("ui.k_from"))
+                            k_to = gr.Slider(1, limits.max_k, value=min(8, limits.max_k), step=1, label=L("ui.k_to"))
+                        sweep_btn = gr.Button(L("ui.sweep_run"))
                         sweep_plot = gr.Plot(plots.k_sweep([], None, None), show_label=False)
                         sweep_md = gr.Markdown()
-                    with gr.Tab("Distribution check"):
+                    with gr.Tab(L("tab.dist"), id="dist"):
                         n_samples = gr.Slider(100, limits.max_samples, value=min(2000, limits.max_samples), step=100,
-                                              label="Speculative samples of the first token")
-                        dist_btn = gr.Button("Draw samples")
+                                              label=L("ui.samples"))
+                        dist_btn = gr.Button(L("ui.draw"))
                         dist_plot = gr.Plot(show_label=False)
                         dist_md = gr.Markdown()
-                    with gr.Tab("Step through"):
+                    with gr.Tab(L("tab.step"), id=handlers.STEP_TAB):
                         with gr.Row():
-                            reset_btn = gr.Button("\u23ee Start")
-                            prev_btn = gr.Button("\u25c0 Previous round")
-                            next_btn = gr.Button("Next round \u25b6", variant="primary", elem_id="sd-next-round")
-                        step_caption = gr.Markdown("Generate first; then step through the rounds one at a time.",
-                                                   elem_id="sd-step-caption")
+                            reset_btn = gr.Button(L("ui.step_first"), elem_id="sd-first-round")
+                            prev_btn = gr.Button(L("ui.step_prev"), elem_id="sd-prev-round")
+                            next_btn = gr.Button(L("ui.step_next"), variant="primary", elem_id="sd-next-round")
+                        step_caption = gr.Markdown(render.step_caption([], 0), elem_id="sd-step-caption")
                         step_tokens = gr.HTML(elem_id="sd-step-tokens")
-                    with gr.Tab("Export"):
-                        download = gr.File(label="Trace (JSON)", elem_id="sd-download")
-                        trace_json = gr.JSON(label="Trace", open=False)
+                    with gr.Tab(L("tab.export"), id="export"):
+                        download = gr.File(label=L("ui.trace_file"), elem_id="sd-download")
+                        trace_json = gr.JSON(label=L("ui.trace"), open=False)
 
-        inputs = [c[name] for name in GENERATE_INPUTS]
+        view = [lang, presenter]  # every UI handler's last two inputs
+        inputs = [c[name] for name in GENERATE_INPUTS] + view
         outputs = [tokens, stats, film, race, acc_round, hist, by_pos, theory, trace_json, download, state, round_sl]
         run_args = dict(fn=handlers.generate_ui, inputs=inputs, outputs=outputs, concurrency_id="models",
                         api_visibility="undocumented", show_progress="minimal")
         gen_click = go_btn.click(api_name="generate_stream", **run_args)
         gen_submit = c["prompt"].submit(api_name=False, **run_args)
         for event in (gen_click, gen_submit):
-            event.success(handlers.select_round, [state, round_sl], [pos_sl, insp_plot, insp_reason],
+            event.success(handlers.select_round, [state, round_sl] + view, [pos_sl, insp_plot, insp_reason],
                           api_visibility="private")
 
         common = [c["pair"], c["draft"], c["target"], c["prompt"]]
         sweep_event = sweep_btn.click(
             handlers.k_sweep_ui, common + [c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"], k_from,
-                                           k_to],
-            [sweep_plot, sweep_md], api_name="k_sweep", concurrency_id="models")
+                                           k_to] + view,
+            [sweep_plot, sweep_md, sweep_state], api_name="k_sweep", concurrency_id="models")
         dist_event = dist_btn.click(
             handlers.distribution_ui, common + [c["temperature"], c["top_k"], c["top_p"], c["lenience"], n_samples,
-                                                c["seed"]],
-            [dist_plot, dist_md], api_name="distribution_check", concurrency_id="models")
+                                                c["seed"]] + view,
+            [dist_plot, dist_md, dist_state], api_name="distribution_check", concurrency_id="models")
         stop_btn.click(None, None, None, cancels=[gen_click, gen_submit, sweep_event, dist_event])
 
-        round_sl.change(handlers.select_round, [state, round_sl], [pos_sl, insp_plot, insp_reason],
+        round_sl.change(handlers.select_round, [state, round_sl] + view, [pos_sl, insp_plot, insp_reason],
                         api_visibility="private")
-        pos_sl.release(handlers.inspect_round, [state, round_sl, pos_sl], [insp_plot, insp_reason],
+        pos_sl.release(handlers.inspect_round, [state, round_sl, pos_sl] + view, [insp_plot, insp_reason],
                        api_visibility="private")
-        film.click(handlers.film_click, [state], [round_sl, film], api_visibility="private")
-        tokens.click(handlers.film_click, [state], [round_sl, film], api_visibility="private")
+        film.click(handlers.film_click, [state, lang], [round_sl, film], api_visibility="private")
+        tokens.click(handlers.film_click, [state, lang], [round_sl, film], api_visibility="private")
 
         for btn, direction in ((reset_btn, 0), (prev_btn, -1), (next_btn, 1)):
-            btn.click(lambda s, d=direction: handlers.step_round(s, d), [state], [state, step_tokens, step_caption],
-                      api_visibility="private")
+            btn.click(lambda s, lg, d=direction: handlers.step_round(s, d, lg), [state, lang],
+                      [state, step_tokens, step_caption], api_visibility="private")
+        keys.click(handlers.step_key, [state, lang], [state, step_tokens, step_caption, tabs],
+                   api_visibility="private")
 
-        pair_change = dict(fn=handlers.change_pair, inputs=[c["pair"], c["draft"], c["target"]],
-                           outputs=[pair_status, custom_box, examples], api_visibility="private",
+        pair_change = dict(fn=handlers.change_pair, inputs=[c["pair"], c["draft"], c["target"], lang],
+                           outputs=[pair_status, custom_box, examples, pair_state], api_visibility="private",
                            concurrency_id="models")
         c["pair"].change(**pair_change)
         load_btn.click(**pair_change)
-        demo.load(**pair_change)
         examples.click(lambda sample: sample[0] if isinstance(sample, (list, tuple)) else sample, examples,
                        c["prompt"], api_visibility="private")
+
+        # language and presenter mode: the browser's language first, then the switch; both redraw in place
+        browser_lang = gr.Textbox(visible=False)  # carries navigator.language from DETECT_JS to initial_lang
+        demo.load(handlers.initial_lang, [browser_lang], [lang], js=DETECT_JS, api_visibility="private").then(
+            **pair_change)
+        redraw_outputs = [legend, keys, tokens, stats, film, race, acc_round, hist, by_pos, theory, insp_plot,
+                          insp_reason, step_tokens, step_caption, sweep_plot, sweep_md, dist_plot, dist_md,
+                          pair_status]
+        redraw_inputs = view + [state, round_sl, pos_sl, sweep_state, dist_state, pair_state]
+        for switch, js in ((lang, LOCALE_JS), (presenter, PRESENTER_JS)):
+            switch.change(None, [switch], None, js=js)
+            switch.change(handlers.redraw, redraw_inputs, redraw_outputs, api_visibility="private",
+                          show_progress="hidden")
 
         gr.api(handlers.generate_api, api_name="generate", concurrency_id="models")
 
@@ -171,10 +230,10 @@ def build_demo() -> gr.Blocks:
 
 
 def launch(demo: gr.Blocks, **kwargs):
-    """Launch with specdemo's CSS and theme (gradio 6 takes both at launch). Host and port follow gradio's own
+    """Launch with specdemo's CSS, theme and message catalogue (gradio 6 takes all three at launch). Host and port follow gradio's own
     settings (GRADIO_SERVER_NAME, GRADIO_SERVER_PORT) unless given here."""
     kwargs.setdefault("show_error", False)
     # system fonts only: the page makes no request outside the server (works offline, no third-party font host)
     theme = gr.themes.Soft(font=["ui-sans-serif", "system-ui", "sans-serif"],
                            font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "monospace"])
-    return demo.launch(css=render.CSS, theme=theme, **kwargs)
+    return demo.launch(css=render.CSS, theme=theme, i18n=i18n.gradio_i18n(), **kwargs)

@@ -1,0 +1,557 @@
+"""The message catalogue: every string a visitor reads, in English and 简体中文, keyed by a stable id.
+
+Owns the words, not the layout. One dict per language (`MESSAGES[lang][key]`), and the lookups:
+
+- `tr(key, lang, **params)`: the text for server-built things (render.py's HTML, plots.py's figures, handlers.py's
+  messages). Params fill `{name}` slots with `str.format`; a param that is itself a `Msg` is translated too.
+  A key missing in a language falls back to English; a key missing in English raises KeyError (a bug, which
+  tests/test_i18n.py catches by scanning the source for lookups).
+- `template(key, lang)`: the raw text, for callers that escape it before filling the slots (render.trh).
+- `label(key)`: a `gr.I18nData` for gradio components (labels, buttons, tabs, Markdown); the browser picks the
+  language from the catalogue that `gradio_i18n()` hands to `demo.launch(i18n=...)`.
+- `Msg(key, **params)`: a message to translate later, e.g. a field name inside an error.
+- `Translatable`: a mixin for exceptions whose message lives here. `str(err)` is English (logs, the CLI, the API);
+  `err.text(lang)` is the visitor's language. A plain string that is not a key passes through as it is.
+- `pick(lang, accept_language)`: the visitor's language from the page's switch, else from an Accept-Language header.
+
+To add a string: add the key to `EN` and to `ZH` (tests/test_i18n.py fails if either lacks it, if their `{slots}`
+differ, or if a Chinese entry is left in English without being listed in `SAME_IN_BOTH`), then look it up with
+`tr("key", lang)` or `label("key")`. To add a language: add a dict, list it in `MESSAGES` and `CHOICES`.
+
+Terms in Chinese follow the Chinese literature on speculative sampling: 投机采样, 草稿模型, 目标模型,
+接受 / 拒绝 / 重采样, 额外 token (bonus), 残差分布, 接受率. Numbers and formulas stay as they are. The CLI, the logs
+and the JSON trace stay in English.
+"""
+
+from __future__ import annotations
+
+DEFAULT = "en"
+
+EN: dict[str, str] = {
+    # ---- page (gradio components, translated in the browser)
+    "app.title": "specdemo: speculative sampling, round by round",
+    "app.intro": (
+        "# specdemo: speculative sampling, round by round\n"
+        "A small **draft** model guesses K tokens; the large **target** scores all of them in **one** forward pass "
+        "and keeps each guess with probability min(1, p/q). At the first rejection it draws a replacement from the "
+        "residual max(0, p − q), so the text follows **exactly** the target's distribution, only with fewer target "
+        "calls ([Chen et al. 2023](https://arxiv.org/abs/2302.01318), "
+        "[Leviathan et al. 2023](https://arxiv.org/abs/2211.17192)).\n"
+        "Hover a token for p, q, r and min(1, p/q); click a round to see why it was kept or resampled."
+    ),
+    "ui.language": "Language",
+    "ui.presenter": "Presenter mode (large text for a projector)",
+    "ui.pair": "Model pair (draft \u2192 target)",
+    "ui.pair_custom": "custom: any two hub ids",
+    "ui.draft_id": "Draft model id",
+    "ui.target_id": "Target model id",
+    "ui.draft_placeholder": "e.g. openai-community/gpt2",
+    "ui.target_placeholder": "e.g. openai-community/gpt2-xl",
+    "ui.load_pair": "Load pair",
+    "ui.prompt": "Prompt",
+    "ui.examples": "Example prompts",
+    "ui.k": "K: draft tokens per round",
+    "ui.temperature": "Temperature (0 = greedy)",
+    "ui.top_k": "Top-k (0 = off)",
+    "ui.top_p": "Top-p (1 = off)",
+    "ui.max_new": "Max new tokens",
+    "ui.seed": "Seed",
+    "ui.baseline": "Also run the target-only baseline (measures the speedup)",
+    "ui.lenience_box": "Advanced: lenience (lossy)",
+    "ui.lenience_note": (
+        "**Lossy.** Lenience b draws r from U[0, b) instead of U[0, 1): more drafts pass, so decoding gets faster, "
+        "but the output no longer follows the target's distribution. b = 1 is the exact algorithm. Watch the drift "
+        "in the Distribution check tab."
+    ),
+    "ui.lenience": "Lenience b (1 = exact)",
+    "ui.generate": "Generate",
+    "ui.stop": "Stop",
+    "ui.round": "Round",
+    "ui.position": "Position in the round (K+1 = bonus)",
+    "ui.k_from": "First K",
+    "ui.k_to": "Last K",
+    "ui.sweep_run": "Run K sweep (same prompt and seed)",
+    "ui.samples": "Speculative samples of the first token",
+    "ui.draw": "Draw samples",
+    "ui.step_first": "\u23ee First round",
+    "ui.step_prev": "\u25c0 Previous round",
+    "ui.step_next": "Next round \u25b6",
+    "ui.trace_file": "Trace (JSON)",
+    "ui.trace": "Trace",
+    "tab.film": "Film strip & inspector",
+    "tab.charts": "More charts",
+    "tab.sweep": "K sweep",
+    "tab.dist": "Distribution check",
+    "tab.step": "Step through",
+    "tab.export": "Export",
+    # ---- token view, legend, tooltips (render.py)
+    "label.accepted": "accepted",
+    "label.rejected": "rejected",
+    "label.resampled": "resampled",
+    "label.bonus": "bonus",
+    "cue.accepted": "kept by the target",
+    "cue.rejected": "struck through: the target rejected this draft",
+    "cue.resampled": "underlined: drawn from the residual max(0, p - q)",
+    "cue.bonus": "bold: a free token from the target after all K were accepted",
+    "legend.accepted": "kept by the target",
+    "legend.rejected": "struck through",
+    "legend.resampled": "underlined",
+    "legend.bonus": "bold",
+    "tip.head": "{label}: {cue}",
+    "tip.where": "round {round}, position {position}",
+    "tip.p": "p(x) target = {p}",
+    "tip.q": "q(x) draft = {q}",
+    "tip.prompt": "prompt",
+    "tip.baseline": "token {n}",
+    "na": "n/a",
+    "keys.hint": "Keys, once a run is on screen: {next} next round · {prev} previous round · {first} first round",
+    "keys.or": "or",
+    # ---- film strip and inspector
+    "film.empty": "Rounds appear here as they run. Click a row to inspect it.",
+    "film.unchecked": "never checked: an earlier draft was rejected",
+    "film.round": "R{n}",
+    "film.kept": "kept {n}/{k}",
+    "reason.never_checked": "Draft {x} was never checked: an earlier draft in this round was rejected.",
+    "reason.accepted": "Accepted {x}: p = {p}, q = {q}; {why}.",
+    "reason.always": "p \u2265 q, so it is always kept",
+    "reason.rejected": (
+        "Rejected {x}: p = {p} < q = {q} and r = {r} \u2265 p/q = {ratio}{then}. The residual only puts mass where "
+        "the target wants more than the draft gave, which is what makes the output follow p exactly."
+    ),
+    "reason.resampled": " and resampled {y} from norm(max(0, p \u2212 q))",
+    "reason.bonus": (
+        "All {k} drafts were accepted, so the target's own p at position {pos} gave a bonus token {y}."
+    ),
+    "reason.no_bonus": "No bonus at this position: the round ended earlier.",
+    "reason.generate_first": "Generate first, then pick a round in the film strip.",
+    # ---- step-through captions
+    "step.generate_first": "Generate first; then step through the rounds one at a time.",
+    "step.before": "Before round 1: only the prompt. {n} rounds follow.",
+    "step.round": "Round {i} of {n}: {caption}.",
+    "caption.round": "draft proposed {k}; target {parts}",
+    "caption.kept": "kept {n}",
+    "caption.resampled": "rejected 1 and resampled 1",
+    "caption.bonus": "added 1 bonus token",
+    "caption.sep": ", ",
+    "caption.stopped": " (stopped: {reason})",
+    "stop.eos": "end of text",
+    "stop.max_new_tokens": "max new tokens",
+    "stop.time_limit": "time limit",
+    # ---- stats cards
+    "stats.spec_tps": "speculative tokens/s",
+    "stats.calls": "target calls used / saved",
+    "stats.alpha": "alpha (accepted / judged)",
+    "stats.per_call": "tokens per target call",
+    "stats.base_tps": "baseline tokens/s",
+    "stats.speedup": "measured speedup",
+    "stats.lossy": "Lossy run: lenience b < 1, so the output does not follow the target.",
+    "status.speculative": "running speculative...",
+    "status.baseline": "running the target-only baseline: {n} tokens",
+    "status.done": "done ({reason})",
+    # ---- charts (plots.py)
+    "chart.race": "Race: tokens generated over time",
+    "chart.race_x": "seconds since start",
+    "chart.race_y": "tokens",
+    "chart.speculative": "speculative",
+    "chart.target_only": "target only",
+    "chart.acc_round": "Drafts accepted per round",
+    "chart.round": "round",
+    "chart.accepted_of_k": "accepted of K",
+    "chart.accepted": "accepted",
+    "chart.not_accepted": "not accepted",
+    "chart.hist": "Tokens per target call",
+    "chart.hist_x": "tokens emitted in a round",
+    "chart.rounds": "rounds",
+    "chart.by_pos": "Acceptance by draft position",
+    "chart.draft_position": "draft position",
+    "chart.rate": "rate",
+    "chart.accepted_judged": "accepted / judged",
+    "chart.overlap": "mean sum min(p, q)",
+    "chart.theory": "Speedup: measured vs theory over K",
+    "chart.k_axis": "K (drafts per round)",
+    "chart.speedup_axis": "speedup over target only",
+    "chart.theory_needs_baseline": "Run with the baseline on to measure c and compare with theory.",
+    "chart.verify_cost": "with measured verify cost {v}",
+    "chart.best_k": "best K={k}",
+    "chart.best_k_theory": "best K (theory)",
+    "chart.measured": "measured",
+    "chart.inspector": "Round inspector",
+    "chart.inspector_draft": "Round {round}, position {pos}: draft proposed {x}",
+    "chart.inspector_bonus": "Round {round}, bonus position {pos}: target's own p",
+    "chart.inspector_empty": "Generate, then click a round in the film strip.",
+    "chart.token": "token",
+    "chart.probability": "probability",
+    "chart.empty_token": "(empty)",
+    "chart.p_target": "p target",
+    "chart.q_draft": "q draft",
+    "chart.residual": "residual norm(max(0, p-q))",
+    "chart.drafted": "drafted",
+    "chart.sweep": "K sweep: measured vs predicted speedup",
+    "chart.dist": "First token: {n} speculative samples vs the target's exact p",
+    "chart.dist_p": "target p (exact)",
+    "chart.dist_samples": "speculative samples",
+    "chart.dist_q": "draft q",
+    # ---- experiment tabs (handlers.py)
+    "sweep.summary": (
+        "Baseline {base} tokens/s. Measured best: **K = {k}** ({speedup}x). Theory with alpha = {alpha}, c = {c}: "
+        "best K = {kb} ({sb}x)."
+    ),
+    "sweep.header": "| K | tokens/s | speedup | alpha |",
+    "dist.summary": (
+        "Total variation distance between the {n} speculative samples and p: **{tv}**. For scale, {n} samples drawn "
+        "from p itself land at {tv_ref}; the draft q alone is {tv_pq} from p."
+    ),
+    "dist.lossy": " **Lossy:** lenience b = {b} skews the samples toward the draft.",
+    # ---- the model pair
+    "pair.loaded": (
+        "**Loaded** `{draft}` ({draft_m}M) drafting for `{target}` ({target_m}M) on {device} ({dtype}), "
+        "context {context} tokens."
+    ),
+    "pair.enter_ids": "Enter a draft and a target model id, then press Load.",
+    "pair.loading": "Loading {name}...",
+    "pair.done": "Loaded",
+    "pair.failed": "**Could not load:** {error}",
+    "role.draft": "draft",
+    "role.target": "target",
+    # ---- warnings and errors
+    "warn.lossy": "Lenience b = {b} < 1: this run is lossy and will not follow the target's distribution.",
+    "warn.time_limit": "Stopped at this server's time limit of {s} s per request.",
+    "warn.sweep_time_limit": "K sweep stopped at this server's time limit ({s} s).",
+    "field.k": "K",
+    "field.temperature": "Temperature",
+    "field.top_k": "Top-k",
+    "field.top_p": "Top-p",
+    "field.max_new": "Max new tokens",
+    "field.seed": "Seed",
+    "field.lenience": "Lenience",
+    "field.k_from": "First K",
+    "field.k_to": "Last K",
+    "field.samples": "Samples",
+    "err.missing": "{name} is missing.",
+    "err.not_number": "{name} must be a number, got {value}.",
+    "err.not_finite": "{name} must be a finite number.",
+    "err.not_whole": "{name} must be a whole number, got {value}.",
+    "err.range": "{name} must be between {lo} and {hi}, got {value}.",
+    "err.top_p_zero": "Top-p must be above 0 (1 switches it off).",
+    "err.lenience_zero": "Lenience must be above 0 (1 is exact).",
+    "err.prompt_empty": "The prompt is empty. Type a few words for the models to continue.",
+    "err.prompt_chars": "The prompt is {n} characters; this server accepts up to {max}.",
+    "err.prompt_no_tokens": "The prompt produced no tokens.",
+    "err.prompt_window": (
+        "The prompt is {n} tokens and {new} new tokens were asked for, but this pair's context window is {window} "
+        "tokens. Shorten the prompt or lower max new tokens."
+    ),
+    "err.custom_off": (
+        "Custom model ids are switched off on this server (SPECDEMO_ALLOW_CUSTOM=0). Pick one of the presets."
+    ),
+    "err.too_big": (
+        "The {role} model {model} has about {billions}B parameters, over this server's cap of {cap}M "
+        "(SPECDEMO_MAX_PARAMS_M)."
+    ),
+    "err.both_ids": "Enter both a draft and a target model id for a custom pair.",
+    "err.unknown_pair": "Unknown model pair {name}; choose one of {presets} or custom.",
+    "err.oom": "The GPU ran out of memory for this request. Try fewer tokens or a smaller pair.",
+}
+
+ZH: dict[str, str] = {
+    "app.title": "specdemo：逐轮看懂投机采样",
+    "app.intro": (
+        "# specdemo：逐轮看懂投机采样\n"
+        "先由一个小的**草稿模型**猜出 K 个 token，再由大的**目标模型**用**一次**前向计算给这些猜测全部打分，"
+        "并以 min(1, p/q) 的概率接受每一个。遇到第一个被拒绝的位置，就从残差分布 max(0, p − q) 中重新采样一个 "
+        "token 替换它。这样生成的文本**严格**服从目标模型的分布，只是调用目标模型的次数更少"
+        "（[Chen et al. 2023](https://arxiv.org/abs/2302.01318)、"
+        "[Leviathan et al. 2023](https://arxiv.org/abs/2211.17192)）。\n"
+        "鼠标悬停在 token 上可以看到 p、q、r 和 min(1, p/q)；点击某一轮，可以看到每个 token 为什么被接受或被重采样。"
+    ),
+    "ui.language": "语言",
+    "ui.presenter": "演示模式（放大字号，适合投影）",
+    "ui.pair": "模型对（草稿模型 \u2192 目标模型）",
+    "ui.pair_custom": "自定义：任意两个 Hub 模型 id",
+    "ui.draft_id": "草稿模型 id",
+    "ui.target_id": "目标模型 id",
+    "ui.draft_placeholder": "例如 openai-community/gpt2",
+    "ui.target_placeholder": "例如 openai-community/gpt2-xl",
+    "ui.load_pair": "加载模型对",
+    "ui.prompt": "提示词",
+    "ui.examples": "示例提示词",
+    "ui.k": "K：每轮的草稿 token 数",
+    "ui.temperature": "温度（0 = 贪心解码）",
+    "ui.top_k": "Top-k（0 = 不启用）",
+    "ui.top_p": "Top-p（1 = 不启用）",
+    "ui.max_new": "最多生成的 token 数",
+    "ui.seed": "随机种子",
+    "ui.baseline": "同时运行只用目标模型的基线（用来测量加速比）",
+    "ui.lenience_box": "高级：宽松系数（有损）",
+    "ui.lenience_note": (
+        "**有损。** 宽松系数 b 让 r 从 U[0, b) 而不是 U[0, 1) 中抽取：能通过的草稿更多，解码更快，"
+        "但输出不再服从目标模型的分布。b = 1 就是精确的原始算法。可以在“分布检验”标签页里观察分布的偏移。"
+    ),
+    "ui.lenience": "宽松系数 b（1 = 精确）",
+    "ui.generate": "生成",
+    "ui.stop": "停止",
+    "ui.round": "轮次",
+    "ui.position": "轮内位置（K+1 = 额外 token）",
+    "ui.k_from": "起始 K",
+    "ui.k_to": "结束 K",
+    "ui.sweep_run": "运行 K 值扫描（提示词和随机种子不变）",
+    "ui.samples": "对第一个 token 做投机采样的次数",
+    "ui.draw": "开始采样",
+    "ui.step_first": "\u23ee 第一轮",
+    "ui.step_prev": "\u25c0 上一轮",
+    "ui.step_next": "下一轮 \u25b6",
+    "ui.trace_file": "运行记录（JSON）",
+    "ui.trace": "运行记录",
+    "tab.film": "逐轮记录与检视",
+    "tab.charts": "更多图表",
+    "tab.sweep": "K 值扫描",
+    "tab.dist": "分布检验",
+    "tab.step": "逐轮演示",
+    "tab.export": "导出",
+    "label.accepted": "接受",
+    "label.rejected": "拒绝",
+    "label.resampled": "重采样",
+    "label.bonus": "额外 token",
+    "cue.accepted": "被目标模型接受",
+    "cue.rejected": "删除线：目标模型拒绝了这个草稿",
+    "cue.resampled": "下划线：从残差分布 max(0, p - q) 中重新采样",
+    "cue.bonus": "粗体：K 个草稿全部被接受后，目标模型顺带多给出的一个 token",
+    "legend.accepted": "被目标模型接受",
+    "legend.rejected": "删除线",
+    "legend.resampled": "下划线",
+    "legend.bonus": "粗体",
+    "tip.head": "{label}：{cue}",
+    "tip.where": "第 {round} 轮，第 {position} 个位置",
+    "tip.p": "p(x) 目标模型 = {p}",
+    "tip.q": "q(x) 草稿模型 = {q}",
+    "tip.prompt": "提示词",
+    "tip.baseline": "第 {n} 个 token",
+    "na": "无",
+    "keys.hint": "生成之后可用快捷键：{next} 下一轮 · {prev} 上一轮 · {first} 回到第一轮",
+    "keys.or": "或",
+    "film.empty": "运行时，每一轮会依次出现在这里。点击某一行即可查看详情。",
+    "film.unchecked": "未检验：本轮更早的一个草稿已被拒绝",
+    "film.round": "第{n}轮",
+    "film.kept": "接受 {n}/{k}",
+    "reason.never_checked": "草稿 {x} 没有被检验：本轮更早的一个草稿已被拒绝。",
+    "reason.accepted": "接受 {x}：p = {p}，q = {q}；{why}。",
+    "reason.always": "p \u2265 q，所以一定接受",
+    "reason.rejected": (
+        "拒绝 {x}：p = {p} < q = {q}，且 r = {r} \u2265 p/q = {ratio}{then}。残差分布只把概率放在目标模型比草稿模型"
+        "更想要的 token 上，正因为这样，输出才严格服从 p。"
+    ),
+    "reason.resampled": "，随后从 norm(max(0, p \u2212 q)) 中重采样得到 {y}",
+    "reason.bonus": "{k} 个草稿全部被接受，所以目标模型在第 {pos} 个位置按它自己的 p 额外给出了一个 token {y}。",
+    "reason.no_bonus": "这个位置没有额外 token：这一轮在更早的位置就结束了。",
+    "reason.generate_first": "请先生成，再在轮次列表里选一轮。",
+    "step.generate_first": "请先生成，然后一轮一轮地往下看。",
+    "step.before": "第 1 轮之前：只有提示词。后面共有 {n} 轮。",
+    "step.round": "第 {i} 轮（共 {n} 轮）：{caption}。",
+    "caption.round": "草稿模型提出 {k} 个 token，目标模型{parts}",
+    "caption.kept": "接受了 {n} 个",
+    "caption.resampled": "拒绝 1 个并重采样 1 个",
+    "caption.bonus": "额外给出 1 个 token",
+    "caption.sep": "，",
+    "caption.stopped": "（停止原因：{reason}）",
+    "stop.eos": "遇到结束符",
+    "stop.max_new_tokens": "达到 token 数上限",
+    "stop.time_limit": "达到时间上限",
+    "stats.spec_tps": "投机采样 token/s",
+    "stats.calls": "目标模型调用：实际 / 节省",
+    "stats.alpha": "接受率 α（接受 / 检验）",
+    "stats.per_call": "每次调用目标模型得到的 token 数",
+    "stats.base_tps": "基线 token/s",
+    "stats.speedup": "实测加速比",
+    "stats.lossy": "有损运行：宽松系数 b < 1，输出不服从目标模型的分布。",
+    "status.speculative": "投机采样运行中…",
+    "status.baseline": "只用目标模型的基线运行中：已生成 {n} 个 token",
+    "status.done": "完成（{reason}）",
+    "chart.race": "赛跑：生成的 token 数随时间的变化",
+    "chart.race_x": "开始后的秒数",
+    "chart.race_y": "token 数",
+    "chart.speculative": "投机采样",
+    "chart.target_only": "只用目标模型",
+    "chart.acc_round": "每轮接受的草稿数",
+    "chart.round": "轮次",
+    "chart.accepted_of_k": "K 个草稿中被接受的个数",
+    "chart.accepted": "接受",
+    "chart.not_accepted": "未接受",
+    "chart.hist": "每次调用目标模型得到的 token 数",
+    "chart.hist_x": "一轮产出的 token 数",
+    "chart.rounds": "轮数",
+    "chart.by_pos": "各草稿位置的接受率",
+    "chart.draft_position": "草稿位置",
+    "chart.rate": "比例",
+    "chart.accepted_judged": "接受 / 检验",
+    "chart.overlap": "Σ min(p, q) 的均值",
+    "chart.theory": "加速比：实测与理论随 K 的变化",
+    "chart.k_axis": "K（每轮草稿数）",
+    "chart.speedup_axis": "相对只用目标模型的加速比",
+    "chart.theory_needs_baseline": "勾选基线后再运行，才能测出 c 并与理论对比。",
+    "chart.verify_cost": "计入实测的验证开销 {v}",
+    "chart.best_k": "最佳 K={k}",
+    "chart.best_k_theory": "理论最佳 K",
+    "chart.measured": "实测",
+    "chart.inspector": "单轮检视",
+    "chart.inspector_draft": "第 {round} 轮第 {pos} 个位置：草稿模型提出 {x}",
+    "chart.inspector_bonus": "第 {round} 轮第 {pos} 个位置（额外 token）：目标模型自己的 p",
+    "chart.inspector_empty": "先生成，再点击轮次列表中的某一轮。",
+    "chart.token": "token",
+    "chart.probability": "概率",
+    "chart.empty_token": "（空）",
+    "chart.p_target": "p 目标模型",
+    "chart.q_draft": "q 草稿模型",
+    "chart.residual": "残差分布 norm(max(0, p-q))",
+    "chart.drafted": "草稿",
+    "chart.sweep": "K 值扫描：实测与预测的加速比",
+    "chart.dist": "第一个 token：{n} 次投机采样与目标模型精确分布 p 的对比",
+    "chart.dist_p": "目标模型 p（精确）",
+    "chart.dist_samples": "投机采样样本",
+    "chart.dist_q": "草稿模型 q",
+    "sweep.summary": (
+        "基线 {base} token/s。实测最佳：**K = {k}**（{speedup}x）。按理论（α = {alpha}，c = {c}）："
+        "最佳 K = {kb}（{sb}x）。"
+    ),
+    "sweep.header": "| K | token/s | 加速比 | 接受率 α |",
+    "dist.summary": (
+        "{n} 个投机采样样本与 p 之间的总变差距离：**{tv}**。作为参照，直接从 p 抽取 {n} 个样本，距离是 {tv_ref}；"
+        "草稿模型 q 本身与 p 的距离是 {tv_pq}。"
+    ),
+    "dist.lossy": " **有损：** 宽松系数 b = {b} 会让样本偏向草稿模型。",
+    "pair.loaded": (
+        "**已加载**：草稿模型 `{draft}`（{draft_m}M）为目标模型 `{target}`（{target_m}M）起草，"
+        "运行在 {device}（{dtype}）上，上下文窗口 {context} 个 token。"
+    ),
+    "pair.enter_ids": "请填写草稿模型和目标模型的 id，然后点击“加载模型对”。",
+    "pair.loading": "正在加载 {name}…",
+    "pair.done": "已加载",
+    "pair.failed": "**无法加载：** {error}",
+    "role.draft": "草稿",
+    "role.target": "目标",
+    "warn.lossy": "宽松系数 b = {b} < 1：本次运行是有损的，输出不会服从目标模型的分布。",
+    "warn.time_limit": "已到本服务器每个请求 {s} 秒的时间上限，运行已停止。",
+    "warn.sweep_time_limit": "已到本服务器的时间上限（{s} 秒），K 值扫描已停止。",
+    "field.k": "K",
+    "field.temperature": "温度",
+    "field.top_k": "Top-k",
+    "field.top_p": "Top-p",
+    "field.max_new": "最多生成的 token 数",
+    "field.seed": "随机种子",
+    "field.lenience": "宽松系数",
+    "field.k_from": "起始 K",
+    "field.k_to": "结束 K",
+    "field.samples": "样本数",
+    "err.missing": "请填写{name}。",
+    "err.not_number": "{name}必须是数字，收到的是 {value}。",
+    "err.not_finite": "{name}必须是有限的数。",
+    "err.not_whole": "{name}必须是整数，收到的是 {value}。",
+    "err.range": "{name}必须在 {lo} 到 {hi} 之间，收到的是 {value}。",
+    "err.top_p_zero": "Top-p 必须大于 0（设为 1 即不启用）。",
+    "err.lenience_zero": "宽松系数必须大于 0（1 为精确）。",
+    "err.prompt_empty": "提示词是空的。请输入几个词，让模型接着往下写。",
+    "err.prompt_chars": "提示词有 {n} 个字符；本服务器最多接受 {max} 个。",
+    "err.prompt_no_tokens": "提示词没有切分出任何 token。",
+    "err.prompt_window": (
+        "提示词有 {n} 个 token，又要求生成 {new} 个新 token，但这对模型的上下文窗口只有 {window} 个 token。"
+        "请缩短提示词，或调低最多生成的 token 数。"
+    ),
+    "err.custom_off": "本服务器已关闭自定义模型 id（SPECDEMO_ALLOW_CUSTOM=0）。请选择一个预设模型对。",
+    "err.too_big": "{role}模型 {model} 约有 {billions}B 参数，超过了本服务器 {cap}M 的上限（SPECDEMO_MAX_PARAMS_M）。",
+    "err.both_ids": "自定义模型对需要同时填写草稿模型和目标模型的 id。",
+    "err.unknown_pair": "未知的模型对 {name}；请从 {presets} 或 custom 中选择。",
+    "err.oom": "GPU 显存不够完成这个请求。请减少 token 数，或换一对更小的模型。",
+}
+
+MESSAGES: dict[str, dict[str, str]] = {"en": EN, "zh-CN": ZH}
+# the language switch: (shown name, code); each name in its own language
+CHOICES: list[tuple[str, str]] = [("English", "en"), ("\u7b80\u4f53\u4e2d\u6587", "zh-CN")]
+# Chinese entries that are rightly the same as the English ones (symbols, names, formulas)
+SAME_IN_BOTH = {"field.k", "field.top_k", "field.top_p", "chart.token"}
+
+
+class Msg:
+    """A message to translate later (when the language is known), e.g. a field name inside an error."""
+
+    def __init__(self, key: str, **params):
+        self.key, self.params = key, params
+
+    def text(self, lang: str | None = None) -> str:
+        return tr(self.key, lang, **self.params)
+
+    def __str__(self) -> str:
+        return self.text(DEFAULT)
+
+
+def template(key: str, lang: str | None = None) -> str:
+    """The raw text for `key` in `lang` (English when that language lacks it). Unknown keys raise KeyError."""
+    table = MESSAGES.get(normalize(lang), EN)
+    if key in table:
+        return table[key]
+    return EN[key]
+
+
+def tr(key: str, lang: str | None = None, /, **params) -> str:
+    """The text for `key` in `lang`, with `{slots}` filled from params (a `Msg` param is translated too)."""
+    text = template(key, lang)
+    if not params:
+        return text
+    return text.format(**{k: v.text(lang) if isinstance(v, Msg) else v for k, v in params.items()})
+
+
+def normalize(lang: str | None) -> str:
+    """Any language tag to one we have: zh, zh-CN, zh-Hans, zh-TW... -> zh-CN; anything else -> en."""
+    if isinstance(lang, str) and lang.strip().lower().startswith("zh"):
+        return "zh-CN"
+    return DEFAULT
+
+
+def from_accept_language(header: str | None) -> str:
+    """The first supported language in an Accept-Language header, by q weight; English if none."""
+    best, best_q = DEFAULT, -1.0
+    for part in (header or "").split(","):
+        tag, _, q = part.strip().partition(";q=")
+        try:
+            weight = float(q) if q else 1.0
+        except ValueError:
+            continue
+        base = tag.strip().lower().split("-")[0]
+        if base in ("zh", "en") and weight > best_q:
+            best, best_q = normalize(tag), weight
+    return best
+
+
+def pick(lang: str | None = None, accept_language: str | None = None) -> str:
+    """The page's switch wins; without it, the browser's Accept-Language header; else English."""
+    if isinstance(lang, str) and lang.strip():
+        return normalize(lang)
+    return from_accept_language(accept_language)
+
+
+class Translatable:
+    """Mixin for exceptions whose message is a catalogue key: `str(err)` is English, `err.text(lang)` translated.
+
+    `SomeError("err.key", n=3)` looks the key up; a string that is not a key is kept as it is (in every language),
+    so older call sites that pass an English sentence still work."""
+
+    def __init__(self, key_or_text: str, /, **params):
+        self.key = key_or_text if key_or_text in EN else None
+        self.params = params
+        super().__init__(tr(self.key, DEFAULT, **params) if self.key else key_or_text)
+
+    def text(self, lang: str | None = None) -> str:
+        return tr(self.key, lang, **self.params) if self.key else str(self)
+
+
+def label(key: str):
+    """A gradio I18nData for `key`: component labels, buttons, tabs and Markdown, translated in the browser."""
+    import gradio as gr
+
+    EN[key]  # an unknown key is a bug: fail at build time, not with a blank label
+    return gr.I18n()(key)
+
+
+def gradio_i18n():
+    """The whole catalogue as a gr.I18n for demo.launch(i18n=...)."""
+    import gradio as gr
+
+    return gr.I18n(**MESSAGES)
