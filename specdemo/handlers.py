@@ -535,6 +535,19 @@ def initial_lang(browser_lang: str | None, request: gr.Request):
     return i18n.pick(browser_lang, header)
 
 
+def presenter_layout(on) -> gr.Column:
+    """Presenter mode: the page's outer column gets the class that render.CSS enlarges (the charts follow in redraw)."""
+    return gr.Column(elem_classes=["sd-present"] if on else [])
+
+
+TAB_KEYS = ("tab.film", "tab.charts", "tab.sweep", "tab.dist", "tab.step", "tab.export")  # in ui.py's order
+
+
+def tab_labels(lang) -> tuple:
+    """The tabs' labels in `lang`, as plain text (gradio does not re-translate a closed tab's label by itself)."""
+    return tuple(gr.Tab(label=tr(key, lang)) for key in TAB_KEYS)
+
+
 def redraw(lang, presenter, state, round_no, position, sweep, dist, pair_desc) -> tuple:
     """Everything specdemo renders itself, again, in `lang` and presenter size: the run's results stay on screen.
     Returns (legend, keys, tokens, stats, film, 5 charts, inspector plot, reason, step tokens, step caption,

@@ -67,7 +67,7 @@ CSS = """
 .sd-keys { font-size: 13px; color: var(--body-text-color-subdued, #666); margin: 2px 0 6px; }
 .sd-keys kbd { font-family: ui-monospace, monospace; font-size: 12px; border: 1px solid #8888; border-bottom-width: 2px;
   border-radius: 4px; padding: 0 5px; background: var(--block-background-fill, #fff); }
-/* presenter mode: body.sd-present (the toggle in ui.py); sized for a 1280x720 projector */
+/* presenter mode: .sd-present on the page's outer column (the toggle in ui.py); sized for a 1280x720 projector */
 .sd-present .sd-tokens { font-size: 26px; line-height: 1.8; }
 .sd-present .sd-legend { font-size: 18px; }
 .sd-present .sd-card b { font-size: 30px; }

@@ -70,8 +70,6 @@ async (lang) => {
 }
 """.replace("TITLES", json.dumps({code: i18n.MESSAGES[code]["app.title"] for _, code in i18n.CHOICES}))
 
-PRESENTER_JS = "(on) => { document.body.classList.toggle('sd-present', !!on); }"
-
 GENERATE_INPUTS = ("pair", "draft", "target", "prompt", "k", "temperature", "top_k", "top_p", "max_new", "seed",
                    "baseline", "lenience")
 
@@ -83,88 +81,89 @@ def build_demo() -> gr.Blocks:
     with gr.Blocks(title=i18n.EN["app.title"], delete_cache=(3600, 3600)) as demo:
         state = gr.State(None)
         sweep_state, dist_state, pair_state = gr.State(None), gr.State(None), gr.State(None)
-        with gr.Row(equal_height=False):
-            with gr.Column(scale=5):
-                gr.Markdown(L("app.intro"), elem_id="sd-intro")
-            with gr.Column(scale=1, min_width=220):
-                lang = gr.Radio(i18n.CHOICES, value=i18n.DEFAULT, label=L("ui.language"), elem_id="sd-lang")
-                presenter = gr.Checkbox(False, label=L("ui.presenter"), elem_id="sd-presenter")
-        with gr.Row(equal_height=False):
-            with gr.Column(scale=1, min_width=320):
-                c = {}
-                c["pair"] = gr.Dropdown(
-                    choices=[(f"{name}: {p.draft.split('/')[-1]} \u2192 {p.target.split('/')[-1]}", name)
-                             for name, p in PRESETS.items()] + [(L("ui.pair_custom"), handlers.CUSTOM)],
-                    value=DEFAULT_PRESET, label=L("ui.pair"))
-                with gr.Group(visible=False) as custom_box:
-                    c["draft"] = gr.Textbox(label=L("ui.draft_id"), placeholder=L("ui.draft_placeholder"))
-                    c["target"] = gr.Textbox(label=L("ui.target_id"), placeholder=L("ui.target_placeholder"))
-                    load_btn = gr.Button(L("ui.load_pair"), size="sm")
-                pair_status = gr.Markdown(elem_id="sd-pair-status")
-                c["prompt"] = gr.Textbox(label=L("ui.prompt"), lines=4, value=preset.examples[0], elem_id="sd-prompt")
-                examples = gr.Dataset(components=[c["prompt"]], samples=[[e] for e in preset.examples],
-                                      label=L("ui.examples"))
-                c["k"] = gr.Slider(1, limits.max_k, value=4, step=1, label=L("ui.k"))
-                c["temperature"] = gr.Slider(0, 2, value=0.8, step=0.05, label=L("ui.temperature"))
-                with gr.Row():
-                    c["top_k"] = gr.Number(0, label=L("ui.top_k"), precision=0, minimum=0)
-                    c["top_p"] = gr.Slider(0.01, 1, value=1, step=0.01, label=L("ui.top_p"))
-                with gr.Row():
-                    c["max_new"] = gr.Slider(1, limits.max_new_tokens, value=min(128, limits.max_new_tokens), step=1,
-                                             label=L("ui.max_new"))
-                    c["seed"] = gr.Number(0, label=L("ui.seed"), precision=0, minimum=0)
-                c["baseline"] = gr.Checkbox(True, label=L("ui.baseline"))
-                with gr.Accordion(L("ui.lenience_box"), open=False):
-                    gr.Markdown(L("ui.lenience_note"))
-                    c["lenience"] = gr.Slider(0.05, 1, value=1, step=0.05, label=L("ui.lenience"))
-                with gr.Row():
-                    go_btn = gr.Button(L("ui.generate"), variant="primary", elem_id="sd-generate")
-                    stop_btn = gr.Button(L("ui.stop"), variant="stop", elem_id="sd-stop")
-            with gr.Column(scale=2):
-                legend = gr.HTML(render.legend(), elem_id="sd-legend")
-                keys = gr.HTML(render.keys_hint(), elem_id="sd-keys", js_on_load=KEYS_JS)
-                tokens = gr.HTML(render.tokens_html("", []), elem_id="sd-token-view", js_on_load=CLICK_JS,
-                                 max_height=420, autoscroll=True)
-                stats = gr.HTML(render.stats_html(None), elem_id="sd-stats")
-                with gr.Row():
-                    race = gr.Plot(plots.race(None, None), elem_id="sd-race", show_label=False)
-                    acc_round = gr.Plot(plots.acceptance_per_round(None), elem_id="sd-acc-round", show_label=False)
-                with gr.Tabs() as tabs:
-                    with gr.Tab(L("tab.film"), id="film"):
-                        film = gr.HTML(render.filmstrip_html([]), elem_id="sd-film", js_on_load=CLICK_JS)
-                        with gr.Row():
-                            round_sl = gr.Slider(1, 2, value=1, step=1, label=L("ui.round"), interactive=False)
-                            pos_sl = gr.Slider(1, limits.max_k + 1, value=1, step=1, label=L("ui.position"))
-                        insp_plot = gr.Plot(plots.inspector_empty(), elem_id="sd-inspector", show_label=False)
-                        insp_reason = gr.HTML(elem_id="sd-reason")
-                    with gr.Tab(L("tab.charts"), id="charts"):
-                        with gr.Row():
-                            hist = gr.Plot(plots.accepted_length_histogram(None), show_label=False)
-                            by_pos = gr.Plot(plots.acceptance_by_position(None), show_label=False)
-                        theory = gr.Plot(plots.speedup_vs_theory(None, None), show_label=False)
-                    with gr.Tab(L("tab.sweep"), id="sweep"):
-                        with gr.Row():
-                            k_from = gr.Slider(1, limits.max_k, value=1, step=1, label=L("ui.k_from"))
-                            k_to = gr.Slider(1, limits.max_k, value=min(8, limits.max_k), step=1, label=L("ui.k_to"))
-                        sweep_btn = gr.Button(L("ui.sweep_run"))
-                        sweep_plot = gr.Plot(plots.k_sweep([], None, None), show_label=False)
-                        sweep_md = gr.Markdown()
-                    with gr.Tab(L("tab.dist"), id="dist"):
-                        n_samples = gr.Slider(100, limits.max_samples, value=min(2000, limits.max_samples), step=100,
-                                              label=L("ui.samples"))
-                        dist_btn = gr.Button(L("ui.draw"))
-                        dist_plot = gr.Plot(show_label=False)
-                        dist_md = gr.Markdown()
-                    with gr.Tab(L("tab.step"), id=handlers.STEP_TAB):
-                        with gr.Row():
-                            reset_btn = gr.Button(L("ui.step_first"), elem_id="sd-first-round")
-                            prev_btn = gr.Button(L("ui.step_prev"), elem_id="sd-prev-round")
-                            next_btn = gr.Button(L("ui.step_next"), variant="primary", elem_id="sd-next-round")
-                        step_caption = gr.Markdown(render.step_caption([], 0), elem_id="sd-step-caption")
-                        step_tokens = gr.HTML(elem_id="sd-step-tokens")
-                    with gr.Tab(L("tab.export"), id="export"):
-                        download = gr.File(label=L("ui.trace_file"), elem_id="sd-download")
-                        trace_json = gr.JSON(label=L("ui.trace"), open=False)
+        with gr.Column(elem_id="sd-app") as app_col:  # presenter mode sets a class here (render.CSS)
+            with gr.Row(equal_height=False):
+                with gr.Column(scale=5):
+                    gr.Markdown(L("app.intro"), elem_id="sd-intro")
+                with gr.Column(scale=1, min_width=220):
+                    lang = gr.Radio(i18n.CHOICES, value=i18n.DEFAULT, label=L("ui.language"), elem_id="sd-lang")
+                    presenter = gr.Checkbox(False, label=L("ui.presenter"), elem_id="sd-presenter")
+            with gr.Row(equal_height=False):
+                with gr.Column(scale=1, min_width=320):
+                    c = {}
+                    c["pair"] = gr.Dropdown(
+                        choices=[(f"{name}: {p.draft.split('/')[-1]} \u2192 {p.target.split('/')[-1]}", name)
+                                 for name, p in PRESETS.items()] + [(L("ui.pair_custom"), handlers.CUSTOM)],
+                        value=DEFAULT_PRESET, label=L("ui.pair"))
+                    with gr.Group(visible=False) as custom_box:
+                        c["draft"] = gr.Textbox(label=L("ui.draft_id"), placeholder=L("ui.draft_placeholder"))
+                        c["target"] = gr.Textbox(label=L("ui.target_id"), placeholder=L("ui.target_placeholder"))
+                        load_btn = gr.Button(L("ui.load_pair"), size="sm")
+                    pair_status = gr.Markdown(elem_id="sd-pair-status")
+                    c["prompt"] = gr.Textbox(label=L("ui.prompt"), lines=4, value=preset.examples[0], elem_id="sd-prompt")
+                    examples = gr.Dataset(components=[c["prompt"]], samples=[[e] for e in preset.examples],
+                                          label=L("ui.examples"))
+                    c["k"] = gr.Slider(1, limits.max_k, value=4, step=1, label=L("ui.k"))
+                    c["temperature"] = gr.Slider(0, 2, value=0.8, step=0.05, label=L("ui.temperature"))
+                    with gr.Row():
+                        c["top_k"] = gr.Number(0, label=L("ui.top_k"), precision=0, minimum=0)
+                        c["top_p"] = gr.Slider(0.01, 1, value=1, step=0.01, label=L("ui.top_p"))
+                    with gr.Row():
+                        c["max_new"] = gr.Slider(1, limits.max_new_tokens, value=min(128, limits.max_new_tokens), step=1,
+                                                 label=L("ui.max_new"))
+                        c["seed"] = gr.Number(0, label=L("ui.seed"), precision=0, minimum=0)
+                    c["baseline"] = gr.Checkbox(True, label=L("ui.baseline"))
+                    with gr.Accordion(L("ui.lenience_box"), open=False):
+                        gr.Markdown(L("ui.lenience_note"))
+                        c["lenience"] = gr.Slider(0.05, 1, value=1, step=0.05, label=L("ui.lenience"))
+                    with gr.Row():
+                        go_btn = gr.Button(L("ui.generate"), variant="primary", elem_id="sd-generate")
+                        stop_btn = gr.Button(L("ui.stop"), variant="stop", elem_id="sd-stop")
+                with gr.Column(scale=2):
+                    legend = gr.HTML(render.legend(), elem_id="sd-legend")
+                    keys = gr.HTML(render.keys_hint(), elem_id="sd-keys", js_on_load=KEYS_JS)
+                    tokens = gr.HTML(render.tokens_html("", []), elem_id="sd-token-view", js_on_load=CLICK_JS,
+                                     max_height=420, autoscroll=True)
+                    stats = gr.HTML(render.stats_html(None), elem_id="sd-stats")
+                    with gr.Row():
+                        race = gr.Plot(plots.race(None, None), elem_id="sd-race", show_label=False)
+                        acc_round = gr.Plot(plots.acceptance_per_round(None), elem_id="sd-acc-round", show_label=False)
+                    with gr.Tabs() as tabs:
+                        with gr.Tab(L("tab.film"), id="film") as tab_film:
+                            film = gr.HTML(render.filmstrip_html([]), elem_id="sd-film", js_on_load=CLICK_JS)
+                            with gr.Row():
+                                round_sl = gr.Slider(1, 2, value=1, step=1, label=L("ui.round"), interactive=False)
+                                pos_sl = gr.Slider(1, limits.max_k + 1, value=1, step=1, label=L("ui.position"))
+                            insp_plot = gr.Plot(plots.inspector_empty(), elem_id="sd-inspector", show_label=False)
+                            insp_reason = gr.HTML(elem_id="sd-reason")
+                        with gr.Tab(L("tab.charts"), id="charts") as tab_charts:
+                            with gr.Row():
+                                hist = gr.Plot(plots.accepted_length_histogram(None), show_label=False)
+                                by_pos = gr.Plot(plots.acceptance_by_position(None), show_label=False)
+                            theory = gr.Plot(plots.speedup_vs_theory(None, None), show_label=False)
+                        with gr.Tab(L("tab.sweep"), id="sweep") as tab_sweep:
+                            with gr.Row():
+                                k_from = gr.Slider(1, limits.max_k, value=1, step=1, label=L("ui.k_from"))
+                                k_to = gr.Slider(1, limits.max_k, value=min(8, limits.max_k), step=1, label=L("ui.k_to"))
+                            sweep_btn = gr.Button(L("ui.sweep_run"))
+                            sweep_plot = gr.Plot(plots.k_sweep([], None, None), show_label=False)
+                            sweep_md = gr.Markdown()
+                        with gr.Tab(L("tab.dist"), id="dist") as tab_dist:
+                            n_samples = gr.Slider(100, limits.max_samples, value=min(2000, limits.max_samples), step=100,
+                                                  label=L("ui.samples"))
+                            dist_btn = gr.Button(L("ui.draw"))
+                            dist_plot = gr.Plot(show_label=False)
+                            dist_md = gr.Markdown()
+                        with gr.Tab(L("tab.step"), id=handlers.STEP_TAB) as tab_step:
+                            with gr.Row():
+                                reset_btn = gr.Button(L("ui.step_first"), elem_id="sd-first-round")
+                                prev_btn = gr.Button(L("ui.step_prev"), elem_id="sd-prev-round")
+                                next_btn = gr.Button(L("ui.step_next"), variant="primary", elem_id="sd-next-round")
+                            step_caption = gr.Markdown(render.step_caption([], 0), elem_id="sd-step-caption")
+                            step_tokens = gr.HTML(elem_id="sd-step-tokens")
+                        with gr.Tab(L("tab.export"), id="export") as tab_export:
+                            download = gr.File(label=L("ui.trace_file"), elem_id="sd-download")
+                            trace_json = gr.JSON(label=L("ui.trace"), open=False)
 
         view = [lang, presenter]  # every UI handler's last two inputs
         inputs = [c[name] for name in GENERATE_INPUTS] + view
@@ -217,10 +216,15 @@ def build_demo() -> gr.Blocks:
                           insp_reason, step_tokens, step_caption, sweep_plot, sweep_md, dist_plot, dist_md,
                           pair_status]
         redraw_inputs = view + [state, round_sl, pos_sl, sweep_state, dist_state, pair_state]
-        for switch, js in ((lang, LOCALE_JS), (presenter, PRESENTER_JS)):
-            switch.change(None, [switch], None, js=js)
+        lang.change(None, [lang], None, js=LOCALE_JS)
+        presenter.change(handlers.presenter_layout, [presenter], [app_col], api_visibility="private",
+                         show_progress="hidden")
+        for switch in (lang, presenter):
             switch.change(handlers.redraw, redraw_inputs, redraw_outputs, api_visibility="private",
                           show_progress="hidden")
+        # gradio re-translates only the open tab's label on a locale change, so the server sends all of them
+        lang.change(handlers.tab_labels, [lang], [tab_film, tab_charts, tab_sweep, tab_dist, tab_step, tab_export],
+                    api_visibility="private", show_progress="hidden")
 
         gr.api(handlers.generate_api, api_name="generate", concurrency_id="models")
 

@@ -4,6 +4,7 @@ watch coloured tokens, charts and the film strip appear, inspect a round, and ma
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -27,16 +28,33 @@ def browser():
         b.close()
 
 
-@pytest.fixture
-def page(browser, app_url):
-    context = browser.new_context(viewport={"width": 1500, "height": 1500})
+LOADED = {"en-US": "Loaded", "zh-CN": "已加载"}
+
+
+def open_page(browser, url: str, locale: str = "en-US", width: int = 1500, height: int = 1500):
+    """A fresh browser context in `locale` (navigator.language and Accept-Language), on a page that is ready: the
+    charts are drawn and the pair's status is shown in that language."""
+    context = browser.new_context(viewport={"width": width, "height": height}, locale=locale)
     pg = context.new_page()
     pg.dialogs = []
     pg.on("dialog", lambda d: (pg.dialogs.append(d.message), d.dismiss()))
-    pg.goto(app_url, wait_until="load")
+    pg.goto(url, wait_until="load")
     pg.wait_for_selector("#sd-generate")
     pg.wait_for_selector("#sd-race .js-plotly-plot")  # the page has drawn its (empty) charts: a person sees it ready
-    pg.wait_for_function("document.querySelector('#sd-pair-status').innerText.includes('Loaded')")
+    pg.wait_for_function(f"document.querySelector('#sd-pair-status').innerText.includes('{LOADED[locale]}')")
+    return context, pg
+
+
+@pytest.fixture
+def page(browser, app_url):
+    context, pg = open_page(browser, app_url)
+    yield pg
+    context.close()
+
+
+@pytest.fixture
+def page_zh(browser, app_url):
+    context, pg = open_page(browser, app_url, "zh-CN")
     yield pg
     context.close()
 
@@ -107,3 +125,123 @@ def test_step_through_advances_one_round_at_a_time(page):
     page.click("#sd-next-round")
     page.wait_for_function("document.querySelector('#sd-step-caption').innerText.includes('Round 2 of')")
     assert "draft proposed" in page.inner_text("#sd-step-caption")
+
+
+# ------------------------------------------------------------------------------------ languages and presenting
+CJK = re.compile(r"[\u3400-\u9fff]")
+DONE = "document.querySelector('#sd-stats').innerText.match(/done|完成/)"
+
+
+def generate(page, prompt: str = "ROMEO:\n") -> None:
+    set_prompt(page, prompt)
+    page.click("#sd-generate")
+    page.wait_for_function(DONE, timeout=120000)
+
+
+def visible_text(page) -> str:
+    return page.inner_text("body")
+
+
+def test_chinese_browser_gets_the_chinese_page(page_zh):
+    text = visible_text(page_zh)
+    for words in ("逐轮看懂投机采样", "草稿模型", "模型对（草稿模型 → 目标模型）", "提示词", "逐轮演示", "分布检验",
+                  "K 值扫描", "被目标模型接受", "重采样", "额外 token", "语言", "演示模式", "PageDown"):
+        assert words in text, words
+    assert page_zh.inner_text("#sd-generate").strip() == "生成"
+    assert page_zh.get_by_role("tab", name="逐轮演示").count() == 1
+    assert "赛跑" in page_zh.inner_text("#sd-race")  # a chart title, drawn by the server in Chinese
+    assert page_zh.evaluate("document.documentElement.lang") == "zh-CN"
+    assert page_zh.evaluate("document.title") == "specdemo：逐轮看懂投机采样"
+    for english in ("Generate", "Step through", "Prompt", "kept by the target", "Race:", "__i18n__"):
+        assert english not in text, english
+
+
+def test_english_browser_gets_the_english_page(page):
+    text = visible_text(page)
+    for words in ("speculative sampling, round by round", "Model pair (draft → target)", "Step through",
+                  "Distribution check", "kept by the target", "Language", "Presenter mode"):
+        assert words in text, words
+    assert page.inner_text("#sd-generate").strip() == "Generate"
+    # the only Chinese on the English page is the switch's own name for Chinese
+    assert CJK.findall(text.replace("简体中文", "")) == []
+
+
+def test_switching_language_keeps_the_page_and_the_run(page):
+    generate(page)
+    page.evaluate("window.sdMarker = 'kept'")  # a reload would lose it
+    n_tokens = page.locator("#sd-token-view .sd-tok").count()
+    text_before = page.inner_text("#sd-token-view")
+    assert n_tokens > 10 and "speedup" in page.inner_text("#sd-stats")
+    page.get_by_text("简体中文", exact=True).click()
+    page.wait_for_function("document.querySelector('#sd-stats').innerText.includes('实测加速比')")
+    page.wait_for_function("document.querySelector('#sd-generate').innerText.trim() == '生成'")
+    assert page.evaluate("window.sdMarker") == "kept"
+    assert page.locator("#sd-token-view .sd-tok").count() == n_tokens
+    assert page.inner_text("#sd-token-view") == text_before  # the same run, not a new one
+    assert "被目标模型接受" in page.inner_text("#sd-legend")
+    assert "p(x) 目标模型" in page.locator("#sd-token-view .sd-tok").first.get_attribute("title")
+    assert "完成" in page.inner_text("#sd-stats") and "第1轮" in page.inner_text("#sd-film")
+    assert "赛跑" in page.inner_text("#sd-race") and page.locator("#sd-race .scatterlayer .trace").count() == 2
+    for tab in ("更多图表", "K 值扫描", "分布检验", "逐轮记录与检视", "导出"):  # every tab's label, open or not
+        assert page.get_by_role("tab", name=tab).count() == 1, tab
+    page.get_by_role("tab", name="逐轮演示").click()  # a tab opened after the switch is in Chinese too
+    page.wait_for_selector("#sd-next-round")
+    assert "下一轮" in page.inner_text("#sd-next-round") and "高级：宽松系数（有损）" in visible_text(page)
+    # and back
+    page.get_by_text("English", exact=True).click()
+    page.wait_for_function("document.querySelector('#sd-stats').innerText.includes('measured speedup')")
+    page.wait_for_function("document.querySelector('#sd-generate').innerText.trim() == 'Generate'")
+    assert page.evaluate("window.sdMarker") == "kept"
+    assert page.locator("#sd-token-view .sd-tok").count() == n_tokens
+
+
+def caption(page) -> str:
+    return page.inner_text("#sd-step-caption")
+
+
+def wait_caption(page, text: str) -> None:
+    page.wait_for_function(f"(document.querySelector('#sd-step-caption')?.innerText || '').includes({text!r})")
+
+
+def test_keyboard_steps_through_the_rounds(page):
+    assert "PageDown" in page.inner_text("#sd-keys") and "Home" in page.inner_text("#sd-keys")
+    generate(page, "JULIET:\n")
+    page.locator("#sd-stats").click()  # focus on the page, not in a field
+    page.keyboard.press("ArrowRight")
+    wait_caption(page, "Round 1 of")  # the key also opened the Step through tab
+    page.keyboard.press("ArrowRight")
+    wait_caption(page, "Round 2 of")
+    page.keyboard.press("PageDown")
+    wait_caption(page, "Round 3 of")
+    page.keyboard.press("ArrowLeft")
+    wait_caption(page, "Round 2 of")
+    page.keyboard.press("Home")
+    wait_caption(page, "Before round 1")
+    # typing in the prompt keeps the keys' usual meaning
+    page.locator("#sd-prompt textarea").focus()
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("PageDown")
+    page.locator("#sd-stats").click()
+    page.keyboard.press("ArrowRight")
+    wait_caption(page, "Round 1 of")  # one step from 'before round 1', not three
+
+
+def font_px(page, selector: str) -> float:
+    return page.eval_on_selector(selector, "el => parseFloat(getComputedStyle(el).fontSize)")
+
+
+def test_presenter_mode_enlarges_tokens_captions_and_charts(page):
+    generate(page)
+    before = {s: font_px(page, s) for s in ("#sd-token-view .sd-tokens", "#sd-race .gtitle", "#sd-stats .sd-card b")}
+    height = page.eval_on_selector("#sd-race .js-plotly-plot", "el => el.getBoundingClientRect().height")
+    page.locator("#sd-presenter input").check()
+    page.wait_for_function("document.querySelector('#sd-app').classList.contains('sd-present')")
+    page.wait_for_function("parseFloat(getComputedStyle(document.querySelector('#sd-race .gtitle')).fontSize) > 18")
+    after = {s: font_px(page, s) for s in before}
+    for s in before:
+        assert after[s] >= before[s] * 1.3, (s, before[s], after[s])
+    assert page.eval_on_selector("#sd-race .js-plotly-plot", "el => el.getBoundingClientRect().height") > height
+    assert page.locator("#sd-token-view .sd-tok").count() > 10  # the run is still on screen
+    page.locator("#sd-presenter input").uncheck()
+    page.wait_for_function("!document.querySelector('#sd-app').classList.contains('sd-present')")
+    assert font_px(page, "#sd-token-view .sd-tokens") == before["#sd-token-view .sd-tokens"]

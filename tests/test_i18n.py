@@ -1,0 +1,215 @@
+"""The message catalogue (specdemo/i18n.py): both languages hold the same keys with the same {slots}, every key the
+code looks up exists, nothing is left untranslated, and what specdemo renders itself (HTML, figures, errors) comes
+out in the language asked for, escaped. The page itself is tested in tests/test_browser.py."""
+
+from __future__ import annotations
+
+import ast
+import re
+import string
+from pathlib import Path
+
+import pytest
+
+from specdemo import SamplingConfig, SpecConfig, handlers, i18n, plots, render, speculative_generate
+from specdemo.i18n import EN, ZH, Msg, tr
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = sorted((ROOT / "specdemo").glob("*.py")) + [ROOT / "app.py"]
+LOOKUPS = {"tr", "trh", "template", "label", "L", "Msg", "UserError", "PromptError"}
+CJK = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]")  # CJK characters and punctuation
+
+
+def slots(text: str) -> set[str]:
+    return {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+
+
+def keys_in_source() -> dict[str, list[str]]:
+    """Every literal catalogue key in the package: first arguments of the lookups, values of the *_KEY tables,
+    and subscripts such as EN["app.title"]. Returns {key: [where, ...]}."""
+    found: dict[str, list[str]] = {}
+
+    def add(node, where):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.setdefault(node.value, []).append(where)
+
+    for path in SOURCES:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            where = f"{path.name}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Call) and node.args:
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                if name in LOOKUPS:
+                    add(node.args[0], where)
+            elif isinstance(node, ast.Assign) and any(getattr(t, "id", "").endswith("_KEY") for t in node.targets):
+                for value in getattr(node.value, "values", []):
+                    add(value, where)
+            elif isinstance(node, ast.Subscript) and getattr(node.value, "id", None) in ("EN", "ZH"):
+                add(node.slice, where)
+            elif (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Subscript)
+                  and getattr(node.value.value, "attr", None) == "MESSAGES"):
+                add(node.slice, where)
+    return found
+
+
+def test_every_english_string_has_a_chinese_entry_and_back():
+    assert sorted(set(EN) - set(ZH)) == [], "English strings without a Chinese entry"
+    assert sorted(set(ZH) - set(EN)) == [], "Chinese entries without an English string"
+    assert set(i18n.MESSAGES) == {code for _, code in i18n.CHOICES}
+
+
+@pytest.mark.parametrize("key", sorted(EN))
+def test_both_languages_fill_the_same_slots(key):
+    assert slots(EN[key]) == slots(ZH[key]), key
+    assert ZH[key].strip(), key
+
+
+def test_chinese_entries_are_chinese():
+    copied = [k for k in EN if ZH[k] == EN[k] and k not in i18n.SAME_IN_BOTH]
+    assert copied == [], f"left in English: {copied}"
+    no_cjk = [k for k in ZH if not CJK.search(ZH[k]) and k not in i18n.SAME_IN_BOTH]
+    assert no_cjk == [], f"no Chinese characters: {no_cjk}"
+
+
+def test_every_key_the_code_uses_exists_and_every_entry_is_used():
+    used = keys_in_source()
+    assert len(used) > 150  # the scan sees the lookups (a broken scan would pass the checks below vacuously)
+    missing = {k: w for k, w in used.items() if k not in EN}
+    assert missing == {}, f"keys looked up but not in the catalogue: {missing}"
+    unused = sorted(set(EN) - set(used))
+    assert unused == [], f"catalogue entries no code looks up: {unused}"
+
+
+def test_lookup_falls_back_and_refuses_unknown_keys():
+    assert tr("ui.generate", "zh-CN") == "生成" and tr("ui.generate", "en") == "Generate"
+    assert tr("ui.generate", "zh-TW") == "生成" and tr("ui.generate", "fr") == "Generate"
+    assert tr("err.range", "zh-CN", name=Msg("field.temperature"), lo=0, hi=2, value=5) == \
+        "温度必须在 0 到 2 之间，收到的是 5。"
+    with pytest.raises(KeyError):
+        tr("no.such.key", "en")
+    with pytest.raises(KeyError):
+        i18n.label("no.such.key")
+
+
+@pytest.mark.parametrize("lang,header,expected", [
+    ("zh-CN", None, "zh-CN"), ("zh-TW", None, "zh-CN"), ("zh", None, "zh-CN"), ("en", "zh-CN", "en"),
+    ("fr-FR", None, "en"), (None, "zh-CN,zh;q=0.9,en;q=0.8", "zh-CN"), ("", "en-US,en;q=0.9,zh-CN;q=0.8", "en"),
+    (None, "fr-FR,fr;q=0.9,zh-CN;q=0.5", "zh-CN"), (None, "de-DE;q=bad", "en"), (None, None, "en"),
+])
+def test_the_visitor_language(lang, header, expected):
+    assert i18n.pick(lang, header) == expected
+
+
+@pytest.fixture(scope="module")
+def run(pair):
+    """A real run of the embedded pair with rejections, resamples and bonus tokens in it."""
+    trace = speculative_generate(pair, "ROMEO:\n", SamplingConfig(1.0), SpecConfig(k=4, max_new_tokens=48, seed=3))
+    labels = {t.label for r in trace.rounds for t in r.tokens}
+    assert {"accepted", "rejected", "resampled", "bonus"} <= labels
+    return trace
+
+
+def test_rendered_html_follows_the_language_and_escapes_it(run):
+    zh = {
+        "legend": render.legend("zh-CN"),
+        "tokens": render.tokens_html(run.prompt, run.rounds, lang="zh-CN"),
+        "film": render.filmstrip_html(run.rounds, lang="zh-CN"),
+        "stats": render.stats_html(run, None, render.done_status(run, "zh-CN"), "zh-CN"),
+        "keys": render.keys_hint("zh-CN"),
+    }
+    assert "被目标模型接受" in zh["legend"] and "额外 token" in zh["legend"]
+    assert "p(x) 目标模型 = " in zh["tokens"] and "q(x) 草稿模型 = " in zh["tokens"] and "第 1 轮" in zh["tokens"]
+    assert "第1轮" in zh["film"] and "接受 " in zh["film"]
+    assert "接受率 α" in zh["stats"] and "完成（" in zh["stats"]
+    assert "<kbd>PageDown</kbd>" in zh["keys"] and "下一轮" in zh["keys"]
+    for html in zh.values():
+        assert not re.search(r"kept by|accepted /|round \d|target =", html), html[:200]
+    # a translation that holds '<' reaches the page escaped, in both languages
+    lossy = run.__class__(run.mode, run.prompt, run.prompt_ids, run.settings | {"lenience": 0.5}, run.rounds)
+    lossy.wall_s = run.wall_s
+    for lang, words in (("en", "lenience b &lt; 1"), ("zh-CN", "宽松系数 b &lt; 1")):
+        assert words in render.stats_html(lossy, lang=lang)
+    en_reasons = [render.reason(r, pos) for r in run.rounds for pos in range(1, r.k + 2)]
+    zh_reasons = [render.reason(r, pos, "zh-CN") for r in run.rounds for pos in range(1, r.k + 2)]
+    assert any(x.startswith("Rejected") for x in en_reasons) and any(x.startswith("拒绝") for x in zh_reasons)
+    assert any("额外给出了一个 token" in x for x in zh_reasons)
+    assert all("<" not in x.replace("&lt;", "") for x in zh_reasons + en_reasons)  # no raw markup, only text
+
+
+def test_step_captions_in_both_languages(run):
+    assert render.step_caption([], 0, "zh-CN") == "请先生成，然后一轮一轮地往下看。"
+    assert render.step_caption(run.rounds, 0, "zh-CN").startswith("第 1 轮之前")
+    en, zh = render.step_caption(run.rounds, 2, "en"), render.step_caption(run.rounds, 2, "zh-CN")
+    assert en.startswith(f"Round 2 of {len(run.rounds)}: draft proposed 4; target kept")
+    assert zh.startswith(f"第 2 轮（共 {len(run.rounds)} 轮）：草稿模型提出 4 个 token，目标模型接受了")
+    assert run.rounds[1].caption in en  # the JSON trace's English caption is the English page's caption
+
+
+def test_figures_follow_the_language_and_presenter_mode(run, pair):
+    base = None
+    figs = handlers.charts(run, base, "zh-CN", presenter=False) + (
+        plots.inspector(run.rounds[0], 1, lang="zh-CN"), plots.inspector_empty("zh-CN"),
+        plots.k_sweep([{"k": 1, "speedup": 1.2}], 0.8, 0.1, "zh-CN"),
+        plots.distribution(["a", ""], [0.5, 0.5], [0.4, 0.6], [0.3, 0.7], 100, "zh-CN"))
+    for fig in figs:
+        texts = [fig.layout.title.text, fig.layout.xaxis.title.text, fig.layout.yaxis.title.text]
+        texts += [t.name for t in fig.data if t.name] + [a.text for a in fig.layout.annotations]
+        assert CJK.search(fig.layout.title.text), fig.layout.title.text
+        english = [t for t in texts if t and re.search(r"\b(tokens|round|accepted|speedup|probability|draft)\b", t)]
+        assert english == [], english
+    big = handlers.charts(run, base, "en", presenter=True)
+    small = handlers.charts(run, base, "en", presenter=False)
+    for b, s in zip(big, small, strict=True):
+        assert b.layout.font.size > s.layout.font.size and b.layout.height > s.layout.height
+
+
+def test_redraw_keeps_a_run_and_switches_everything(run):
+    state = {"spec": run, "base": None, "cursor": 2}
+    sweep = {"results": [{"k": 2, "speedup": 1.3, "tokens_per_s": 90.0, "alpha": 0.8}], "alpha": 0.8, "c": 0.1,
+             "base_tps": 70.0, "kb": 4, "sb": 1.9}
+    dist = {"n": 100, "lenience": 0.5, "tokens": ["a"], "p": [1.0], "freq": [1.0], "q": [1.0], "tv": 0.0,
+            "tv_ref": 0.0, "tv_pq": 0.0}
+    desc = {"draft": "d", "target": "t", "draft_parameters": 1e6, "target_parameters": 1e7, "device": "cpu",
+            "dtype": "float32", "context_window": 512}
+    out = handlers.redraw("zh-CN", True, state, 2, 1, sweep, dist, desc)
+    assert len(out) == 19
+    legend, keys, tokens, stats, film, *rest = out
+    assert run.rounds[0].tokens[0].text.strip()[:3] in tokens and "p(x) 目标模型" in tokens
+    assert "完成" in stats and "第2轮" in film and "被目标模型接受" in legend
+    insp_reason, step_tokens, step_caption = rest[6], rest[7], rest[8]
+    assert "第 2 轮" in rest[5].layout.title.text and CJK.search(insp_reason)
+    assert step_caption.startswith("第 2 轮（共") and 'class="sd-tok' in step_tokens
+    assert rest[10].startswith("基线 70.0 token/s") and "| K | token/s | 加速比 |" in rest[10]
+    assert "有损" in rest[12] and rest[13].startswith("**已加载**")
+    empty = handlers.redraw("en", False, None, 1, 1, None, None, None)
+    assert "Rounds appear here" in empty[4] and empty[-1] is not None  # pair status skipped, not blanked
+    assert "Generate first" in empty[13]
+
+
+@pytest.mark.parametrize("kwargs,en,zh", [
+    (dict(prompt=""), "The prompt is empty", "提示词是空的"),
+    (dict(k=99), "K must be between 1 and", "K必须在 1 到"),
+    (dict(temperature="x"), "Temperature must be a number", "温度必须是数字"),
+    (dict(top_p=0.0), "Top-p must be above 0", "Top-p 必须大于 0"),
+    (dict(seed=1.5), "Seed must be a whole number", "随机种子必须是整数"),
+    (dict(pair_name="nope"), "Unknown model pair 'nope'", "未知的模型对 'nope'"),
+    (dict(pair_name="custom", draft_id="", target_id="x"), "Enter both a draft and a target", "自定义模型对需要同时填写"),
+])
+def test_errors_in_both_languages(kwargs, en, zh):
+    args = dict(pair_name="shakespeare", draft_id="", target_id="", prompt="ROMEO:", k=4, temperature=0.8, top_k=0,
+                top_p=1.0, max_new_tokens=8, seed=0, run_baseline=False, lenience=1.0)
+    args.update(kwargs)
+    with pytest.raises(handlers.UserError) as info:
+        handlers.validate(**args)
+    assert str(info.value).startswith(en) and handlers.error_text(info.value, "en").startswith(en)
+    assert handlers.error_text(info.value, "zh-CN").startswith(zh)
+
+
+def test_engine_prompt_errors_are_translated_too(pair):
+    from specdemo.speculative import PromptError, encode_prompt
+
+    with pytest.raises(PromptError) as info:
+        encode_prompt(pair, "ROMEO " * 400, 200)
+    assert str(info.value).startswith("The prompt is ") and "context window is 512 tokens" in str(info.value)
+    assert handlers.error_text(info.value, "zh-CN").startswith("提示词有 ")
+    assert "512 个 token" in handlers.error_text(info.value, "zh-CN")
