@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Make .venv and install specdemo into it. `--dev` adds the test tools and Debian's chromium for browser tests.
+# Make .venv and install specdemo into it. `--dev` adds the test tools, Debian's chromium for browser tests and a
+# CJK font (fonts-noto-cjk) for the Chinese page.
 #
 # torch: on a machine without an NVIDIA GPU this installs the CPU build (a few hundred MB) from the PyTorch CPU
 # index; a plain `pip install torch` would pull the multi-GB CUDA build. With a GPU it installs the default build.
@@ -18,9 +19,13 @@ fi
 pip install -r requirements.txt
 if [ "${1:-}" = "--dev" ]; then
   pip install -r requirements-dev.txt
-  if ! command -v chromium >/dev/null 2>&1; then
+  # chromium for the browser tests; a CJK font so that the 简体中文 page (and its screenshot) shows no boxes
+  PKGS=""
+  command -v chromium >/dev/null 2>&1 || PKGS="chromium"
+  [ -n "$(fc-list :lang=zh 2>/dev/null)" ] || PKGS="$PKGS fonts-noto-cjk"
+  if [ -n "$PKGS" ]; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $PKGS >/dev/null
   fi
 fi

@@ -78,6 +78,10 @@ CSS = """
   line-height: 1.5; }
 .sd-present .sd-keys { font-size: 16px; }
 .sd-present #sd-intro { display: none; }
+.sd-present #sd-main { flex-direction: column; }
+.sd-present #sd-controls { min-width: 0 !important; max-width: 480px; }
+.sd-present #sd-results { width: 100%; max-width: none; }
+.sd-present #sd-controls > :not(#sd-run-row) { display: none; }
 """
 
 

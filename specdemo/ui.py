@@ -38,6 +38,7 @@ if (!window.sdKeysBound) {
     if (!document.querySelector('#sd-token-view .sd-tok')) return;
     e.preventDefault();
     window.sdStepTrigger('click', {step: steps[e.key]});
+    document.querySelector('#sd-tabs')?.scrollIntoView({block: 'start'});  // the step-through opens there
   });
 }
 """
@@ -88,13 +89,13 @@ def build_demo() -> gr.Blocks:
                 with gr.Column(scale=1, min_width=220):
                     lang = gr.Radio(i18n.CHOICES, value=i18n.DEFAULT, label=L("ui.language"), elem_id="sd-lang")
                     presenter = gr.Checkbox(False, label=L("ui.presenter"), elem_id="sd-presenter")
-            with gr.Row(equal_height=False):
-                with gr.Column(scale=1, min_width=320):
+            with gr.Row(equal_height=False, elem_id="sd-main"):
+                with gr.Column(scale=1, min_width=320, elem_id="sd-controls"):
                     c = {}
                     c["pair"] = gr.Dropdown(
                         choices=[(f"{name}: {p.draft.split('/')[-1]} \u2192 {p.target.split('/')[-1]}", name)
                                  for name, p in PRESETS.items()] + [(L("ui.pair_custom"), handlers.CUSTOM)],
-                        value=DEFAULT_PRESET, label=L("ui.pair"))
+                        value=DEFAULT_PRESET, label=L("ui.pair"), elem_id="sd-pair")
                     with gr.Group(visible=False) as custom_box:
                         c["draft"] = gr.Textbox(label=L("ui.draft_id"), placeholder=L("ui.draft_placeholder"))
                         c["target"] = gr.Textbox(label=L("ui.target_id"), placeholder=L("ui.target_placeholder"))
@@ -116,19 +117,19 @@ def build_demo() -> gr.Blocks:
                     with gr.Accordion(L("ui.lenience_box"), open=False):
                         gr.Markdown(L("ui.lenience_note"))
                         c["lenience"] = gr.Slider(0.05, 1, value=1, step=0.05, label=L("ui.lenience"))
-                    with gr.Row():
+                    with gr.Row(elem_id="sd-run-row"):
                         go_btn = gr.Button(L("ui.generate"), variant="primary", elem_id="sd-generate")
                         stop_btn = gr.Button(L("ui.stop"), variant="stop", elem_id="sd-stop")
-                with gr.Column(scale=2):
+                with gr.Column(scale=2, elem_id="sd-results"):
                     legend = gr.HTML(render.legend(), elem_id="sd-legend")
                     keys = gr.HTML(render.keys_hint(), elem_id="sd-keys", js_on_load=KEYS_JS)
                     tokens = gr.HTML(render.tokens_html("", []), elem_id="sd-token-view", js_on_load=CLICK_JS,
                                      max_height=420, autoscroll=True)
                     stats = gr.HTML(render.stats_html(None), elem_id="sd-stats")
-                    with gr.Row():
+                    with gr.Row(elem_id="sd-charts-row"):
                         race = gr.Plot(plots.race(None, None), elem_id="sd-race", show_label=False)
                         acc_round = gr.Plot(plots.acceptance_per_round(None), elem_id="sd-acc-round", show_label=False)
-                    with gr.Tabs() as tabs:
+                    with gr.Tabs(elem_id="sd-tabs") as tabs:
                         with gr.Tab(L("tab.film"), id="film") as tab_film:
                             film = gr.HTML(render.filmstrip_html([]), elem_id="sd-film", js_on_load=CLICK_JS)
                             with gr.Row():
@@ -194,11 +195,12 @@ def build_demo() -> gr.Blocks:
         film.click(handlers.film_click, [state, lang], [round_sl, film], api_visibility="private")
         tokens.click(handlers.film_click, [state, lang], [round_sl, film], api_visibility="private")
 
+        # one step at a time, in order, so that quick presses each read the cursor the previous one wrote
+        step = dict(api_visibility="private", concurrency_id="step", concurrency_limit=1, trigger_mode="multiple")
         for btn, direction in ((reset_btn, 0), (prev_btn, -1), (next_btn, 1)):
             btn.click(lambda s, lg, d=direction: handlers.step_round(s, d, lg), [state, lang],
-                      [state, step_tokens, step_caption], api_visibility="private")
-        keys.click(handlers.step_key, [state, lang], [state, step_tokens, step_caption, tabs],
-                   api_visibility="private")
+                      [state, step_tokens, step_caption], **step)
+        keys.click(handlers.step_key, [state, lang], [state, step_tokens, step_caption, tabs], **step)
 
         pair_change = dict(fn=handlers.change_pair, inputs=[c["pair"], c["draft"], c["target"], lang],
                            outputs=[pair_status, custom_box, examples, pair_state], api_visibility="private",

@@ -55,7 +55,7 @@ def test_generate_endpoint_sampling_trace(client, pair):
 
 
 def test_stream_endpoint_streams_rounds(client):
-    job = client.submit("shakespeare", "", "", "JULIET:\n", 4, 0.8, 0, 1.0, 40, 1, False, 1.0,
+    job = client.submit("shakespeare", "", "", "JULIET:\n", 4, 0.8, 0, 1.0, 40, 1, False, 1.0, "en", False,
                         api_name="/generate_stream")
     final = job.result()
     updates = job.outputs()
@@ -64,6 +64,15 @@ def test_stream_endpoint_streams_rounds(client):
     assert 'class="sd-tok sd-' in html and "JULIET:" in html
     trace = final[8]
     assert trace["speculative"]["text"] and os.path.exists(final[9])
+
+
+@pytest.mark.parametrize("lang,message", [("zh-CN", "提示词是空的"), ("en", "The prompt is empty")])
+def test_the_pages_errors_come_in_its_language(client, lang, message):
+    job = client.submit("shakespeare", "", "", "  ", 4, 0.8, 0, 1.0, 8, 0, False, 1.0, lang, False,
+                        api_name="/generate_stream")
+    with pytest.raises(Exception) as info:
+        job.result()
+    assert message in str(info.value) and "Traceback" not in str(info.value)
 
 
 BAD_INPUTS = [
@@ -122,7 +131,7 @@ def test_cancel_stops_a_long_run_and_the_next_run_is_correct(client, pair):
     from specdemo.models import load_pair
 
     loaded = load_pair("shakespeare")
-    job = client.submit("shakespeare", "", "", "ROMEO:\n", 2, 1.0, 0, 1.0, 256, 0, True, 1.0,
+    job = client.submit("shakespeare", "", "", "ROMEO:\n", 2, 1.0, 0, 1.0, 256, 0, True, 1.0, "en", False,
                         api_name="/generate_stream")
     while len(job.outputs()) < 2:
         time.sleep(0.05)

@@ -1,0 +1,108 @@
+"""Take the README's screenshots from a real run: start the app, open it in headless Chromium, press Generate, save.
+
+  assets/screenshot.png               English, 1500 px wide, the whole page, a round open in the inspector
+  assets/screenshot-presenter-zh.png  简体中文 in presenter mode, 1280x720 (a projector), stepped to round 3
+
+Run: .venv/bin/python scripts/screenshot.py [--out-dir assets]. Needs Debian's chromium and a CJK font
+(`scripts/setup.sh --dev` installs both; without the font the Chinese renders as boxes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--disable-quic", "--no-first-run"]
+DONE = "document.querySelector('#sd-stats').innerText.match(/done|完成/)"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ready(page, loaded: str) -> None:
+    page.wait_for_selector("#sd-generate")
+    page.wait_for_selector("#sd-race .js-plotly-plot")
+    page.wait_for_function(f"document.querySelector('#sd-pair-status').innerText.includes('{loaded}')")
+
+
+def generate(page, prompt: str) -> None:
+    page.locator("#sd-prompt textarea").fill(prompt)
+    page.click("#sd-generate")
+    page.wait_for_function(DONE, timeout=180000)
+    page.wait_for_timeout(800)  # the last chart redraw
+
+
+def english(browser, url: str, out: Path) -> None:
+    context = browser.new_context(viewport={"width": 1500, "height": 1500}, locale="en-US")
+    page = context.new_page()
+    page.goto(url)
+    ready(page, "Loaded")
+    generate(page, "ROMEO:\n")
+    page.locator("#sd-film .sd-row").nth(2).click()
+    page.wait_for_function("document.querySelector('#sd-reason').innerText.length > 10")
+    page.wait_for_timeout(500)
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(out), full_page=True)
+    context.close()
+
+
+def presenter_zh(browser, url: str, out: Path) -> None:
+    context = browser.new_context(viewport={"width": 1280, "height": 720}, locale="zh-CN")
+    page = context.new_page()
+    page.goto(url)
+    ready(page, "已加载")
+    generate(page, "JULIET:\n")
+    page.locator("#sd-presenter input").check()
+    page.wait_for_function("document.querySelector('#sd-app').classList.contains('sd-present')")
+    page.wait_for_function("parseFloat(getComputedStyle(document.querySelector('#sd-race .gtitle')).fontSize) > 20")
+    page.locator("#sd-stats").click()
+    for _ in range(3):  # step to round 3 from the keyboard, as a presenter would
+        page.keyboard.press("ArrowRight")
+    page.wait_for_function("(document.querySelector('#sd-step-caption')?.innerText || '').includes('第 3 轮')")
+    page.wait_for_timeout(500)
+    # the charts, the step-through's caption and its text: what the projector shows while stepping
+    page.evaluate("window.scrollTo(0, window.scrollY + document.querySelector('#sd-charts-row')"
+                  ".getBoundingClientRect().top - 4)")
+    page.screenshot(path=str(out))
+    context.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "assets")
+    args = parser.parse_args()
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+
+    import app
+    from playwright.sync_api import sync_playwright
+
+    from specdemo.ui import launch
+
+    _, url, _ = launch(app.demo, prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(),
+                       quiet=True)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, headless=True, args=ARGS)
+            english(browser, url, args.out_dir / "screenshot.png")
+            presenter_zh(browser, url, args.out_dir / "screenshot-presenter-zh.png")
+            browser.close()
+    finally:
+        app.demo.close()
+    for name in ("screenshot.png", "screenshot-presenter-zh.png"):
+        print(args.out_dir / name)
+
+
+if __name__ == "__main__":
+    main()
