@@ -115,6 +115,7 @@ class ModelPair:
     device: torch.device
     dtype: torch.dtype
     lock: threading.Lock | None = field(default=None, repr=False)  # the device's lock, set in __post_init__
+    chat: bool = False  # prompts are chat messages by default (an instruct target with a chat template)
     _token_texts: list[str] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -142,6 +143,22 @@ class ModelPair:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def encode_chat(self, message: str) -> list[int]:
+        """One user message wrapped with the tokenizer's chat template, ending where the assistant's reply starts.
+
+        The template's own markers become special tokens; the message itself is tokenized with special tokens split,
+        so a typed "<|im_end|>" stays plain text and cannot close the turn early."""
+        marker = "\x00specdemo-message\x00"
+        text = self.tokenizer.apply_chat_template([{"role": "user", "content": marker}], add_generation_prompt=True,
+                                                  tokenize=False)
+        before, after = text.split(marker)
+        body = self.tokenizer(message, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        return self.encode(before) + body + self.encode(after)
 
     def parameters(self) -> tuple[int, int]:
         return (sum(p.numel() for p in self.draft.parameters()), sum(p.numel() for p in self.target.parameters()))
@@ -412,7 +429,8 @@ def load_pair_uncached(
         width = m.get_output_embeddings().weight.shape[0]
         if width < vocab:
             raise ModelLoadError(f"The {role} model's logits ({width}) are narrower than the tokenizer ({vocab}).")
-    loaded = ModelPair(name, draft_id, target_id, draft, target, target_tok, vocab, dev, dt)
+    chat = PRESETS[name].chat if name in PRESETS else bool(getattr(target_tok, "chat_template", None))
+    loaded = ModelPair(name, draft_id, target_id, draft, target, target_tok, vocab, dev, dt, chat=chat)
     loaded.token_text(0)  # build the token table now, not inside the first request
     return loaded
 
