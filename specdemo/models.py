@@ -198,7 +198,8 @@ def _friendly(model_id: str, role: str, err: Exception, label: str | None = None
     else:
         hint = hub_miss_hint()
     return ModelLoadError(
-        f"Could not load the {role} model {label or display_id(model_id)!r}: {hint} ({type(err).__name__}). "
+        f"Could not load the {role} model {label or (display_id(model_id) if local else model_id)!r}: {hint} "
+        f"({type(err).__name__}). "
         f"The embedded pair {DEFAULT_PRESET!r} works offline."
     )
 

@@ -66,11 +66,13 @@ def build_demo() -> gr.Blocks:
                 c["pair"] = gr.Dropdown(
                     choices=[(f"{name}: {p.draft.split('/')[-1]} \u2192 {p.target.split('/')[-1]}", name)
                              for name, p in PRESETS.items()] + [("custom: any two hub ids", handlers.CUSTOM)],
-                    value=DEFAULT_PRESET, label="Model pair (draft \u2192 target)")
+                    value=DEFAULT_PRESET, label="Model pair (draft \u2192 target)", elem_id="sd-pair")
                 with gr.Group(visible=False) as custom_box:
-                    c["draft"] = gr.Textbox(label="Draft model id", placeholder="e.g. openai-community/gpt2")
-                    c["target"] = gr.Textbox(label="Target model id", placeholder="e.g. openai-community/gpt2-xl")
-                    load_btn = gr.Button("Load pair", size="sm")
+                    c["draft"] = gr.Textbox(label="Draft model id", placeholder="e.g. openai-community/gpt2",
+                                            elem_id="sd-draft-id")
+                    c["target"] = gr.Textbox(label="Target model id", placeholder="e.g. openai-community/gpt2-xl",
+                                             elem_id="sd-target-id")
+                    load_btn = gr.Button("Load pair", size="sm", elem_id="sd-load")
                 pair_status = gr.Markdown(elem_id="sd-pair-status")
                 c["prompt"] = gr.Textbox(label="Prompt", lines=4, value=preset.examples[0], elem_id="sd-prompt")
                 examples = gr.Dataset(components=[c["prompt"]], samples=[[e] for e in preset.examples],
