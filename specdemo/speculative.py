@@ -245,7 +245,8 @@ def speculative_generate(
 
 
 def run_settings(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig | None = None) -> dict:
-    out = {"pair": pair.name, "draft": pair.draft_id, "target": pair.target_id, "device": str(pair.device)}
+    # public names only (ModelPair.draft_label/target_label): a trace can be shared, and the app returns it
+    out = {"pair": pair.name, "draft": pair.draft_label, "target": pair.target_label, "device": str(pair.device)}
     out |= {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p}
     if spec is not None:
         out |= {"k": spec.k, "max_new_tokens": spec.max_new_tokens, "seed": spec.seed, "lenience": spec.lenience}
