@@ -127,6 +127,7 @@ class Request:
     sampling: SamplingConfig
     spec: SpecConfig
     run_baseline: bool
+    chat: bool | None = None  # wrap the prompt with the chat template; None: the pair's default
 
 
 def pair_key(pair_name: str, draft_id: str | None, target_id: str | None, limits: Limits) -> str | tuple[str, str]:
@@ -142,7 +143,7 @@ def pair_key(pair_name: str, draft_id: str | None, target_id: str | None, limits
 
 
 def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-             run_baseline, lenience, limits: Limits | None = None) -> Request:
+             run_baseline, lenience, limits: Limits | None = None, chat=None) -> Request:
     limits = limits or Limits.from_env()
     if not isinstance(prompt, str) or not prompt.strip():
         raise UserError("The prompt is empty. Type a few words for the models to continue.")
@@ -164,7 +165,9 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
         spec = SpecConfig(k=k, max_new_tokens=max_new_tokens, seed=seed, lenience=lenience)
     except ConfigError as err:
         raise UserError(str(err)) from None
-    return Request(pair_key(pair_name, draft_id, target_id, limits), prompt, sampling, spec, bool(run_baseline))
+    if chat is not None and not isinstance(chat, bool):
+        raise UserError(f"chat must be true, false or null (the pair's default), got {str(chat)[:20]!r}.")
+    return Request(pair_key(pair_name, draft_id, target_id, limits), prompt, sampling, spec, bool(run_baseline), chat)
 
 
 def get_pair(key) -> ModelPair:
@@ -226,9 +229,10 @@ def one_at_a_time(pair: ModelPair, events: Iterator, deadline: float) -> Iterato
 
 def run_stream(req: Request, pair: ModelPair, limits: Limits) -> Iterator[tuple[Trace, Trace | None, str]]:
     """Run speculative decoding, then (optionally) the baseline, yielding (spec, base, phase) after every event."""
-    ids = encode_prompt(pair, req.prompt, req.spec.max_new_tokens)
+    chat = pair.chat if req.chat is None else req.chat
+    ids = encode_prompt(pair, req.prompt, req.spec.max_new_tokens, chat)
     deadline = time.monotonic() + limits.time_limit_s
-    spec = Trace("speculative", req.prompt, ids, run_settings(pair, req.sampling, req.spec))
+    spec = Trace("speculative", req.prompt, ids, run_settings(pair, req.sampling, req.spec) | {"chat": chat})
     for rnd in one_at_a_time(pair, speculative_rounds(pair, ids, req.sampling, req.spec), deadline):
         spec.rounds.append(rnd)
         spec.wall_s = rnd.elapsed_s
@@ -237,13 +241,18 @@ def run_stream(req: Request, pair: ModelPair, limits: Limits) -> Iterator[tuple[
     if not req.run_baseline:
         return
     base = Trace("baseline", req.prompt, ids, run_settings(pair, req.sampling) | {
-        "max_new_tokens": req.spec.max_new_tokens, "seed": req.spec.seed})
+        "max_new_tokens": req.spec.max_new_tokens, "seed": req.spec.seed, "chat": chat})
     steps = baseline_steps(pair, ids, req.sampling, req.spec.max_new_tokens, req.spec.seed)
     for step in one_at_a_time(pair, steps, deadline):
         base.steps.append(step)
         base.wall_s = step.elapsed_s
         yield spec, base, "baseline"
     finish(pair, base)
+
+
+def shown_prompt(trace: Trace) -> str:
+    """The prompt as the token view shows it: in chat mode the user's message, with the reply below it."""
+    return trace.prompt + "\n\n" if trace.settings.get("chat") else trace.prompt
 
 
 def trace_payload(spec: Trace, base: Trace | None) -> dict:
@@ -258,14 +267,14 @@ def charts(spec: Trace | None, base: Trace | None) -> tuple:
 @gpu
 @user_errors
 def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-                run_baseline, lenience):
+                run_baseline, lenience, chat=None):
     """The Generate button. Yields (tokens, stats, film strip, 5 charts, trace JSON, state, round slider).
 
     The trace is downloaded in the browser from the trace JSON (ui.DOWNLOAD_JS): a server file would put its path
     (gradio's cache folder) into the page and the API's answer."""
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-                   run_baseline, lenience, limits)
+                   run_baseline, lenience, limits, chat)
     pair = get_pair(req.pair)
     if req.spec.lossy:
         gr.Warning(f"Lenience b = {req.spec.lenience} < 1: this run is lossy and will not follow the target's "
@@ -281,7 +290,7 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
         status = f"running {phase}..." if phase == "speculative" else (
             f"running the target-only baseline: {len(base.steps)} tokens")
         if phase == "speculative":
-            yield (render.tokens_html(req.prompt, spec.rounds), render.stats_html(spec, None, status),
+            yield (render.tokens_html(shown_prompt(spec), spec.rounds), render.stats_html(spec, None, status),
                    render.filmstrip_html(spec.rounds), *(charts(spec, None) if redraw else (skip,) * 5),
                    skip, skip, skip)
         else:
@@ -292,7 +301,7 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
         gr.Warning(f"Stopped at this server's time limit of {limits.time_limit_s} s per request.")
     payload = trace_payload(spec, base)
     n_rounds = len(spec.rounds)
-    yield (render.tokens_html(req.prompt, spec.rounds), render.stats_html(spec, base, f"done ({stop})"),
+    yield (render.tokens_html(shown_prompt(spec), spec.rounds), render.stats_html(spec, base, f"done ({stop})"),
            render.filmstrip_html(spec.rounds), *charts(spec, base), payload,
            {"spec": spec, "base": base, "cursor": 0},
            gr.update(maximum=max(2, n_rounds), value=1, interactive=n_rounds > 1))  # a slider needs max > min
@@ -302,16 +311,19 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
 @user_errors
 def generate_api(pair: str = DEFAULT_PRESET, prompt: str = "ROMEO:\n", k: int = 4, temperature: float = 0.8,
                  top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
-                 baseline: bool = True, lenience: float = 1.0, draft: str = "", target: str = "") -> dict:
+                 baseline: bool = True, lenience: float = 1.0, draft: str = "", target: str = "",
+                 chat: bool | None = None) -> dict:
     """Run speculative sampling (and the target-only baseline) and return the full trace as JSON.
 
-    pair: a preset name, or "custom" with draft and target model ids. Returns {"speculative": trace,
+    pair: a preset name, or "custom" with draft and target model ids. chat: true wraps the prompt (a user message)
+    with the target's chat template and returns the assistant's reply; false continues the prompt as raw text;
+    null (the default) takes the pair's own default (chat for instruct presets). Returns {"speculative": trace,
     "baseline": trace or null}; each trace has text, token_ids, rounds (labels, p, q, r, min(1, p/q), top
     candidates, timings) and metrics.
     """
     limits = Limits.from_env()
     req = validate(pair, draft, target, prompt, k, temperature, top_k, top_p, max_new_tokens, seed, baseline,
-                   lenience, limits)
+                   lenience, limits, chat)
     loaded = get_pair(req.pair)
     *_, (spec, base, _) = run_stream(req, loaded, limits)  # run to the end; the last snapshot is the whole run
     return trace_payload(spec, base)
@@ -373,7 +385,7 @@ def step_round(state, direction: int):
         return state, render.tokens_html("", []), "Generate first; then step through the rounds one at a time."
     cursor = 0 if direction == 0 else min(max(state.get("cursor", 0) + direction, 0), len(rounds))
     state = {**state, "cursor": cursor}
-    prompt = state["spec"].prompt
+    prompt = shown_prompt(state["spec"])
     if cursor == 0:
         return state, render.tokens_html(prompt, []), f"Before round 1: only the prompt. {len(rounds)} rounds follow."
     rnd = rounds[cursor - 1]
@@ -386,15 +398,16 @@ def step_round(state, direction: int):
 
 @gpu
 @user_errors
-def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, max_new_tokens, seed, k_from, k_to):
+def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, max_new_tokens, seed, k_from, k_to,
+               chat=None):
     """Run K = k_from..k_to on the same prompt and seed; plot measured and predicted speedup, recommend a K."""
     limits = Limits.from_env()
     k_from = as_number("First K", k_from, int, 1, limits.max_k)
     k_to = as_number("Last K", k_to, int, k_from, limits.max_k)
     req = validate(pair_name, draft_id, target_id, prompt, k_from, temperature, top_k, top_p, max_new_tokens, seed,
-                   True, 1.0, limits)
+                   True, 1.0, limits, chat)
     pair = get_pair(req.pair)
-    ids = encode_prompt(pair, req.prompt, req.spec.max_new_tokens)
+    ids = encode_prompt(pair, req.prompt, req.spec.max_new_tokens, req.chat)
     with pair.lock:
         base_steps = list(baseline_steps(pair, ids, req.sampling, req.spec.max_new_tokens, req.spec.seed))
     base_tps = len(base_steps) / base_steps[-1].elapsed_s
@@ -425,14 +438,15 @@ def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p
 
 @gpu
 @user_errors
-def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, lenience, n_samples, seed):
+def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, lenience, n_samples, seed,
+                    chat=None):
     """Draw N speculative samples of the first generated token and compare their histogram with the exact p."""
     limits = Limits.from_env()
     n = as_number("Samples", n_samples, int, 10, limits.max_samples)
     req = validate(pair_name, draft_id, target_id, prompt, 1, temperature, top_k, top_p, 1, seed, False, lenience,
-                   limits)
+                   limits, chat)
     pair = get_pair(req.pair)
-    ids = torch.tensor([encode_prompt(pair, req.prompt, 1)], device=pair.device)
+    ids = torch.tensor([encode_prompt(pair, req.prompt, 1, req.chat)], device=pair.device)
     gen = torch.Generator(device=pair.device).manual_seed(req.spec.seed)
     with pair.lock, torch.inference_mode():
         p = warp(pair.target(ids).logits[0, -1, : pair.vocab_size], req.sampling)
@@ -466,18 +480,20 @@ def pair_info(pair: ModelPair) -> str:
 
 
 def change_pair(pair_name, draft_id, target_id, progress=gr.Progress()):
-    """Load the chosen pair with a visible progress indicator. A failure keeps the previous pair working."""
+    """Load the chosen pair with a visible progress indicator. A failure keeps the previous pair working.
+    Returns (status, custom box, examples, chat switch): the switch takes the pair's default mode."""
     custom = pair_name == CUSTOM
     examples = PRESETS[pair_name].examples if pair_name in PRESETS else ()
     if custom and not ((draft_id or "").strip() and (target_id or "").strip()):
-        return "Enter a draft and a target model id, then press Load.", gr.update(visible=True), gr.skip()
+        return "Enter a draft and a target model id, then press Load.", gr.update(visible=True), gr.skip(), gr.skip()
     progress(0.1, desc=f"Loading {pair_name}...")
     try:
         pair = get_pair(pair_key(pair_name, draft_id, target_id, Limits.from_env()))
     except UserError as err:
         gr.Warning(str(err))
-        return f"**Could not load:** {render.esc(str(err))}", gr.update(visible=custom), gr.skip()
+        return f"**Could not load:** {render.esc(str(err))}", gr.update(visible=custom), gr.skip(), gr.skip()
     progress(1.0, desc="Loaded")
     return (pair_info(pair), gr.update(visible=custom),
-            gr.Dataset(samples=[[e] for e in examples]) if examples else gr.skip())
+            gr.Dataset(samples=[[e] for e in examples]) if examples else gr.skip(),
+            gr.update(value=pair.chat, interactive=pair.has_chat_template))
 

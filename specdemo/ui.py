@@ -51,7 +51,7 @@ DOWNLOAD_JS = """
 """
 
 GENERATE_INPUTS = ("pair", "draft", "target", "prompt", "k", "temperature", "top_k", "top_p", "max_new", "seed",
-                   "baseline", "lenience")
+                   "baseline", "lenience", "chat")
 
 
 def build_demo() -> gr.Blocks:
@@ -75,6 +75,8 @@ def build_demo() -> gr.Blocks:
                     load_btn = gr.Button("Load pair", size="sm", elem_id="sd-load")
                 pair_status = gr.Markdown(elem_id="sd-pair-status")
                 c["prompt"] = gr.Textbox(label="Prompt", lines=4, value=preset.examples[0], elem_id="sd-prompt")
+                c["chat"] = gr.Checkbox(preset.chat, label="Chat: the prompt is a message and the models write the "
+                                        "assistant's reply (off: continue the text as it is)", elem_id="sd-chat")
                 examples = gr.Dataset(components=[c["prompt"]], samples=[[e] for e in preset.examples],
                                       label="Example prompts")
                 c["k"] = gr.Slider(1, limits.max_k, value=4, step=1, label="K: draft tokens per round")
@@ -153,11 +155,11 @@ def build_demo() -> gr.Blocks:
         common = [c["pair"], c["draft"], c["target"], c["prompt"]]
         sweep_event = sweep_btn.click(
             handlers.k_sweep_ui, common + [c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"], k_from,
-                                           k_to],
+                                           k_to, c["chat"]],
             [sweep_plot, sweep_md], api_name="k_sweep", concurrency_id="models")
         dist_event = dist_btn.click(
             handlers.distribution_ui, common + [c["temperature"], c["top_k"], c["top_p"], c["lenience"], n_samples,
-                                                c["seed"]],
+                                                c["seed"], c["chat"]],
             [dist_plot, dist_md], api_name="distribution_check", concurrency_id="models")
         stop_btn.click(None, None, None, cancels=[gen_click, gen_submit, sweep_event, dist_event])
         download_btn.click(None, [trace_json], None, js=DOWNLOAD_JS, api_visibility="private")
@@ -174,7 +176,7 @@ def build_demo() -> gr.Blocks:
                       api_visibility="private")
 
         pair_change = dict(fn=handlers.change_pair, inputs=[c["pair"], c["draft"], c["target"]],
-                           outputs=[pair_status, custom_box, examples], api_visibility="private",
+                           outputs=[pair_status, custom_box, examples, c["chat"]], api_visibility="private",
                            concurrency_id="models")
         c["pair"].change(**pair_change)
         load_btn.click(**pair_change)

@@ -82,6 +82,8 @@ BAD_INPUTS = [
     (dict(pair="no-such-pair"), "Unknown model pair"),
     (dict(pair="custom", draft="/no/such/model", target="/no/such/other"), "repo ids of the form owner/name"),
     (dict(pair="gpt2"), "hub cannot be reached|not in the local cache"),
+    (dict(chat=True), "no chat template"),
+    (dict(chat="yes"), "chat must be true, false or null|bool"),
 ]
 
 
@@ -94,6 +96,14 @@ def test_bad_input_gets_a_clear_message_and_the_next_request_works(client, kwarg
     assert re.search(message, str(info.value)), str(info.value)
     assert "Traceback" not in str(info.value)
     assert gen(client, max_new_tokens=4)["speculative"]["metrics"]["new_tokens"] == 4
+
+
+def test_chat_switch_in_the_api(client, pair):
+    """chat=None takes the pair's default (raw for the Shakespeare pair); chat=False is the same run, recorded."""
+    default, raw = gen(client, max_new_tokens=8, seed=3), gen(client, max_new_tokens=8, seed=3, chat=False)
+    assert default["speculative"]["settings"]["chat"] is False and raw["speculative"]["settings"]["chat"] is False
+    assert default["speculative"]["token_ids"] == raw["speculative"]["token_ids"]
+    assert default["speculative"]["prompt_ids"] == pair.encode("ROMEO:\n")
 
 
 def test_mismatched_tokenizers_are_refused(client, toy_dirs, allow_local):
