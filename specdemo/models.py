@@ -306,6 +306,18 @@ def cache_is_valid(folder: Path) -> bool:
         return False
 
 
+def _publish(tmp: Path, dest: Path, source: str) -> None:
+    """Write the manifest of the finished folder `tmp`, then rename it to `dest` (atomic: the folder appears
+    complete, or not at all). If another process published `dest` first and its copy is sound, keep theirs."""
+    files = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.iterdir())}
+    (tmp / MANIFEST).write_text(json.dumps({"source": source, "files": files}, indent=2))
+    try:
+        tmp.rename(dest)
+    except OSError:
+        if not cache_is_valid(dest):  # someone else's folder that is broken: keep ours instead
+            raise
+
+
 def _convert_gguf(gguf: Path, dest: Path, hub_id: str) -> None:
     """Dequantize `gguf` into the transformers folder `dest` (which must not exist yet)."""
     from safetensors.torch import save_file
@@ -324,15 +336,90 @@ def _convert_gguf(gguf: Path, dest: Path, hub_id: str) -> None:
         config["_name_or_path"] = hub_id
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
         tok.save_pretrained(tmp)
-        files = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.iterdir())}
-        (tmp / MANIFEST).write_text(json.dumps({"source": gguf.name, "files": files}, indent=2))
-        try:
-            tmp.rename(dest)  # atomic: the folder appears complete, or not at all
-        except OSError:
-            if not cache_is_valid(dest):  # someone else's folder that is broken: keep ours instead
-                raise
+        _publish(tmp, dest, gguf.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+SPLIT = "split-tensors.json"  # in a committed model folder: tensors stored in row chunks (see join_split_folder)
+
+
+def save_split(state: dict[str, torch.Tensor], folder: Path, max_bytes: int) -> dict:
+    """Save a state dict as safetensors files under `max_bytes` each, for a repository that refuses big files.
+
+    A tensor bigger than the limit (a 49,152-row embedding) is stored in row chunks, one file each; the rest go
+    into `model.safetensors`. `split-tensors.json` lists the chunks with their digests. transformers cannot load
+    such a folder by itself: `join_split_folder` joins it once into a plain folder in the cache."""
+    from safetensors.torch import save_file
+
+    small, parts = {}, {}
+    for name, t in state.items():
+        t = t.contiguous()
+        size = t.numel() * t.element_size()
+        if size <= max_bytes // 2:
+            small[name] = t
+            continue
+        n_chunks = -(-size // int(max_bytes * 0.95))  # ceil, with room for the file header
+        chunks = t.tensor_split(n_chunks)
+        parts[name] = []
+        for i, chunk in enumerate(chunks):
+            fname = f"{name}.part{i + 1:02d}-of-{len(chunks):02d}.safetensors"
+            save_file({"rows": chunk.contiguous()}, folder / fname, metadata={"format": "pt"})
+            parts[name].append(fname)
+    save_file(small, folder / "model.safetensors", metadata={"format": "pt"})
+    index = {"tensors": parts,
+             "sha256": {f: _sha256(folder / f) for fs in parts.values() for f in fs} | {
+                 "model.safetensors": _sha256(folder / "model.safetensors")}}
+    (folder / SPLIT).write_text(json.dumps(index, indent=2) + "\n")
+    return index
+
+
+def join_split_folder(src: Path) -> Path:
+    """The loadable folder for a model folder: `src` itself, or, when it stores tensors in row chunks
+    (see save_split), a plain transformers folder joined once into the cache (checked like a GGUF conversion,
+    keyed by the chunks' digests, so new weights get a new folder)."""
+    index_path = src / SPLIT
+    if not index_path.is_file():
+        return src
+    from safetensors.torch import load_file, save_file
+
+    index = json.loads(index_path.read_text())
+    key = hashlib.sha256(index_path.read_bytes()).hexdigest()[:12]
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    dest = root / f"{src.name}-{key}"
+    if dest in _CHECKED or cache_is_valid(dest):
+        _CHECKED.add(dest)
+        return dest
+    if dest.exists():
+        _move_aside(dest)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=root))
+    try:
+        for name, digest in index["sha256"].items():
+            if _sha256(src / name) != digest:
+                raise ModelLoadError(f"The {src.name} model's file {name} is damaged (its digest does not match); "
+                                     "restore it from the repository (git checkout).")
+        state = load_file(src / "model.safetensors")
+        for name, files in index["tensors"].items():
+            state[name] = torch.cat([load_file(src / f)["rows"] for f in files])
+        save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})
+        for p in src.iterdir():
+            if p.suffix != ".safetensors" and p.name not in (SPLIT, "model.safetensors.index.json") and p.is_file():
+                shutil.copy(p, tmp / p.name)
+        _publish(tmp, dest, src.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _CHECKED.add(dest)
+    return dest
+
+
+def _move_aside(dest: Path) -> None:
+    broken = dest.parent / f".{dest.name}-broken-{os.getpid()}"
+    try:
+        dest.rename(broken)
+        shutil.rmtree(broken, ignore_errors=True)
+    except OSError:
+        pass  # another process moved it first
 
 
 def gguf_folder(package: str, filename: str, hub_id: str) -> Path | None:
@@ -348,12 +435,7 @@ def gguf_folder(package: str, filename: str, hub_id: str) -> Path | None:
         _CHECKED.add(dest)  # hash the cache once per process, not on every request
         return dest
     if dest.exists() and not cache_is_valid(dest):
-        broken = root / f".{dest.name}-broken-{os.getpid()}"
-        try:
-            dest.rename(broken)
-            shutil.rmtree(broken, ignore_errors=True)
-        except OSError:
-            pass  # another process moved it first
+        _move_aside(dest)
     try:
         _convert_gguf(gguf, dest, hub_id)
     except ImportError as err:  # transformers' GGUF reader needs the gguf (and accelerate) packages
@@ -432,11 +514,28 @@ def resolve(pair: str | tuple[str, str]) -> tuple[str, str, str]:
         if pair not in PRESETS:
             raise ModelLoadError(f"Unknown preset {pair!r}; choose one of {', '.join(PRESETS)}.")
         p = PRESETS[pair]
-        return pair, p.draft, preset_target(pair)
+        return pair, preset_draft(pair), preset_target(pair)
     draft_id, target_id = (s.strip() for s in pair)
     if not draft_id or not target_id:
         raise ModelLoadError("Both a draft and a target model id are needed.")
     return " -> ".join(labels((draft_id, target_id))), draft_id, target_id
+
+
+def preset_draft(name: str) -> str:
+    """Where a preset's draft loads from: its id, or for a folder stored in chunks, the joined copy in the cache."""
+    p = PRESETS[name]
+    if not is_local(p.draft):
+        return p.draft
+    folder = Path(p.draft)
+    if not folder.is_dir():
+        raise ModelLoadError(f"The {name!r} pair's draft is missing from this checkout (assets/models/); "
+                             f"the {'shakespeare'!r} pair works offline.")
+    try:
+        return str(join_split_folder(folder))
+    except ModelLoadError:
+        raise
+    except Exception as err:  # a full disk, a read-only cache...: the message must not carry the cache's path
+        raise ModelLoadError(f"Could not prepare the {name!r} pair's draft ({type(err).__name__}).") from err
 
 
 def preset_target(name: str) -> str:

@@ -55,7 +55,7 @@ def test_generate_endpoint_sampling_trace(client, pair):
 
 
 def test_stream_endpoint_streams_rounds(client):
-    job = client.submit("shakespeare", "", "", "JULIET:\n", 4, 0.8, 0, 1.0, 40, 1, False, 1.0,
+    job = client.submit("shakespeare", "", "", "JULIET:\n", 4, 0.8, 0, 1.0, 40, 1, False, 1.0, None,
                         api_name="/generate_stream")
     final = job.result()
     updates = job.outputs()
@@ -133,9 +133,11 @@ def test_cancel_stops_a_long_run_and_the_next_run_is_correct(client, pair):
     from specdemo.models import load_pair
 
     loaded = load_pair("shakespeare")
-    job = client.submit("shakespeare", "", "", "ROMEO:\n", 2, 1.0, 0, 1.0, 256, 0, True, 1.0,
+    job = client.submit("shakespeare", "", "", "ROMEO:\n", 2, 1.0, 0, 1.0, 256, 0, True, 1.0, None,
                         api_name="/generate_stream")
+    t0 = time.monotonic()
     while len(job.outputs()) < 2:
+        assert time.monotonic() - t0 < 120, "the stream sent no updates"
         time.sleep(0.05)
     job.cancel()
     t0 = time.monotonic()

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from specdemo.config import PRESETS, SMOLLM2_DRAFT, PairPreset, SamplingConfig, SpecConfig
-from specdemo.models import MANIFEST, ModelLoadError, cache_is_valid, gguf_folder, load_pair, preset_target
+from specdemo.models import (MANIFEST, SPLIT, ModelLoadError, cache_is_valid, gguf_folder, join_split_folder, load_pair,
+                             preset_draft, preset_target)
 from specdemo.speculative import PromptError, encode_prompt, speculative_generate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,14 +101,43 @@ def test_missing_wheel_and_no_hub_says_how_to_install(monkeypatch, pair):
 
 
 def test_draft_is_small_loads_offline_and_shares_the_tokenizer(target_folder):
+    """Every committed file is under 9.5 MB; the embedding's row chunks join into a plain transformers folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     files = list(SMOLLM2_DRAFT.iterdir())
     assert files and all(f.stat().st_size < 9.5e6 for f in files), [(f.name, f.stat().st_size) for f in files]
-    draft = AutoModelForCausalLM.from_pretrained(SMOLLM2_DRAFT, local_files_only=True)
+    assert (SMOLLM2_DRAFT / SPLIT).is_file()
+    joined = Path(preset_draft("smollm2-135m"))
+    assert joined != SMOLLM2_DRAFT and cache_is_valid(joined)
+    draft = AutoModelForCausalLM.from_pretrained(joined, local_files_only=True)
     assert draft.config.vocab_size == 49152 and sum(p.numel() for p in draft.parameters()) < 20e6
-    assert AutoTokenizer.from_pretrained(SMOLLM2_DRAFT).get_vocab() == AutoTokenizer.from_pretrained(
+    assert draft.get_output_embeddings().weight.data_ptr() == draft.get_input_embeddings().weight.data_ptr()
+    assert draft.get_input_embeddings().weight.abs().sum(-1).min() > 0  # every chunk's rows arrived
+    assert AutoTokenizer.from_pretrained(joined).get_vocab() == AutoTokenizer.from_pretrained(
         target_folder).get_vocab()
+
+
+def test_damaged_draft_chunk_is_refused_and_a_broken_join_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEMO_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "smollm2-draft"
+    shutil.copytree(SMOLLM2_DRAFT, src)
+    joined = join_split_folder(src)
+    weights = joined / "model.safetensors"
+    with open(weights, "r+b") as f:
+        f.truncate(weights.stat().st_size // 2)
+    from specdemo import models
+
+    models._CHECKED.discard(joined)  # a new process: the cache is checked again
+    assert join_split_folder(src) == joined and cache_is_valid(joined)
+    part = sorted(src.glob("*.part02-*.safetensors"))[0]
+    with open(part, "r+b") as f:
+        f.seek(part.stat().st_size - 100)
+        f.write(b"\xa5" * 8)
+    shutil.rmtree(joined)
+    models._CHECKED.discard(joined)
+    with pytest.raises(ModelLoadError, match="damaged"):
+        join_split_folder(src)
+    assert not joined.exists() and [p.name for p in (tmp_path / "cache").iterdir()] == []
 
 
 def test_chat_mode_wraps_the_message_and_keeps_typed_markers_as_text(smol):
