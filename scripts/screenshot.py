@@ -31,10 +31,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def ready(page, loaded: str) -> None:
+def ready(page, loaded: str, legend: str) -> None:
     page.wait_for_selector("#sd-generate")
     page.wait_for_selector("#sd-race .js-plotly-plot")
     page.wait_for_function(f"document.querySelector('#sd-pair-status').innerText.includes('{loaded}')")
+    # the server's redraw in the browser's language is a separate event from the pair's status
+    page.wait_for_function(f"document.querySelector('#sd-legend').innerText.includes('{legend}')")
 
 
 def generate(page, prompt: str) -> None:
@@ -48,7 +50,7 @@ def english(browser, url: str, out: Path) -> None:
     context = browser.new_context(viewport={"width": 1500, "height": 1500}, locale="en-US")
     page = context.new_page()
     page.goto(url)
-    ready(page, "Loaded")
+    ready(page, "Loaded", "kept by the target")
     generate(page, "ROMEO:\n")
     page.locator("#sd-film .sd-row").nth(2).click()
     page.wait_for_function("document.querySelector('#sd-reason').innerText.length > 10")
@@ -62,7 +64,7 @@ def presenter_zh(browser, url: str, out: Path) -> None:
     context = browser.new_context(viewport={"width": 1280, "height": 720}, locale="zh-CN")
     page = context.new_page()
     page.goto(url)
-    ready(page, "已加载")
+    ready(page, "已加载", "被目标模型接受")
     generate(page, "JULIET:\n")
     page.locator("#sd-presenter input").check()
     page.wait_for_function("document.querySelector('#sd-app').classList.contains('sd-present')")

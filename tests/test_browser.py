@@ -29,6 +29,7 @@ def browser():
 
 
 LOADED = {"en-US": "Loaded", "zh-CN": "已加载"}
+LEGEND = {"en-US": "kept by the target", "zh-CN": "被目标模型接受"}  # redrawn by the server once the language is known
 
 
 def open_page(browser, url: str, locale: str = "en-US", width: int = 1500, height: int = 1500):
@@ -42,6 +43,8 @@ def open_page(browser, url: str, locale: str = "en-US", width: int = 1500, heigh
     pg.wait_for_selector("#sd-generate")
     pg.wait_for_selector("#sd-race .js-plotly-plot")  # the page has drawn its (empty) charts: a person sees it ready
     pg.wait_for_function(f"document.querySelector('#sd-pair-status').innerText.includes('{LOADED[locale]}')")
+    # the pair's status and the redraw in the browser's language are two events; wait for both
+    pg.wait_for_function(f"document.querySelector('#sd-legend').innerText.includes('{LEGEND[locale]}')")
     return context, pg
 
 
@@ -145,21 +148,22 @@ def visible_text(page) -> str:
 def test_chinese_browser_gets_the_chinese_page(page_zh):
     text = visible_text(page_zh)
     for words in ("逐轮看懂投机采样", "草稿模型", "模型对（草稿模型 → 目标模型）", "提示词", "逐轮演示", "分布检验",
-                  "K 值扫描", "被目标模型接受", "重采样", "额外 token", "语言", "演示模式", "PageDown"):
+                  "K 值扫描", "被目标模型接受", "重采样", "额外 token", "语言", "演示模式", "PageDown", "对话模式"):
         assert words in text, words
     assert page_zh.inner_text("#sd-generate").strip() == "生成"
     assert page_zh.get_by_role("tab", name="逐轮演示").count() == 1
     assert "赛跑" in page_zh.inner_text("#sd-race")  # a chart title, drawn by the server in Chinese
     assert page_zh.evaluate("document.documentElement.lang") == "zh-CN"
     assert page_zh.evaluate("document.title") == "specdemo：逐轮看懂投机采样"
-    for english in ("Generate", "Step through", "Prompt", "kept by the target", "Race:", "__i18n__"):
+    assert "对话模式" in page_zh.inner_text("#sd-chat")  # the chat switch, added with chat mode
+    for english in ("Generate", "Step through", "Prompt", "kept by the target", "Race:", "Chat:", "__i18n__"):
         assert english not in text, english
 
 
 def test_english_browser_gets_the_english_page(page):
     text = visible_text(page)
     for words in ("speculative sampling, round by round", "Model pair (draft → target)", "Step through",
-                  "Distribution check", "kept by the target", "Language", "Presenter mode"):
+                  "Distribution check", "kept by the target", "Language", "Presenter mode", "Chat: the prompt"):
         assert words in text, words
     assert page.inner_text("#sd-generate").strip() == "Generate"
     # the only Chinese on the English page is the switch's own name for Chinese

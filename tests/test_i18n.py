@@ -15,8 +15,9 @@ from specdemo import SamplingConfig, SpecConfig, handlers, i18n, plots, render, 
 from specdemo.i18n import EN, ZH, Msg, tr
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = sorted((ROOT / "specdemo").glob("*.py")) + [ROOT / "app.py"]
-LOOKUPS = {"tr", "trh", "template", "label", "L", "Msg", "UserError", "PromptError"}
+# the CLI (__main__.py) stays in English and looks nothing up
+SOURCES = sorted(p for p in (ROOT / "specdemo").glob("*.py") if p.name != "__main__.py") + [ROOT / "app.py"]
+LOOKUPS = {"tr", "trh", "template", "label", "L", "Msg", "UserError", "PromptError", "ModelLoadError"}
 CJK = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]")  # CJK characters and punctuation
 
 
@@ -194,8 +195,12 @@ def test_redraw_keeps_a_run_and_switches_everything(run):
     (dict(seed=1.5), "Seed must be a whole number", "随机种子必须是整数"),
     (dict(pair_name="nope"), "Unknown model pair 'nope'", "未知的模型对 'nope'"),
     (dict(pair_name="custom", draft_id="", target_id="x"), "Enter both a draft and a target", "自定义模型对需要同时填写"),
+    (dict(pair_name="custom", draft_id="/etc", target_id="x/y"), "Custom models are Hugging Face Hub repo ids",
+     "自定义模型请填写 Hugging Face Hub 的仓库 id"),
+    (dict(chat="yes"), "chat must be true, false or null", "chat 只能是 true、false 或 null"),
 ])
-def test_errors_in_both_languages(kwargs, en, zh):
+def test_errors_in_both_languages(kwargs, en, zh, monkeypatch):
+    monkeypatch.delenv("SPECDEMO_ALLOW_LOCAL", raising=False)
     args = dict(pair_name="shakespeare", draft_id="", target_id="", prompt="ROMEO:", k=4, temperature=0.8, top_k=0,
                 top_p=1.0, max_new_tokens=8, seed=0, run_baseline=False, lenience=1.0)
     args.update(kwargs)
@@ -213,3 +218,30 @@ def test_engine_prompt_errors_are_translated_too(pair):
     assert str(info.value).startswith("The prompt is ") and "context window is 512 tokens" in str(info.value)
     assert handlers.error_text(info.value, "zh-CN").startswith("提示词有 ")
     assert "512 个 token" in handlers.error_text(info.value, "zh-CN")
+
+
+def test_chat_mode_without_a_template_is_refused_in_both_languages(pair):
+    from specdemo.speculative import PromptError, encode_prompt
+
+    assert not pair.has_chat_template  # the Shakespeare pair is a plain text model
+    with pytest.raises(PromptError) as info:
+        encode_prompt(pair, "ROMEO:", 8, chat=True)
+    assert str(info.value).startswith("This pair's tokenizer has no chat template")
+    assert handlers.error_text(info.value, "zh-CN").startswith("这对模型的分词器没有对话模板")
+
+
+def test_load_failures_are_translated_and_stay_english_in_str():
+    """models.py's ModelLoadError carries its catalogue entry through handlers.get_pair to the page."""
+    with pytest.raises(handlers.UserError) as info:
+        handlers.get_pair(("/no/such/draft", "/no/such/target"))
+    en, zh = str(info.value), handlers.error_text(info.value, "zh-CN")
+    assert en.startswith("Could not load the target model 'local:target': no such folder") and "/no/such" not in en
+    assert zh.startswith("无法加载目标模型 'local:target'：没有这个文件夹") and "内置模型对" in zh and "/no/such" not in zh
+
+
+def test_gradios_toast_titles_are_replaced_on_the_chinese_page():
+    """gradio 6 draws "Warning"/"Error" above a toast in English whatever the locale; render.CSS draws the
+    catalogue's word instead on a page whose language is not English (body[data-sd-lang], set by ui.LOCALE_JS)."""
+    for level, key in render.TOAST_KEY.items():
+        assert f'body[data-sd-lang="zh-CN"] .toast-title.{level}::before {{ content: "{ZH[key]}";' in render.CSS
+    assert 'data-sd-lang="en"' not in render.CSS
