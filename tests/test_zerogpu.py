@@ -57,12 +57,9 @@ def test_bad_input_crosses_the_decorator_as_a_message():
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_forked_worker_gets_unheld_model_locks():
+def test_a_forked_worker_gets_unheld_model_locks(pair):
     """spaces forks its GPU workers from the serving process; a lock another thread held at that moment must not
     stay held in the child."""
-    # a pair in the LRU now (the session's `pair` fixture may have been evicted by earlier tests' loads, and only
-    # cached pairs get fresh locks in the child, which is all a worker uses)
-    pair = models.load_pair("shakespeare", device="cpu")
     held, release = threading.Event(), threading.Event()
 
     def hold():
