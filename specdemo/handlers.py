@@ -23,7 +23,7 @@ import torch
 
 from . import plots, render
 from .autoregressive import baseline_steps
-from .config import DEFAULT_PRESET, PRESETS, ConfigError, Limits, SamplingConfig, SpecConfig
+from .config import DEFAULT_PRESET, NGRAM_RANGE, PRESETS, STRATEGIES, ConfigError, Limits, SamplingConfig, SpecConfig
 from .events import Trace
 from .models import ModelLoadError, ModelPair, load_pair
 from .sampling import first_token_samples, warp
@@ -113,9 +113,18 @@ def pair_key(pair_name: str, draft_id: str | None, target_id: str | None, limits
     return pair_name
 
 
+def as_strategy(strategy) -> str:
+    name = strategy.strip().lower() if isinstance(strategy, str) else strategy
+    if name not in STRATEGIES:
+        raise UserError(f"Strategy must be one of {', '.join(STRATEGIES)}, got {str(strategy)[:40]!r}.")
+    return name
+
+
 def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-             run_baseline, lenience, limits: Limits | None = None) -> Request:
+             run_baseline, lenience, limits: Limits | None = None, strategy="fixed", ngram=3) -> Request:
     limits = limits or Limits.from_env()
+    strategy = as_strategy(strategy)
+    ngram = as_number("Lookup n-gram size", ngram, int, *NGRAM_RANGE)
     if not isinstance(prompt, str) or not prompt.strip():
         raise UserError("The prompt is empty. Type a few words for the models to continue.")
     if len(prompt) > limits.max_prompt_chars:
@@ -133,7 +142,8 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
         raise UserError("Lenience must be above 0 (1 is exact).")
     try:
         sampling = SamplingConfig(temperature, top_k, top_p)
-        spec = SpecConfig(k=k, max_new_tokens=max_new_tokens, seed=seed, lenience=lenience)
+        spec = SpecConfig(k=k, max_new_tokens=max_new_tokens, seed=seed, lenience=lenience, strategy=strategy,
+                          ngram=ngram)
     except ConfigError as err:
         raise UserError(str(err)) from None
     return Request(pair_key(pair_name, draft_id, target_id, limits), prompt, sampling, spec, bool(run_baseline))
@@ -245,11 +255,11 @@ def charts(spec: Trace | None, base: Trace | None) -> tuple:
 
 @user_errors
 def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-                run_baseline, lenience):
+                run_baseline, lenience, strategy="fixed", ngram=3):
     """The Generate button. Yields (tokens, stats, film strip, 5 charts, trace JSON, file, state, round slider)."""
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-                   run_baseline, lenience, limits)
+                   run_baseline, lenience, limits, strategy, ngram)
     pair = get_pair(req.pair)
     if req.spec.lossy:
         gr.Warning(f"Lenience b = {req.spec.lenience} < 1: this run is lossy and will not follow the target's "
@@ -285,16 +295,19 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
 @user_errors
 def generate_api(pair: str = DEFAULT_PRESET, prompt: str = "ROMEO:\n", k: int = 4, temperature: float = 0.8,
                  top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
-                 baseline: bool = True, lenience: float = 1.0, draft: str = "", target: str = "") -> dict:
+                 baseline: bool = True, lenience: float = 1.0, draft: str = "", target: str = "",
+                 strategy: str = "fixed", ngram: int = 3) -> dict:
     """Run speculative sampling (and the target-only baseline) and return the full trace as JSON.
 
-    pair: a preset name, or "custom" with draft and target model ids. Returns {"speculative": trace,
+    pair: a preset name, or "custom" with draft and target model ids. strategy: "fixed" (K drafts a round),
+    "adaptive" (the draft stops when unsure; K is ignored) or "lookup" (copy after a matching n-gram of up to
+    `ngram` tokens; no draft model). Returns {"speculative": trace,
     "baseline": trace or null}; each trace has text, token_ids, rounds (labels, p, q, r, min(1, p/q), top
     candidates, timings) and metrics.
     """
     limits = Limits.from_env()
     req = validate(pair, draft, target, prompt, k, temperature, top_k, top_p, max_new_tokens, seed, baseline,
-                   lenience, limits)
+                   lenience, limits, strategy, ngram)
     loaded = get_pair(req.pair)
     *_, (spec, base, _) = run_stream(req, loaded, limits)  # run to the end; the last snapshot is the whole run
     return trace_payload(spec, base)

@@ -54,6 +54,19 @@ def test_generate_endpoint_sampling_trace(client, pair):
     assert again["speculative"]["token_ids"] == out["speculative"]["token_ids"]
 
 
+@pytest.mark.parametrize("strategy", ["adaptive", "lookup"])
+def test_generate_endpoint_takes_a_strategy(client, pair, strategy):
+    out = gen(client, temperature=1.0, seed=4, max_new_tokens=40, strategy=strategy,
+              prompt="ROMEO:\nO, she doth teach the torches to burn bright!\nROMEO:\nO, she doth teach")
+    trace = out["speculative"]
+    check_trace(trace, pair)
+    assert trace["settings"]["strategy"] == strategy
+    sources = {r["source"] for r in trace["rounds"]}
+    assert sources == {"draft"} if strategy == "adaptive" else sources <= {"lookup", "fallback"}
+    if strategy == "lookup":
+        assert any(r["copied_from"] is not None and r["ngram"] for r in trace["rounds"])
+
+
 def test_stream_endpoint_streams_rounds(client):
     job = client.submit("shakespeare", "", "", "JULIET:\n", 4, 0.8, 0, 1.0, 40, 1, False, 1.0,
                         api_name="/generate_stream")
@@ -79,6 +92,8 @@ BAD_INPUTS = [
     (dict(seed="abc"), "Seed must be a number"),
     (dict(max_new_tokens=100000), "Max new tokens must be between"),
     (dict(pair="no-such-pair"), "Unknown model pair"),
+    (dict(strategy="eagle"), "Strategy must be one of fixed, adaptive, lookup"),
+    (dict(strategy="lookup", ngram=0), "Lookup n-gram size must be between 1 and 8"),
     (dict(pair="custom", draft="/no/such/model", target="/no/such/other"), "no such folder"),
     (dict(pair="gpt2"), "hub cannot be reached|not in the local cache"),
 ]
