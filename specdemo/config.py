@@ -173,6 +173,7 @@ class Limits:
     max_samples: int = 5000  # SPECDEMO_MAX_SAMPLES (distribution check)
     time_limit_s: int = 120  # SPECDEMO_TIME_LIMIT_S (per request)
     allow_custom: bool = True  # SPECDEMO_ALLOW_CUSTOM (custom hub ids)
+    allow_local: bool = False  # SPECDEMO_ALLOW_LOCAL (custom ids may also be folders on the server's disk)
     max_params_m: int = 3000  # SPECDEMO_MAX_PARAMS_M (millions of parameters per custom model)
 
     @classmethod
@@ -184,5 +185,6 @@ class Limits:
             max_samples=env_int("SPECDEMO_MAX_SAMPLES", cls.max_samples),
             time_limit_s=env_int("SPECDEMO_TIME_LIMIT_S", cls.time_limit_s),
             allow_custom=env_int("SPECDEMO_ALLOW_CUSTOM", 1) != 0,
+            allow_local=env_int("SPECDEMO_ALLOW_LOCAL", 0) != 0,
             max_params_m=env_int("SPECDEMO_MAX_PARAMS_M", cls.max_params_m),
         )

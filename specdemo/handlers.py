@@ -9,14 +9,11 @@ Per-session state travels in `gr.State` (a dict with the last traces); nothing p
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import gradio as gr
 import torch
@@ -29,6 +26,7 @@ from .models import ModelLoadError, ModelPair, load_pair
 from .sampling import first_token_samples, warp
 from .speculative import PromptError, encode_prompt, finish, run_settings, speculative_rounds
 from .theory import best_k, measure
+from .zerogpu import gpu
 
 CUSTOM = "custom"
 CHART_EVERY_S = 0.4  # redraw the plotly charts at most this often while streaming (text and stats every round)
@@ -69,23 +67,53 @@ def estimate_parameters(config) -> int:
     return int(vocab * d + layers * (4 * d * d + mlp))
 
 
+NOT_A_REPO_ID = ("Custom models are Hugging Face Hub repo ids of the form owner/name, for example "
+                 "openai-community/gpt2. This server does not load models from paths.")
+
+
+def is_repo_id(model_id: str) -> bool:
+    """owner/name as huggingface_hub's own validator accepts it. Looks only at the string, never at the disk."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if model_id.count("/") != 1:
+        return False
+    try:
+        validate_repo_id(model_id)
+    except HFValidationError:
+        return False
+    return True
+
+
 def check_custom_ids(draft_id: str, target_id: str, limits: Limits) -> None:
-    """Refuse custom ids when switched off, and models over the size cap, before any weights are downloaded."""
+    """The app's one rule for custom model ids, applied before anything is read or downloaded.
+
+    1. Custom ids can be switched off (SPECDEMO_ALLOW_CUSTOM=0).
+    2. Unless SPECDEMO_ALLOW_LOCAL=1, both ids must be hub repo ids (`is_repo_id`). Everything else (an absolute or
+       relative path, ~, a Windows path, a typo) gets the same message, NOT_A_REPO_ID, decided from the string alone,
+       so the answer says nothing about the server's disk. A repo id that also names a folder under the server's
+       working directory (transformers would read that folder) is answered as a hub miss, as if the folder were not
+       there. The CLI and the Python API do not pass through here: they load paths.
+    3. Models over the size cap (SPECDEMO_MAX_PARAMS_M) are refused from their config, before any weights load.
+    """
     if not limits.allow_custom:
         raise UserError("Custom model ids are switched off on this server (SPECDEMO_ALLOW_CUSTOM=0). "
                         "Pick one of the presets.")
+    hub_only = not limits.allow_local
+    if hub_only and not (is_repo_id(draft_id) and is_repo_id(target_id)):
+        raise UserError(NOT_A_REPO_ID)
     from transformers import AutoConfig
 
-    from .models import offline_for
+    from .models import _friendly, offline_for
 
     for role, model_id in (("draft", draft_id), ("target", target_id)):
+        if hub_only and os.path.lexists(model_id):  # answered word for word as transformers' hub miss is
+            raise UserError(str(_friendly(model_id, role, OSError(), local=False)))
         try:
             config = AutoConfig.from_pretrained(model_id, trust_remote_code=False,
                                                 local_files_only=offline_for(model_id))
         except Exception as err:
-            from .models import _friendly
-
-            raise UserError(str(_friendly(model_id, role, err))) from None
+            raise UserError(str(_friendly(model_id, role, err, local=False if hub_only else None))) from None
         n = estimate_parameters(config)
         if n > limits.max_params_m * 1_000_000:
             raise UserError(f"The {role} model {model_id!r} has about {n / 1e9:.1f}B parameters, over this server's "
@@ -99,6 +127,7 @@ class Request:
     sampling: SamplingConfig
     spec: SpecConfig
     run_baseline: bool
+    chat: bool | None = None  # wrap the prompt with the chat template; None: the pair's default
 
 
 def pair_key(pair_name: str, draft_id: str | None, target_id: str | None, limits: Limits) -> str | tuple[str, str]:
@@ -121,7 +150,7 @@ def as_strategy(strategy) -> str:
 
 
 def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-             run_baseline, lenience, limits: Limits | None = None, strategy="fixed", ngram=3) -> Request:
+             run_baseline, lenience, limits: Limits | None = None, chat=None, strategy="fixed", ngram=3) -> Request:
     limits = limits or Limits.from_env()
     strategy = as_strategy(strategy)
     ngram = as_number("Lookup n-gram size", ngram, int, *NGRAM_RANGE)
@@ -146,7 +175,9 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
                           ngram=ngram)
     except ConfigError as err:
         raise UserError(str(err)) from None
-    return Request(pair_key(pair_name, draft_id, target_id, limits), prompt, sampling, spec, bool(run_baseline))
+    if chat is not None and not isinstance(chat, bool):
+        raise UserError(f"chat must be true, false or null (the pair's default), got {str(chat)[:20]!r}.")
+    return Request(pair_key(pair_name, draft_id, target_id, limits), prompt, sampling, spec, bool(run_baseline), chat)
 
 
 def get_pair(key) -> ModelPair:
@@ -208,9 +239,10 @@ def one_at_a_time(pair: ModelPair, events: Iterator, deadline: float) -> Iterato
 
 def run_stream(req: Request, pair: ModelPair, limits: Limits) -> Iterator[tuple[Trace, Trace | None, str]]:
     """Run speculative decoding, then (optionally) the baseline, yielding (spec, base, phase) after every event."""
-    ids = encode_prompt(pair, req.prompt, req.spec.max_new_tokens)
+    chat = pair.chat if req.chat is None else req.chat
+    ids = encode_prompt(pair, req.prompt, req.spec.max_new_tokens, chat)
     deadline = time.monotonic() + limits.time_limit_s
-    spec = Trace("speculative", req.prompt, ids, run_settings(pair, req.sampling, req.spec))
+    spec = Trace("speculative", req.prompt, ids, run_settings(pair, req.sampling, req.spec) | {"chat": chat})
     for rnd in one_at_a_time(pair, speculative_rounds(pair, ids, req.sampling, req.spec), deadline):
         spec.rounds.append(rnd)
         spec.wall_s = rnd.elapsed_s
@@ -219,7 +251,7 @@ def run_stream(req: Request, pair: ModelPair, limits: Limits) -> Iterator[tuple[
     if not req.run_baseline:
         return
     base = Trace("baseline", req.prompt, ids, run_settings(pair, req.sampling) | {
-        "max_new_tokens": req.spec.max_new_tokens, "seed": req.spec.seed})
+        "max_new_tokens": req.spec.max_new_tokens, "seed": req.spec.seed, "chat": chat})
     steps = baseline_steps(pair, ids, req.sampling, req.spec.max_new_tokens, req.spec.seed)
     for step in one_at_a_time(pair, steps, deadline):
         base.steps.append(step)
@@ -228,24 +260,13 @@ def run_stream(req: Request, pair: ModelPair, limits: Limits) -> Iterator[tuple[
     finish(pair, base)
 
 
+def shown_prompt(trace: Trace) -> str:
+    """The prompt as the token view shows it: in chat mode the user's message, with the reply below it."""
+    return trace.prompt + "\n\n" if trace.settings.get("chat") else trace.prompt
+
+
 def trace_payload(spec: Trace, base: Trace | None) -> dict:
     return {"speculative": spec.to_dict(), "baseline": base.to_dict() if base is not None else None}
-
-
-_EXPORT_DIR = Path(tempfile.gettempdir()) / "specdemo-exports"
-
-
-def export_file(payload: dict) -> str:
-    """Write the trace as JSON for download; exports older than an hour are removed so a long uptime keeps no pile."""
-    _EXPORT_DIR.mkdir(exist_ok=True)
-    now = time.time()
-    for old in _EXPORT_DIR.glob("trace-*.json"):
-        if now - old.stat().st_mtime > 3600:
-            old.unlink(missing_ok=True)
-    fd, path = tempfile.mkstemp(prefix="trace-", suffix=".json", dir=_EXPORT_DIR)
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f)
-    return path
 
 
 def charts(spec: Trace | None, base: Trace | None) -> tuple:
@@ -253,13 +274,17 @@ def charts(spec: Trace | None, base: Trace | None) -> tuple:
             plots.acceptance_by_position(spec), plots.speedup_vs_theory(spec, base))
 
 
+@gpu
 @user_errors
 def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-                run_baseline, lenience, strategy="fixed", ngram=3):
-    """The Generate button. Yields (tokens, stats, film strip, 5 charts, trace JSON, file, state, round slider)."""
+                run_baseline, lenience, chat=None, strategy="fixed", ngram=3):
+    """The Generate button. Yields (tokens, stats, film strip, 5 charts, trace JSON, state, round slider).
+
+    The trace is downloaded in the browser from the trace JSON (ui.DOWNLOAD_JS): a server file would put its path
+    (gradio's cache folder) into the page and the API's answer."""
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-                   run_baseline, lenience, limits, strategy, ngram)
+                   run_baseline, lenience, limits, chat, strategy, ngram)
     pair = get_pair(req.pair)
     if req.spec.lossy:
         gr.Warning(f"Lenience b = {req.spec.lenience} < 1: this run is lossy and will not follow the target's "
@@ -275,39 +300,42 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
         status = f"running {phase}..." if phase == "speculative" else (
             f"running the target-only baseline: {len(base.steps)} tokens")
         if phase == "speculative":
-            yield (render.tokens_html(req.prompt, spec.rounds), render.stats_html(spec, None, status),
+            yield (render.tokens_html(shown_prompt(spec), spec.rounds), render.stats_html(spec, None, status),
                    render.filmstrip_html(spec.rounds), *(charts(spec, None) if redraw else (skip,) * 5),
-                   skip, skip, skip, skip)
+                   skip, skip, skip)
         else:
             yield (skip, render.stats_html(spec, base, status), skip,
-                   *((plots.race(spec, base),) + (skip,) * 4 if redraw else (skip,) * 5), skip, skip, skip, skip)
+                   *((plots.race(spec, base),) + (skip,) * 4 if redraw else (skip,) * 5), skip, skip, skip)
     stop = spec.stop_reason
     if stop == "time_limit":
         gr.Warning(f"Stopped at this server's time limit of {limits.time_limit_s} s per request.")
     payload = trace_payload(spec, base)
     n_rounds = len(spec.rounds)
-    yield (render.tokens_html(req.prompt, spec.rounds), render.stats_html(spec, base, f"done ({stop})"),
-           render.filmstrip_html(spec.rounds), *charts(spec, base), payload, export_file(payload),
+    yield (render.tokens_html(shown_prompt(spec), spec.rounds), render.stats_html(spec, base, f"done ({stop})"),
+           render.filmstrip_html(spec.rounds), *charts(spec, base), payload,
            {"spec": spec, "base": base, "cursor": 0},
            gr.update(maximum=max(2, n_rounds), value=1, interactive=n_rounds > 1))  # a slider needs max > min
 
 
+@gpu
 @user_errors
 def generate_api(pair: str = DEFAULT_PRESET, prompt: str = "ROMEO:\n", k: int = 4, temperature: float = 0.8,
                  top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
                  baseline: bool = True, lenience: float = 1.0, draft: str = "", target: str = "",
-                 strategy: str = "fixed", ngram: int = 3) -> dict:
+                 chat: bool | None = None, strategy: str = "fixed", ngram: int = 3) -> dict:
     """Run speculative sampling (and the target-only baseline) and return the full trace as JSON.
 
-    pair: a preset name, or "custom" with draft and target model ids. strategy: "fixed" (K drafts a round),
-    "adaptive" (the draft stops when unsure; K is ignored) or "lookup" (copy after a matching n-gram of up to
-    `ngram` tokens; no draft model). Returns {"speculative": trace,
+    pair: a preset name, or "custom" with draft and target model ids. chat: true wraps the prompt (a user message)
+    with the target's chat template and returns the assistant's reply; false continues the prompt as raw text;
+    null (the default) takes the pair's own default (chat for instruct presets). strategy: "fixed" (K drafts a
+    round), "adaptive" (the draft stops when unsure; K is ignored) or "lookup" (copy after a matching n-gram of up
+    to `ngram` tokens; no draft model). Returns {"speculative": trace,
     "baseline": trace or null}; each trace has text, token_ids, rounds (labels, p, q, r, min(1, p/q), top
     candidates, timings) and metrics.
     """
     limits = Limits.from_env()
     req = validate(pair, draft, target, prompt, k, temperature, top_k, top_p, max_new_tokens, seed, baseline,
-                   lenience, limits, strategy, ngram)
+                   lenience, limits, chat, strategy, ngram)
     loaded = get_pair(req.pair)
     *_, (spec, base, _) = run_stream(req, loaded, limits)  # run to the end; the last snapshot is the whole run
     return trace_payload(spec, base)
@@ -369,7 +397,7 @@ def step_round(state, direction: int):
         return state, render.tokens_html("", []), "Generate first; then step through the rounds one at a time."
     cursor = 0 if direction == 0 else min(max(state.get("cursor", 0) + direction, 0), len(rounds))
     state = {**state, "cursor": cursor}
-    prompt = state["spec"].prompt
+    prompt = shown_prompt(state["spec"])
     if cursor == 0:
         return state, render.tokens_html(prompt, []), f"Before round 1: only the prompt. {len(rounds)} rounds follow."
     rnd = rounds[cursor - 1]
@@ -380,16 +408,18 @@ def step_round(state, direction: int):
 # ----------------------------------------------------------------------------------------------- experiments
 
 
+@gpu
 @user_errors
-def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, max_new_tokens, seed, k_from, k_to):
+def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, max_new_tokens, seed, k_from, k_to,
+               chat=None):
     """Run K = k_from..k_to on the same prompt and seed; plot measured and predicted speedup, recommend a K."""
     limits = Limits.from_env()
     k_from = as_number("First K", k_from, int, 1, limits.max_k)
     k_to = as_number("Last K", k_to, int, k_from, limits.max_k)
     req = validate(pair_name, draft_id, target_id, prompt, k_from, temperature, top_k, top_p, max_new_tokens, seed,
-                   True, 1.0, limits)
+                   True, 1.0, limits, chat)
     pair = get_pair(req.pair)
-    ids = encode_prompt(pair, req.prompt, req.spec.max_new_tokens)
+    ids = encode_prompt(pair, req.prompt, req.spec.max_new_tokens, req.chat)
     with pair.lock:
         base_steps = list(baseline_steps(pair, ids, req.sampling, req.spec.max_new_tokens, req.spec.seed))
     base_tps = len(base_steps) / base_steps[-1].elapsed_s
@@ -418,15 +448,17 @@ def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p
             return
 
 
+@gpu
 @user_errors
-def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, lenience, n_samples, seed):
+def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, lenience, n_samples, seed,
+                    chat=None):
     """Draw N speculative samples of the first generated token and compare their histogram with the exact p."""
     limits = Limits.from_env()
     n = as_number("Samples", n_samples, int, 10, limits.max_samples)
     req = validate(pair_name, draft_id, target_id, prompt, 1, temperature, top_k, top_p, 1, seed, False, lenience,
-                   limits)
+                   limits, chat)
     pair = get_pair(req.pair)
-    ids = torch.tensor([encode_prompt(pair, req.prompt, 1)], device=pair.device)
+    ids = torch.tensor([encode_prompt(pair, req.prompt, 1, req.chat)], device=pair.device)
     gen = torch.Generator(device=pair.device).manual_seed(req.spec.seed)
     with pair.lock, torch.inference_mode():
         p = warp(pair.target(ids).logits[0, -1, : pair.vocab_size], req.sampling)
@@ -460,18 +492,20 @@ def pair_info(pair: ModelPair) -> str:
 
 
 def change_pair(pair_name, draft_id, target_id, progress=gr.Progress()):
-    """Load the chosen pair with a visible progress indicator. A failure keeps the previous pair working."""
+    """Load the chosen pair with a visible progress indicator. A failure keeps the previous pair working.
+    Returns (status, custom box, examples, chat switch): the switch takes the pair's default mode."""
     custom = pair_name == CUSTOM
     examples = PRESETS[pair_name].examples if pair_name in PRESETS else ()
     if custom and not ((draft_id or "").strip() and (target_id or "").strip()):
-        return "Enter a draft and a target model id, then press Load.", gr.update(visible=True), gr.skip()
+        return "Enter a draft and a target model id, then press Load.", gr.update(visible=True), gr.skip(), gr.skip()
     progress(0.1, desc=f"Loading {pair_name}...")
     try:
         pair = get_pair(pair_key(pair_name, draft_id, target_id, Limits.from_env()))
     except UserError as err:
         gr.Warning(str(err))
-        return f"**Could not load:** {render.esc(str(err))}", gr.update(visible=custom), gr.skip()
+        return f"**Could not load:** {render.esc(str(err))}", gr.update(visible=custom), gr.skip(), gr.skip()
     progress(1.0, desc="Loaded")
     return (pair_info(pair), gr.update(visible=custom),
-            gr.Dataset(samples=[[e] for e in examples]) if examples else gr.skip())
+            gr.Dataset(samples=[[e] for e in examples]) if examples else gr.skip(),
+            gr.update(value=pair.chat, interactive=pair.has_chat_template))
 

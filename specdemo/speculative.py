@@ -31,11 +31,18 @@ class PromptError(ValueError):
     """The prompt cannot be generated from (empty, or too long for the context window)."""
 
 
-def encode_prompt(pair: ModelPair, prompt: str, max_new_tokens: int) -> list[int]:
-    """Tokenise and check the prompt against the pair's context window (prompt + new tokens must fit)."""
+def encode_prompt(pair: ModelPair, prompt: str, max_new_tokens: int, chat: bool | None = None) -> list[int]:
+    """Tokenise and check the prompt against the pair's context window (prompt + new tokens must fit).
+
+    chat=True treats the prompt as a user message and wraps it with the tokenizer's chat template (instruct targets);
+    the output is then the assistant's reply, ended by the template's end-of-turn token (the tokenizer's EOS).
+    chat=None takes the pair's default (on for instruct presets such as smollm2-135m)."""
+    chat = pair.chat if chat is None else chat
     if not prompt or not prompt.strip():
         raise PromptError("The prompt is empty. Type a few words for the models to continue.")
-    ids = pair.encode(prompt)
+    if chat and not pair.has_chat_template:
+        raise PromptError("This pair's tokenizer has no chat template: switch chat mode off (raw continuation).")
+    ids = pair.encode_chat(prompt) if chat else pair.encode(prompt)
     if not ids:
         raise PromptError("The prompt produced no tokens.")
     window = pair.context_window
@@ -230,12 +237,15 @@ def speculative_generate(
     sampling: SamplingConfig | None = None,
     spec: SpecConfig | None = None,
     on_round=None,
+    chat: bool | None = None,
 ) -> Trace:
-    """Run speculative sampling to the end and return its Trace. `on_round(round)` is called as rounds arrive."""
+    """Run speculative sampling to the end and return its Trace. `on_round(round)` is called as rounds arrive.
+    chat: wrap the prompt with the chat template (None: the pair's default; see encode_prompt)."""
     sampling = sampling or SamplingConfig()
     spec = spec or SpecConfig()
-    prompt_ids = encode_prompt(pair, prompt, spec.max_new_tokens)
-    trace = Trace("speculative", prompt, prompt_ids, settings=run_settings(pair, sampling, spec))
+    chat = pair.chat if chat is None else chat
+    prompt_ids = encode_prompt(pair, prompt, spec.max_new_tokens, chat)
+    trace = Trace("speculative", prompt, prompt_ids, settings=run_settings(pair, sampling, spec) | {"chat": chat})
     t0 = time.perf_counter()
     with pair.lock:
         for rnd in speculative_rounds(pair, prompt_ids, sampling, spec):
@@ -248,7 +258,8 @@ def speculative_generate(
 
 
 def run_settings(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig | None = None) -> dict:
-    out = {"pair": pair.name, "draft": pair.draft_id, "target": pair.target_id, "device": str(pair.device),
+    # public names only (ModelPair.draft_label/target_label): a trace can be shared, and the app returns it
+    out = {"pair": pair.name, "draft": pair.draft_label, "target": pair.target_label, "device": str(pair.device),
            "draft_dtype": dtype_name(pair.draft_dtype), "target_dtype": dtype_name(pair.dtype)}
     out |= {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p}
     if spec is not None:

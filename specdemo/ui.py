@@ -34,8 +34,24 @@ element.addEventListener('click', pick);
 element.addEventListener('keydown', (e) => { if (e.key === 'Enter' || e.key === ' ') pick(e); });
 """
 
+# The trace downloads from the JSON already on the page, built in the browser: a server-side file would put the
+# server's cache path into the page and into the API's answer (see handlers.generate_ui).
+DOWNLOAD_JS = """
+(trace) => {
+  if (!trace || !trace.speculative) return;
+  const url = URL.createObjectURL(new Blob([JSON.stringify(trace, null, 1)], {type: 'application/json'}));
+  const a = document.createElement('a');
+  a.href = url;
+  a.download = 'specdemo-trace.json';
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+"""
+
 GENERATE_INPUTS = ("pair", "draft", "target", "prompt", "k", "temperature", "top_k", "top_p", "max_new", "seed",
-                   "baseline", "lenience")
+                   "baseline", "lenience", "chat")
 
 
 def build_demo() -> gr.Blocks:
@@ -50,13 +66,17 @@ def build_demo() -> gr.Blocks:
                 c["pair"] = gr.Dropdown(
                     choices=[(f"{name}: {p.draft.split('/')[-1]} \u2192 {p.target.split('/')[-1]}", name)
                              for name, p in PRESETS.items()] + [("custom: any two hub ids", handlers.CUSTOM)],
-                    value=DEFAULT_PRESET, label="Model pair (draft \u2192 target)")
+                    value=DEFAULT_PRESET, label="Model pair (draft \u2192 target)", elem_id="sd-pair")
                 with gr.Group(visible=False) as custom_box:
-                    c["draft"] = gr.Textbox(label="Draft model id", placeholder="e.g. openai-community/gpt2")
-                    c["target"] = gr.Textbox(label="Target model id", placeholder="e.g. openai-community/gpt2-xl")
-                    load_btn = gr.Button("Load pair", size="sm")
+                    c["draft"] = gr.Textbox(label="Draft model id", placeholder="e.g. openai-community/gpt2",
+                                            elem_id="sd-draft-id")
+                    c["target"] = gr.Textbox(label="Target model id", placeholder="e.g. openai-community/gpt2-xl",
+                                             elem_id="sd-target-id")
+                    load_btn = gr.Button("Load pair", size="sm", elem_id="sd-load")
                 pair_status = gr.Markdown(elem_id="sd-pair-status")
                 c["prompt"] = gr.Textbox(label="Prompt", lines=4, value=preset.examples[0], elem_id="sd-prompt")
+                c["chat"] = gr.Checkbox(preset.chat, label="Chat: the prompt is a message and the models write the "
+                                        "assistant's reply (off: continue the text as it is)", elem_id="sd-chat")
                 examples = gr.Dataset(components=[c["prompt"]], samples=[[e] for e in preset.examples],
                                       label="Example prompts")
                 c["k"] = gr.Slider(1, limits.max_k, value=4, step=1, label="K: draft tokens per round")
@@ -119,11 +139,11 @@ def build_demo() -> gr.Blocks:
                                                    elem_id="sd-step-caption")
                         step_tokens = gr.HTML(elem_id="sd-step-tokens")
                     with gr.Tab("Export"):
-                        download = gr.File(label="Trace (JSON)", elem_id="sd-download")
+                        download_btn = gr.Button("Download the trace (JSON)", size="sm", elem_id="sd-download")
                         trace_json = gr.JSON(label="Trace", open=False)
 
         inputs = [c[name] for name in GENERATE_INPUTS]
-        outputs = [tokens, stats, film, race, acc_round, hist, by_pos, theory, trace_json, download, state, round_sl]
+        outputs = [tokens, stats, film, race, acc_round, hist, by_pos, theory, trace_json, state, round_sl]
         run_args = dict(fn=handlers.generate_ui, inputs=inputs, outputs=outputs, concurrency_id="models",
                         api_visibility="undocumented", show_progress="minimal")
         gen_click = go_btn.click(api_name="generate_stream", **run_args)
@@ -135,13 +155,14 @@ def build_demo() -> gr.Blocks:
         common = [c["pair"], c["draft"], c["target"], c["prompt"]]
         sweep_event = sweep_btn.click(
             handlers.k_sweep_ui, common + [c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"], k_from,
-                                           k_to],
+                                           k_to, c["chat"]],
             [sweep_plot, sweep_md], api_name="k_sweep", concurrency_id="models")
         dist_event = dist_btn.click(
             handlers.distribution_ui, common + [c["temperature"], c["top_k"], c["top_p"], c["lenience"], n_samples,
-                                                c["seed"]],
+                                                c["seed"], c["chat"]],
             [dist_plot, dist_md], api_name="distribution_check", concurrency_id="models")
         stop_btn.click(None, None, None, cancels=[gen_click, gen_submit, sweep_event, dist_event])
+        download_btn.click(None, [trace_json], None, js=DOWNLOAD_JS, api_visibility="private")
 
         round_sl.change(handlers.select_round, [state, round_sl], [pos_sl, insp_plot, insp_reason],
                         api_visibility="private")
@@ -155,7 +176,7 @@ def build_demo() -> gr.Blocks:
                       api_visibility="private")
 
         pair_change = dict(fn=handlers.change_pair, inputs=[c["pair"], c["draft"], c["target"]],
-                           outputs=[pair_status, custom_box, examples], api_visibility="private",
+                           outputs=[pair_status, custom_box, examples, c["chat"]], api_visibility="private",
                            concurrency_id="models")
         c["pair"].change(**pair_change)
         load_btn.click(**pair_change)

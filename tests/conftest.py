@@ -122,6 +122,13 @@ def app_url():
     app.demo.close()
 
 
+@pytest.fixture
+def allow_local(monkeypatch):
+    """Let this test's custom ids be folders on the server (SPECDEMO_ALLOW_LOCAL=1; off by default). The server runs
+    in this process and reads its limits per request, so the setting holds for this test only."""
+    monkeypatch.setenv("SPECDEMO_ALLOW_LOCAL", "1")
+
+
 @pytest.fixture(scope="session")
 def client(app_url):
     from gradio_client import Client

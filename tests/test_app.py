@@ -68,7 +68,7 @@ def test_generate_endpoint_takes_a_strategy(client, pair, strategy):
 
 
 def test_stream_endpoint_streams_rounds(client):
-    job = client.submit("shakespeare", "", "", "JULIET:\n", 4, 0.8, 0, 1.0, 40, 1, False, 1.0,
+    job = client.submit("shakespeare", "", "", "JULIET:\n", 4, 0.8, 0, 1.0, 40, 1, False, 1.0, None,
                         api_name="/generate_stream")
     final = job.result()
     updates = job.outputs()
@@ -76,7 +76,8 @@ def test_stream_endpoint_streams_rounds(client):
     html = final[0]
     assert 'class="sd-tok sd-' in html and "JULIET:" in html
     trace = final[8]
-    assert trace["speculative"]["text"] and os.path.exists(final[9])
+    assert trace["speculative"]["text"] and trace["speculative"]["settings"]["draft"] == "shakespeare:draft"
+    assert not any(isinstance(v, str) and os.path.isabs(v) for v in final)  # no server file (see ui.DOWNLOAD_JS)
 
 
 BAD_INPUTS = [
@@ -94,8 +95,10 @@ BAD_INPUTS = [
     (dict(pair="no-such-pair"), "Unknown model pair"),
     (dict(strategy="eagle"), "Strategy must be one of fixed, adaptive, lookup"),
     (dict(strategy="lookup", ngram=0), "Lookup n-gram size must be between 1 and 8"),
-    (dict(pair="custom", draft="/no/such/model", target="/no/such/other"), "no such folder"),
+    (dict(pair="custom", draft="/no/such/model", target="/no/such/other"), "repo ids of the form owner/name"),
     (dict(pair="gpt2"), "hub cannot be reached|not in the local cache"),
+    (dict(chat=True), "no chat template"),
+    (dict(chat="yes"), "chat must be true, false or null|bool"),
 ]
 
 
@@ -110,7 +113,15 @@ def test_bad_input_gets_a_clear_message_and_the_next_request_works(client, kwarg
     assert gen(client, max_new_tokens=4)["speculative"]["metrics"]["new_tokens"] == 4
 
 
-def test_mismatched_tokenizers_are_refused(client, toy_dirs):
+def test_chat_switch_in_the_api(client, pair):
+    """chat=None takes the pair's default (raw for the Shakespeare pair); chat=False is the same run, recorded."""
+    default, raw = gen(client, max_new_tokens=8, seed=3), gen(client, max_new_tokens=8, seed=3, chat=False)
+    assert default["speculative"]["settings"]["chat"] is False and raw["speculative"]["settings"]["chat"] is False
+    assert default["speculative"]["token_ids"] == raw["speculative"]["token_ids"]
+    assert default["speculative"]["prompt_ids"] == pair.encode("ROMEO:\n")
+
+
+def test_mismatched_tokenizers_are_refused(client, toy_dirs, allow_local):
     from specdemo.config import EMBEDDED_TARGET
 
     with pytest.raises(Exception, match="tokenizers disagree"):
@@ -137,9 +148,11 @@ def test_cancel_stops_a_long_run_and_the_next_run_is_correct(client, pair):
     from specdemo.models import load_pair
 
     loaded = load_pair("shakespeare")
-    job = client.submit("shakespeare", "", "", "ROMEO:\n", 2, 1.0, 0, 1.0, 256, 0, True, 1.0,
+    job = client.submit("shakespeare", "", "", "ROMEO:\n", 2, 1.0, 0, 1.0, 256, 0, True, 1.0, None,
                         api_name="/generate_stream")
+    t0 = time.monotonic()
     while len(job.outputs()) < 2:
+        assert time.monotonic() - t0 < 120, "the stream sent no updates"
         time.sleep(0.05)
     job.cancel()
     t0 = time.monotonic()
@@ -173,9 +186,26 @@ def test_custom_ids_can_be_switched_off(client, monkeypatch, toy_dirs):
     assert gen(client, max_new_tokens=3)["speculative"]["metrics"]["new_tokens"] == 3
 
 
-def test_parameter_cap_refuses_big_custom_models_before_loading(client, monkeypatch):
+def test_parameter_cap_refuses_big_custom_models_before_loading(client, monkeypatch, allow_local):
     from specdemo.config import EMBEDDED_DRAFT, EMBEDDED_TARGET
 
     monkeypatch.setenv("SPECDEMO_MAX_PARAMS_M", "5")  # the embedded target has ~13M
     with pytest.raises(Exception, match="over this server's cap"):
         gen(client, pair="custom", draft=str(EMBEDDED_DRAFT), target=str(EMBEDDED_TARGET))
+
+
+def test_local_custom_paths_load_only_when_the_operator_allows_them(client, monkeypatch, toy_dirs):
+    """SPECDEMO_ALLOW_LOCAL=1 lets custom ids be folders on the server (a private deployment): the toy pair loads and
+    generates, and its settings name the folders, not their paths. Unset, the same request is refused."""
+    draft, target = str(toy_dirs[0]), str(toy_dirs[1])
+    with pytest.raises(Exception, match="repo ids of the form owner/name"):
+        gen(client, pair="custom", draft=draft, target=target, prompt="a b c", max_new_tokens=6)
+    monkeypatch.setenv("SPECDEMO_ALLOW_LOCAL", "1")
+    out = gen(client, pair="custom", draft=draft, target=target, prompt="a b c", max_new_tokens=6)
+    settings = out["speculative"]["settings"]
+    assert out["speculative"]["metrics"]["new_tokens"] == 6
+    assert (settings["draft"], settings["target"]) == ("local:draft", "local:target")
+    assert str(toy_dirs[0].parent) not in repr(out)
+    with pytest.raises(Exception, match="no such folder") as info:
+        gen(client, pair="custom", draft="/no/such/model", target="/no/such/other")
+    assert "/no/such" not in str(info.value)  # named local:model, not by its path

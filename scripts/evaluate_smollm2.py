@@ -1,0 +1,63 @@
+"""Measure the smollm2-135m pair for its model card (assets/models/README.md), on held-out chat prompts.
+
+Greedy match rate at K = 4, T = 0 (the fraction of judged draft tokens the target kept), mean sum min(p, q) at
+T = 0.7, per-token latency of each model in the dtype it runs in and the cost ratio c, the (K+1)-token verify cost,
+and two sample replies. Prints JSON and writes assets/models/smollm2_card_metrics.json.
+
+    python scripts/evaluate_smollm2.py            # after scripts/train_smollm2_draft.py export
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from evaluate_pair import latency_ms  # noqa: E402
+from smollm2_prompts import HELD_OUT  # noqa: E402
+
+from specdemo import SamplingConfig, SpecConfig, load_pair, speculative_generate  # noqa: E402
+
+K = 4
+
+
+def main() -> None:
+    pair = load_pair("smollm2-135m", device="cpu")
+    meta = json.loads((Path(pair.draft.name_or_path) / "training.json").read_text())
+    out: dict = {"hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
+                 "torch": torch.__version__, "describe": pair.describe(), "draft_training": meta}
+    lat = {"target_1_token": latency_ms(pair.target, pair.vocab_size, 1, reps=30),
+           "draft_1_token": latency_ms(pair.draft, pair.vocab_size, 1, reps=100),
+           f"target_verify_{K + 1}_tokens": latency_ms(pair.target, pair.vocab_size, K + 1, reps=30)}
+    out["latency_ms"] = lat
+    out["c"] = lat["draft_1_token"] / lat["target_1_token"]
+    out["verify_cost"] = lat[f"target_verify_{K + 1}_tokens"] / lat["target_1_token"]
+    for temperature in (0.0, 0.7):
+        judged = accepted = 0
+        overlaps = []
+        for i, prompt in enumerate(HELD_OUT):
+            tr = speculative_generate(pair, prompt, SamplingConfig(temperature),
+                                      SpecConfig(k=K, max_new_tokens=96, seed=i, top_candidates=0), chat=True)
+            checked = [d for r in tr.rounds for d in r.drafts if d.checked]
+            judged += len(checked)
+            accepted += sum(d.accepted for d in checked)
+            overlaps += [d.overlap for d in checked]
+        out[f"T{temperature:g}"] = {"alpha_empirical": accepted / judged,
+                                    "alpha_overlap": sum(overlaps) / len(overlaps), "judged_positions": judged,
+                                    "prompts": len(HELD_OUT)}
+    for prompt in ("What is the capital of France?", "Write a short story about a fox who wants to fly."):
+        tr = speculative_generate(pair, prompt, SamplingConfig(0.0), SpecConfig(k=K, max_new_tokens=96), chat=True)
+        out.setdefault("samples_T0", {})[prompt] = tr.text
+    (ROOT / "assets" / "models" / "smollm2_card_metrics.json").write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

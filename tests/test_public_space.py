@@ -1,0 +1,206 @@
+"""A public Space, tried as a visitor would: no server path in any page or API answer, for every preset and for
+errors; custom ids are hub repo ids, and every local path gets one identical refusal. The real server (app.py's
+demo on localhost), raw HTTP and gradio_client for the API, Debian's chromium for the page."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sysconfig
+import tempfile
+from pathlib import Path
+
+import httpx
+import pytest
+
+from specdemo.config import EMBEDDED_DRAFT, PRESETS
+from specdemo.handlers import NOT_A_REPO_ID
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def server_paths() -> list[str]:
+    """Substrings that would give away this server's disk: its folders, and the usual roots of a Linux box."""
+    from huggingface_hub import constants
+
+    from specdemo.models import cache_root
+
+    found = {str(REPO), str(Path.home()), str(cache_root()), sysconfig.get_paths()["purelib"], tempfile.gettempdir(),
+             constants.HF_HUB_CACHE, "site-packages", "/root", "/tmp", "/work", "/home/", "/usr/", "/var/"}
+    return sorted(found, key=len, reverse=True)
+
+
+def assert_no_server_path(text: str, where: str) -> None:
+    for path in server_paths():
+        assert path not in text, f"{where} shows the server path {path!r}: ...{text[max(0, text.find(path) - 120):][:300]}"
+
+
+def call(client, **kw):
+    args = dict(pair="shakespeare", prompt="ROMEO:\n", k=4, temperature=0.8, top_k=0, top_p=1.0, max_new_tokens=6,
+                seed=0, baseline=True, lenience=1.0)
+    args.update(kw)
+    return client.predict(**args, api_name="/generate")
+
+
+def answer(client, **kw) -> tuple[bool, str]:
+    """(loaded, what the visitor gets back): the JSON of a run, or the error's message."""
+    try:
+        return True, json.dumps(call(client, **kw))
+    except Exception as err:  # gradio_client raises the server's gr.Error as an AppError
+        return False, str(err)
+
+
+def raw_stream(app_url: str, api: str, data: list) -> str:
+    """The raw server-sent events of one call, as the server sends them (gradio_client would rewrite file paths)."""
+    event = httpx.post(f"{app_url}/gradio_api/call/{api}", json={"data": data}, timeout=30).json()["event_id"]
+    return httpx.get(f"{app_url}/gradio_api/call/{api}/{event}", timeout=300).text
+
+
+def test_every_preset_answers_without_a_server_path(client):
+    loaded = {}
+    for name in PRESETS:
+        ok, text = answer(client, pair=name)
+        assert_no_server_path(text, f"/generate with the {name} preset")
+        assert "Traceback" not in text
+        loaded[name] = ok
+        if ok:
+            settings = json.loads(text)["speculative"]["settings"]
+            assert settings["pair"] == name
+            assert settings["draft"] in (PRESETS[name].draft, f"{name}:draft")  # a hub id, or preset:role
+            assert settings["target"] in (PRESETS[name].target, f"{name}:target")
+    assert loaded["shakespeare"] and loaded["smollm2-135m"], "the offline pairs must load here"
+    print({name: "loaded" if ok else "error" for name, ok in loaded.items()})
+
+
+def test_page_config_and_api_info_show_no_server_path(app_url):
+    for route in ("/", "/config", "/gradio_api/info"):
+        assert_no_server_path(httpx.get(app_url + route, timeout=30).text, route)
+
+
+def test_raw_streams_of_every_endpoint_show_no_server_path(app_url):
+    """The raw answers: the UI's stream (it used to carry the trace file's cache path), the K sweep, the distribution
+    check, and errors from each."""
+    common = ["shakespeare", "", "", "ROMEO:\n"]
+    stream = raw_stream(app_url, "generate_stream", common + [4, 0.8, 0, 1.0, 8, 0, True, 1.0, None])
+    assert "event: complete" in stream and "speculative" in stream
+    assert_no_server_path(stream, "/generate_stream")
+    sweep = raw_stream(app_url, "k_sweep", common + [0.8, 0, 1.0, 8, 0, 1, 2, None])
+    assert "event: complete" in sweep
+    assert_no_server_path(sweep, "/k_sweep")
+    dist = raw_stream(app_url, "distribution_check", common + [1.0, 0, 1.0, 1.0, 100, 0, None])
+    assert "event: complete" in dist
+    assert_no_server_path(dist, "/distribution_check")
+    for data in (["custom", "/etc", "/etc", "ROMEO:\n", 4, 0.8, 0, 1.0, 8, 0, True, 1.0, None],
+                 ["shakespeare", "", "", "Hi", 99, 0.8, 0, 1.0, 8, 0, True, 1.0, None],
+                 ["custom", "nobody-here/no-such-model", "x/y", "Hi", 4, 0.8, 0, 1.0, 8, 0, True, 1.0, None]):
+        text = raw_stream(app_url, "generate_stream", data)
+        assert "event: error" in text, text[-300:]
+        assert_no_server_path(text, f"/generate_stream error for {data[:3]}")
+
+
+LOCAL_IDS = ["/etc", "../x", "~/x", "C:\\x", "/no/such/folder/anywhere", "./assets/models/shakespeare-draft",
+             str(EMBEDDED_DRAFT), "assets/models/shakespeare-draft", "/etc/passwd", "x", ".", "a/b/c"]
+
+
+def test_local_paths_get_one_identical_refusal(client, monkeypatch):
+    monkeypatch.delenv("SPECDEMO_ALLOW_LOCAL", raising=False)
+    messages = set()
+    for bad in LOCAL_IDS:
+        for draft, target in ((bad, "openai-community/gpt2"), ("openai-community/gpt2", bad)):
+            ok, text = answer(client, pair="custom", draft=draft, target=target)
+            assert not ok
+            messages.add(text)
+    assert len(messages) == 1, messages
+    (message,) = messages
+    assert NOT_A_REPO_ID in message
+    assert_no_server_path(message, "the refusal")
+    # the other endpoints share the rule
+    with pytest.raises(Exception) as info:
+        client.predict("custom", "/etc", "x/y", "Hi", 0.8, 0, 1.0, 4, 0, 1, 2, api_name="/k_sweep")
+    assert str(info.value) == message
+
+
+@pytest.mark.skipif(Path.cwd() != REPO, reason="needs the repository root as the working directory")
+def test_a_repo_id_that_names_a_local_folder_is_answered_as_a_hub_miss(client, monkeypatch):
+    """`assets/models` is a valid repo id and a folder under the server's working directory; transformers would
+    read the folder. The answer is word for word the one for a repo id that names nothing."""
+    monkeypatch.delenv("SPECDEMO_ALLOW_LOCAL", raising=False)
+    assert (REPO / "assets" / "models").is_dir() and not (REPO / "assets" / "nomodels").exists()
+    _, there = answer(client, pair="custom", draft="assets/models", target="openai-community/gpt2")
+    _, absent = answer(client, pair="custom", draft="assets/nomodels", target="openai-community/gpt2")
+    assert "hub" in there
+    assert there.replace("assets/models", "ID") == absent.replace("assets/nomodels", "ID")
+
+
+def test_repo_ids_pass_the_hub_validator_and_paths_do_not():
+    from specdemo.handlers import is_repo_id
+
+    assert all(is_repo_id(i) for i in ("openai-community/gpt2", "HuggingFaceTB/SmolLM2-135M", "Qwen/Qwen2.5-0.5B"))
+    assert not any(is_repo_id(i) for i in LOCAL_IDS + ["a//b", "a/b.git", "a--b/c", "/a/b", "a/b "])
+
+
+# ------------------------------------------------------------------------------------------------ the page
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--disable-quic", "--no-first-run"]
+STATUS = "(document.querySelector('#sd-pair-status')?.innerText || '')"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("Debian chromium is not installed")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield b
+        b.close()
+
+
+def page_text(page) -> str:
+    return page.content() + page.inner_text("body")
+
+
+def pick_pair(page, name: str) -> None:
+    before = page.evaluate(STATUS)
+    page.locator("#sd-pair input").click()
+    index = [*PRESETS, "custom"].index(name)  # the dropdown lists the presets in order, then custom
+    page.locator(f"li[role='option'][data-index='{index}']").click()
+    page.wait_for_function(f"{STATUS} !== {json.dumps(before)} && !{STATUS}.includes('Loading')", timeout=120000)
+
+
+def test_the_page_shows_no_server_path_for_any_preset_a_run_or_an_error(browser, app_url, monkeypatch):
+    monkeypatch.delenv("SPECDEMO_ALLOW_LOCAL", raising=False)
+    context = browser.new_context(viewport={"width": 1400, "height": 1400}, accept_downloads=True)
+    page = context.new_page()
+    page.goto(app_url, wait_until="load")
+    page.wait_for_function(f"{STATUS}.includes('Loaded')", timeout=60000)
+    assert "shakespeare:draft" in page.evaluate(STATUS)
+    assert_no_server_path(page_text(page), "the page as it opens")
+    # a run, and its trace downloaded from the page
+    page.click("#sd-generate")
+    page.wait_for_function("document.querySelector('#sd-stats').innerText.includes('done')", timeout=120000)
+    assert_no_server_path(page_text(page), "the page after a run")
+    page.get_by_role("tab", name="Export").click()
+    with page.expect_download() as download:
+        page.click("#sd-download")
+    trace = json.loads(Path(download.value.path()).read_text())
+    assert trace["speculative"]["settings"]["target"] == "shakespeare:target" and trace["speculative"]["text"]
+    # every other preset: loaded, or its error, in the pair status and the toast
+    statuses = {}
+    for name in [n for n in PRESETS if n != "shakespeare"]:
+        pick_pair(page, name)
+        statuses[name] = page.evaluate(STATUS)
+        assert_no_server_path(page_text(page), f"the page with the {name} preset")
+    assert any("Could not load" in s for s in statuses.values())
+    # a custom local path through the form
+    pick_pair(page, "custom")
+    page.locator("#sd-draft-id textarea, #sd-draft-id input").first.fill("/etc")
+    page.locator("#sd-target-id textarea, #sd-target-id input").first.fill("../x")
+    page.click("#sd-load")
+    page.wait_for_function(f"{STATUS}.includes('owner/name')", timeout=30000)
+    assert_no_server_path(page_text(page), "the page after a refused local path")
+    context.close()

@@ -1,0 +1,80 @@
+"""ZeroGPU wiring, on this CPU with the real `spaces` package installed: the handlers go through `spaces.GPU`, a
+call through the decorator gives exactly what the undecorated handler gives, and a generator still streams.
+
+What cannot run here: spaces' ZeroGPU worker path itself. It needs a CUDA build of torch (spaces.zero.torch reads
+torch.version.cuda on import) and the Space's device API; it is spaces' code, not ours."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+
+import pytest
+
+spaces = pytest.importorskip("spaces")  # in requirements.txt; a missing package skips instead of erroring
+
+from specdemo import handlers, models, zerogpu  # noqa: E402
+
+ARGS = ("shakespeare", "", "", "ROMEO:\n", 4, 0.8, 0, 1.0, 10, 3, True, 1.0)
+
+
+def test_not_on_zerogpu_here_and_the_duration_fits_the_request_cap(monkeypatch):
+    assert zerogpu.on_zerogpu() is False  # SPACES_ZERO_GPU is not set on this machine
+    monkeypatch.setenv("SPECDEMO_TIME_LIMIT_S", "60")
+    assert zerogpu.gpu_seconds() == 60 + zerogpu.GPU_MARGIN_S
+    assert zerogpu._duration(*ARGS) == zerogpu.gpu_seconds()  # spaces calls it with the request's arguments
+
+
+def test_a_call_through_spaces_gpu_equals_the_undecorated_handler():
+    plain = handlers.generate_api
+    decorated = zerogpu.gpu(plain)  # the real spaces.GPU(duration=...)
+    assert inspect.signature(decorated) == inspect.signature(plain)  # gradio builds the API from it
+    kw = dict(pair="shakespeare", prompt="JULIET:\n", k=3, temperature=0.9, top_k=0, top_p=1.0, max_new_tokens=12,
+              seed=11, baseline=True, lenience=1.0)
+    a, b = decorated(**kw), plain(**kw)
+    assert a["speculative"]["token_ids"] == b["speculative"]["token_ids"]
+    assert a["baseline"]["token_ids"] == b["baseline"]["token_ids"]
+    assert a["speculative"]["text"] and a["speculative"]["settings"] == b["speculative"]["settings"]
+
+
+def test_the_streaming_handler_still_streams_through_spaces_gpu():
+    plain = handlers.generate_ui
+    decorated = zerogpu.gpu(plain)
+    assert inspect.isgeneratorfunction(decorated), "gradio streams only from a generator function"
+    through = list(decorated(*ARGS))
+    direct = list(plain(*ARGS))
+    assert len(through) >= 3 and len(through) == len(direct)
+    assert [u[0] for u in through] == [u[0] for u in direct]  # the token HTML after every update
+    assert through[-1][8]["speculative"]["token_ids"] == direct[-1][8]["speculative"]["token_ids"]
+
+
+def test_bad_input_crosses_the_decorator_as_a_message():
+    import gradio as gr
+
+    with pytest.raises(gr.Error, match="empty"):
+        zerogpu.gpu(handlers.generate_api)(prompt="  ")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_worker_gets_unheld_model_locks(pair):
+    """spaces forks its GPU workers from the serving process; a lock another thread held at that moment must not
+    stay held in the child."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with models._CACHE_LOCK, pair.lock:
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(10)
+    pid = os.fork()
+    if pid == 0:  # the child: both locks must be free at once
+        ok = models._CACHE_LOCK.acquire(timeout=2) and pair.lock.acquire(timeout=2)
+        os._exit(0 if ok else 1)
+    release.set()
+    t.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
