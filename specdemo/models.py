@@ -191,22 +191,25 @@ class ModelPair:
     dtype: torch.dtype  # the target's dtype: it defines the distribution the pair samples from
     draft_label: str = ""
     target_label: str = ""
-    lock: threading.Lock | None = field(default=None, repr=False)  # the device's lock, set in __post_init__
     chat: bool = False  # prompts are chat messages by default (an instruct target with a chat template)
     _token_texts: list[str] | None = field(default=None, repr=False)
     draft_dtype: torch.dtype | None = None  # None: the same as the target's
 
     def __post_init__(self) -> None:
-        if self.lock is None:
-            self.lock = device_lock(self.device)
         if self.draft_dtype is None:
             self.draft_dtype = self.dtype
+        self.draft_label = self.draft_label or display_id(self.draft_id)
+        self.target_label = self.target_label or display_id(self.target_id)
 
     @property
     def target_dtype(self) -> torch.dtype:
         return self.dtype
-        self.draft_label = self.draft_label or display_id(self.draft_id)
-        self.target_label = self.target_label or display_id(self.target_id)
+
+    @property
+    def lock(self) -> threading.Lock:
+        """The device's lock (one per device, shared by every pair on it), looked up on each use so that a forked
+        child, which gets fresh locks, never waits on one that a thread of its parent held."""
+        return device_lock(self.device)
 
     @property
     def context_window(self) -> int:
@@ -681,13 +684,11 @@ _CACHE_LOCK = threading.Lock()
 
 def _fresh_locks_after_fork() -> None:
     """In a forked child (a ZeroGPU worker is one) only the forking thread lives on: a lock that another thread held
-    at the fork would stay held forever. Give the child unheld locks; its pairs take the new device locks."""
+    at the fork would stay held forever. Give the child unheld locks."""
     global _CACHE_LOCK, _DEVICE_LOCKS_GUARD
     _CACHE_LOCK = threading.Lock()
     _DEVICE_LOCKS_GUARD = threading.Lock()
-    _DEVICE_LOCKS.clear()
-    for loaded in _CACHE.values():
-        loaded.lock = device_lock(loaded.device)
+    _DEVICE_LOCKS.clear()  # every ModelPair asks for its device's lock afresh (ModelPair.lock)
 
 
 os.register_at_fork(after_in_child=_fresh_locks_after_fork)
