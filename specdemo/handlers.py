@@ -448,6 +448,54 @@ def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p
             return
 
 
+RACE_STRATEGIES = ("fixed", "adaptive", "lookup")
+
+
+@gpu
+@user_errors
+def strategy_race_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
+                     chat=None):
+    """Target-only decoding, then every strategy, on the same prompt and seed, one after another (each timed alone).
+    Yields the tokens-over-time chart and a table after every run."""
+    limits = Limits.from_env()
+    req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
+                   True, 1.0, limits, chat)
+    pair = get_pair(req.pair)
+    ids = encode_prompt(pair, req.prompt, req.spec.max_new_tokens, req.chat)
+    with pair.lock:
+        base_steps = list(baseline_steps(pair, ids, req.sampling, req.spec.max_new_tokens, req.spec.seed))
+    base_ids = [s.token.token_id for s in base_steps]
+    base_tps = len(base_steps) / base_steps[-1].elapsed_s
+    runs = {"target only": [(s.elapsed_s, i + 1) for i, s in enumerate(base_steps)]}
+    rows = [f"| target only | {base_tps:.1f} | 1.00x | {len(base_steps)} | | | |"]
+    deadline = time.monotonic() + limits.time_limit_s
+    header = ("| run | tokens/s | speedup | target calls | acceptance | mean accepted length | same text as "
+              "target only |\n|---|---:|---:|---:|---:|---:|:---:|\n")
+    yield plots.strategy_race(runs), header + "\n".join(rows)
+    for strategy in RACE_STRATEGIES:
+        spec = SpecConfig(k=req.spec.k, max_new_tokens=req.spec.max_new_tokens, seed=req.spec.seed,
+                          top_candidates=0, strategy=strategy)
+        with pair.lock:
+            rounds = list(speculative_rounds(pair, ids, req.sampling, spec))
+        out_ids = [t.token_id for r in rounds for t in r.output]
+        n, drafted = len(out_ids), sum(r.k for r in rounds)
+        accepted = sum(r.n_accepted for r in rounds)
+        tps = n / rounds[-1].elapsed_s
+        points, total = [], 0
+        for r in rounds:
+            total += len(r.output)
+            points.append((r.elapsed_s, total))
+        label = f"{strategy} (K = {spec.k})" if strategy == "fixed" else strategy
+        runs[label] = points
+        same = "yes" if out_ids == base_ids else ("no (sampling)" if not req.sampling.greedy else "**NO**")
+        rows.append(f"| {label} | {tps:.1f} | {tps / base_tps:.2f}x | {len(rounds)} | "
+                    f"{accepted / drafted if drafted else 0:.2f} | {n / len(rounds):.2f} | {same} |")
+        yield plots.strategy_race(runs), header + "\n".join(rows)
+        if time.monotonic() > deadline:
+            gr.Warning(f"The race stopped at this server's time limit ({limits.time_limit_s} s).")
+            return
+
+
 @gpu
 @user_errors
 def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, lenience, n_samples, seed,

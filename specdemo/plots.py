@@ -40,6 +40,19 @@ def race(spec: Trace | None, base: Trace | None) -> go.Figure:
     return fig
 
 
+RACE_COLOURS = {"target only": "baseline", "adaptive": "accepted", "lookup": "bonus"}
+
+
+def strategy_race(runs: dict[str, list[tuple[float, int]]]) -> go.Figure:
+    """Tokens generated against wall time for each run of the strategy race: {label: [(seconds, tokens), ...]}."""
+    fig = _fig("Strategy race: tokens generated over time", "seconds since start", "tokens")
+    for label, points in runs.items():
+        colour = PALETTE.get(RACE_COLOURS.get(label, "target"), None)
+        fig.add_scatter(x=[0.0] + [p[0] for p in points], y=[0] + [p[1] for p in points], mode="lines",
+                        name=label, line=dict(color=colour, shape="hv", width=3 if label != "target only" else 2))
+    return fig
+
+
 def acceptance_per_round(spec: Trace | None) -> go.Figure:
     fig = _fig("Drafts accepted per round", "round", "accepted of K")
     if spec is not None and spec.rounds:

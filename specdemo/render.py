@@ -130,6 +130,10 @@ def filmstrip_html(rounds: list[Round], selected: int | None = None) -> str:
             t = added[0]
             cells.append(" \u2192 " + span(visible(t.text), t.label, token_title(t.label, t.p, None, None, None)))
         verdict = f"kept {rnd.n_accepted}/{rnd.k}" + (" +1" if added else "")
+        if rnd.source == "lookup":  # where prompt lookup copied its proposal from (a position in prompt + output)
+            verdict = f"copied from token {rnd.copied_from} ({rnd.ngram}-gram match) \u00b7 " + verdict
+        elif rnd.source == "fallback":
+            verdict = "nothing to copy: one target step \u00b7 " + verdict
         verdict += f" \u00b7 {rnd.draft_ms + rnd.verify_ms + rnd.overhead_ms:.0f} ms"
         cls = "sd-row sd-selected" if selected == rnd.index else "sd-row"
         rows.append(f'<div class="{cls}" data-round="{rnd.index}" role="button" tabindex="0">'

@@ -51,7 +51,7 @@ DOWNLOAD_JS = """
 """
 
 GENERATE_INPUTS = ("pair", "draft", "target", "prompt", "k", "temperature", "top_k", "top_p", "max_new", "seed",
-                   "baseline", "lenience", "chat")
+                   "baseline", "lenience", "chat", "strategy")
 
 
 def build_demo() -> gr.Blocks:
@@ -79,7 +79,13 @@ def build_demo() -> gr.Blocks:
                                         "assistant's reply (off: continue the text as it is)", elem_id="sd-chat")
                 examples = gr.Dataset(components=[c["prompt"]], samples=[[e] for e in preset.examples],
                                       label="Example prompts")
-                c["k"] = gr.Slider(1, limits.max_k, value=4, step=1, label="K: draft tokens per round")
+                with gr.Row():
+                    c["k"] = gr.Slider(1, limits.max_k, value=4, step=1, label="K: draft tokens per round",
+                                       scale=2)
+                    c["strategy"] = gr.Radio(
+                        [("fixed K", "fixed"), ("adaptive", "adaptive"), ("prompt lookup", "lookup")], value="fixed",
+                        label="Drafting strategy", elem_id="sd-strategy", scale=3,
+                        info="adaptive: the draft stops when unsure (up to 12). lookup: copy from the text, no draft")
                 c["temperature"] = gr.Slider(0, 2, value=0.8, step=0.05, label="Temperature (0 = greedy)")
                 with gr.Row():
                     c["top_k"] = gr.Number(0, label="Top-k (0 = off)", precision=0, minimum=0)
@@ -124,6 +130,13 @@ def build_demo() -> gr.Blocks:
                         sweep_btn = gr.Button("Run K sweep (same prompt and seed)")
                         sweep_plot = gr.Plot(plots.k_sweep([], None, None), show_label=False)
                         sweep_md = gr.Markdown()
+                    with gr.Tab("Strategy race"):
+                        gr.Markdown("Target-only decoding, then every drafting strategy, on the same prompt and "
+                                    "seed, one after another so that each is timed alone. At temperature 0 every "
+                                    "text must equal the target's.")
+                        race_btn = gr.Button("Run the race", elem_id="sd-race-run")
+                        race_plot = gr.Plot(plots.strategy_race({}), show_label=False, elem_id="sd-race-plot")
+                        race_md = gr.Markdown(elem_id="sd-race-table")
                     with gr.Tab("Distribution check"):
                         n_samples = gr.Slider(100, limits.max_samples, value=min(2000, limits.max_samples), step=100,
                                               label="Speculative samples of the first token")
@@ -161,7 +174,11 @@ def build_demo() -> gr.Blocks:
             handlers.distribution_ui, common + [c["temperature"], c["top_k"], c["top_p"], c["lenience"], n_samples,
                                                 c["seed"], c["chat"]],
             [dist_plot, dist_md], api_name="distribution_check", concurrency_id="models")
-        stop_btn.click(None, None, None, cancels=[gen_click, gen_submit, sweep_event, dist_event])
+        race_event = race_btn.click(
+            handlers.strategy_race_ui, common + [c["k"], c["temperature"], c["top_k"], c["top_p"], c["max_new"],
+                                                 c["seed"], c["chat"]],
+            [race_plot, race_md], api_name="strategy_race", concurrency_id="models")
+        stop_btn.click(None, None, None, cancels=[gen_click, gen_submit, sweep_event, dist_event, race_event])
         download_btn.click(None, [trace_json], None, js=DOWNLOAD_JS, api_visibility="private")
 
         round_sl.change(handlers.select_round, [state, round_sl], [pos_sl, insp_plot, insp_reason],

@@ -82,7 +82,7 @@ def test_raw_streams_of_every_endpoint_show_no_server_path(app_url):
     """The raw answers: the UI's stream (it used to carry the trace file's cache path), the K sweep, the distribution
     check, and errors from each."""
     common = ["shakespeare", "", "", "ROMEO:\n"]
-    stream = raw_stream(app_url, "generate_stream", common + [4, 0.8, 0, 1.0, 8, 0, True, 1.0, None])
+    stream = raw_stream(app_url, "generate_stream", common + [4, 0.8, 0, 1.0, 8, 0, True, 1.0, None, "fixed"])
     assert "event: complete" in stream and "speculative" in stream
     assert_no_server_path(stream, "/generate_stream")
     sweep = raw_stream(app_url, "k_sweep", common + [0.8, 0, 1.0, 8, 0, 1, 2, None])
@@ -91,9 +91,9 @@ def test_raw_streams_of_every_endpoint_show_no_server_path(app_url):
     dist = raw_stream(app_url, "distribution_check", common + [1.0, 0, 1.0, 1.0, 100, 0, None])
     assert "event: complete" in dist
     assert_no_server_path(dist, "/distribution_check")
-    for data in (["custom", "/etc", "/etc", "ROMEO:\n", 4, 0.8, 0, 1.0, 8, 0, True, 1.0, None],
-                 ["shakespeare", "", "", "Hi", 99, 0.8, 0, 1.0, 8, 0, True, 1.0, None],
-                 ["custom", "nobody-here/no-such-model", "x/y", "Hi", 4, 0.8, 0, 1.0, 8, 0, True, 1.0, None]):
+    for data in (["custom", "/etc", "/etc", "ROMEO:\n", 4, 0.8, 0, 1.0, 8, 0, True, 1.0, None, "fixed"],
+                 ["shakespeare", "", "", "Hi", 99, 0.8, 0, 1.0, 8, 0, True, 1.0, None, "fixed"],
+                 ["custom", "nobody-here/no-such-model", "x/y", "Hi", 4, 0.8, 0, 1.0, 8, 0, True, 1.0, None, "fixed"]):
         text = raw_stream(app_url, "generate_stream", data)
         assert "event: error" in text, text[-300:]
         assert_no_server_path(text, f"/generate_stream error for {data[:3]}")
