@@ -31,7 +31,11 @@ def add_common(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lenience", type=float, default=1.0, help="b in (0,1]; below 1 is lossy")
+    ap.add_argument("--strategy", default="fixed", help="drafting strategy: fixed, adaptive or lookup")
+    ap.add_argument("--ngram", type=int, default=3, help="lookup: the longest n-gram matched (1-8)")
     ap.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
+    ap.add_argument("--draft-dtype", default=None, help="auto, float32, bfloat16 or float16 (default: auto)")
+    ap.add_argument("--target-dtype", default=None, help="auto, float32, bfloat16 or float16 (default: auto)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -46,7 +50,9 @@ def cmd_generate(args, pair, sampling) -> int:
 
     use_colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     for i in range(args.num_samples):
-        spec = SpecConfig(k=args.k, max_new_tokens=args.max_new_tokens, seed=args.seed + i, lenience=args.lenience)
+        spec = SpecConfig(k=args.k, max_new_tokens=args.max_new_tokens, seed=args.seed + i, lenience=args.lenience,
+                          strategy=args.strategy, ngram=args.ngram,
+                          top_candidates=8 if args.json else 0)  # only the JSON trace shows the top candidates
         trace = speculative_generate(pair, args.prompt, sampling, spec, chat=args.chat)
         base = None
         if args.baseline:
@@ -61,7 +67,8 @@ def cmd_generate(args, pair, sampling) -> int:
         m = trace.metrics()
         print(f"--- sample {i + 1} (seed {spec.seed}) ---")
         print((f"[user] {args.prompt}\n[assistant] " if trace.settings["chat"] else args.prompt) + body)
-        print(f"[{m['new_tokens']} tokens in {m['rounds']} target calls ({m['target_calls_saved']} saved), "
+        print(f"[{spec.strategy}: {m['new_tokens']} tokens in {m['rounds']} target calls "
+              f"({m['target_calls_saved']} saved), "
               f"acceptance {m['acceptance_rate']:.2f}, mean accepted length {m['mean_accepted_length']:.2f}, "
               f"{m['tokens_per_s']:.1f} tok/s{', LOSSY' if m['lossy'] else ''}]")
         if base is not None:
@@ -75,11 +82,18 @@ def cmd_generate(args, pair, sampling) -> int:
 
 def cmd_bench(args, pair, sampling) -> int:
     from . import SpecConfig
-    from .bench import BENCH_PROMPTS, format_bench, run_bench
+    from .bench import bench_prompts, format_bench, format_strategies, run_bench, run_strategies
 
-    spec = SpecConfig(k=args.k, max_new_tokens=args.max_new_tokens, seed=args.seed, lenience=args.lenience)
-    prompts = BENCH_PROMPTS[: args.prompts]
     log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
+    if args.strategies:
+        res = run_strategies(pair, sampling, args.k, args.max_new_tokens, args.prompts, seed=args.seed,
+                             ngram=args.ngram, lookup_k=args.lookup_k, k_search=not args.no_k_search,
+                             include_hf=not args.no_hf, log=log)
+        print(json.dumps(res, indent=2) if args.json else format_strategies(res))
+        return 0
+    spec = SpecConfig(k=args.k, max_new_tokens=args.max_new_tokens, seed=args.seed, lenience=args.lenience,
+                      strategy=args.strategy, ngram=args.ngram, top_candidates=0)
+    prompts = bench_prompts(pair)[: args.prompts]
     res = run_bench(pair, sampling, spec, prompts, include_hf=not args.no_hf, log=log)
     print(json.dumps(res, indent=2) if args.json else format_bench(res))
     return 0
@@ -103,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     add_common(bench)
     bench.add_argument("--prompts", type=int, default=10, help="how many of the built-in prompts to use")
     bench.add_argument("--no-hf", action="store_true", help="skip transformers' assisted generation")
+    bench.add_argument("--strategies", action="store_true",
+                       help="time target-only (each dtype), fixed K=1..8, adaptive, lookup and transformers' "
+                            "equivalents, interleaved prompt by prompt; adds the copy-friendly prompts")
+    bench.add_argument("--lookup-k", type=int, default=8, help="--strategies: tokens copied per lookup round")
+    bench.add_argument("--no-k-search", action="store_true", help="--strategies: only the given K for fixed")
     bench.set_defaults(max_new_tokens=128, temperature=0.0)
     args = ap.parse_args(argv)
 
@@ -120,9 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "generate":
         args.prompt = args.prompt.replace("\\n", "\n")  # let a shell user type ROMEO:\n
     try:
+        from .config import SpecConfig
+
+        SpecConfig(k=args.k, strategy=args.strategy, ngram=args.ngram)  # bad settings fail before any model loads
         if bool(args.draft) != bool(args.target):
             raise ModelLoadError("--draft and --target go together")
-        pair = load_pair((args.draft, args.target) if args.draft else args.pair, device=args.device)
+        pair = load_pair((args.draft, args.target) if args.draft else args.pair, device=args.device,
+                         draft_dtype=args.draft_dtype, target_dtype=args.target_dtype)
         sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
         if args.command == "generate":
             if args.num_samples < 1:

@@ -3,19 +3,21 @@
 Owns the measurement protocol: one process, one pair, the same prompts and settings for every method, a warm-up
 run of each method that is not counted, and the methods interleaved prompt by prompt so that a slow moment of a
 shared machine hits all of them alike. It reports tokens/s, speedups, alpha, the cost ratio c and the verify cost
-measured in the same run, and the theoretical ceiling those imply. No UI.
+measured in the same run, and the theoretical ceiling those imply. `run_strategies` (bench --strategies) does the
+same for every drafting strategy, target-only decoding in each dtype, and transformers' equivalents. No UI.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import replace
 
 import torch
 
 from .autoregressive import baseline_generate
-from .config import SamplingConfig, SpecConfig
-from .models import ModelPair
+from .config import PRESETS, SamplingConfig, SpecConfig
+from .models import CachedLM, ModelPair, dtype_name, load_pair_uncached
 from .speculative import encode_prompt, speculative_generate
 from .theory import expected_tokens_per_round, measure, predicted_speedup
 
@@ -32,14 +34,91 @@ BENCH_PROMPTS = [
     "FALSTAFF:\nWhat, is the old king dead?\n",
 ]
 
+# prompts on which copying pays: repeat, edit or answer from a quoted passage (prompt lookup's home ground)
+COPY_PROMPTS = {
+    "shakespeare": [
+        "ROMEO:\nBut, soft! what light through yonder window breaks?\nIt is the east, and Juliet is the sun.\n"
+        "Arise, fair sun, and kill the envious moon,\nWho is already sick and pale with grief,\n"
+        "JULIET:\nSay it again, Romeo, every word:\nROMEO:\nBut, soft! what light through yonder window breaks?\n",
+        "HAMLET:\nTo be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n"
+        "The slings and arrows of outrageous fortune,\nOr to take arms against a sea of troubles,\n"
+        "HORATIO:\nMy lord, repeat it, that I may learn it:\nHAMLET:\nTo be, or not to be, that is the question:\n",
+        "PORTIA:\nThe quality of mercy is not strain'd,\nIt droppeth as the gentle rain from heaven\n"
+        "Upon the place beneath: it is twice blest;\nNERISSA:\nMadam, you said: The quality of mercy is not strain'd,\n",
+        "First Citizen:\nWe are accounted poor citizens, the patricians good.\nWhat authority surfeits on would "
+        "relieve us.\nSecond Citizen:\nYou said, We are accounted poor citizens, the patricians good.\n",
+    ],
+    "smollm2-135m": [
+        "Repeat this sentence exactly: \"The quick brown fox jumps over the lazy dog while the farmer sleeps under "
+        "the old oak tree.\"",
+        "Rewrite this paragraph with the word \"car\" replaced by \"bicycle\": \"My car is red. I drive my car to "
+        "work every day, and on weekends my car takes me to the lake.\"",
+        "Fix the spelling in this text and return it: \"The weathr today is sunny and warm, so we will go to the "
+        "beech and swim in the see.\"",
+        "Read the text and answer the question. Text: \"The Eiffel Tower was completed in 1889 for the World's "
+        "Fair in Paris. It is 330 metres tall and was the tallest man-made structure in the world for 41 years.\" "
+        "Question: When was the Eiffel Tower completed, and how tall is it?",
+    ],
+}
+
+
+def bench_prompts(pair: ModelPair) -> list[str]:
+    """The bench's prompts for a pair: the Shakespeare prompts, or a chat preset's held-out prompts."""
+    if pair.name == "smollm2-135m":
+        import sys
+        from pathlib import Path
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+        try:
+            from smollm2_prompts import HELD_OUT  # noqa: PLC0415
+
+            return [chat_text(pair, m) for m in HELD_OUT]
+        except ImportError:
+            pass
+    return list(BENCH_PROMPTS)
+
+
+def chat_text(pair: ModelPair, message: str) -> str:
+    """A user message wrapped in the target's chat template when the preset is a chat model (else as it is)."""
+    preset = PRESETS.get(pair.name)
+    if preset is None or not preset.chat or not getattr(pair.tokenizer, "chat_template", None):
+        return message
+    return pair.tokenizer.apply_chat_template([{"role": "user", "content": message}], tokenize=False,
+                                              add_generation_prompt=True)
+
+
+ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+
 
 @torch.inference_mode()
-def assisted_generate(pair: ModelPair, prompt: str, sampling: SamplingConfig, spec: SpecConfig) -> tuple[int, float]:
-    """transformers' own speculative decoding (`generate(assistant_model=draft)`) with a constant K; -> (tokens, s)."""
+def assisted_generate(pair: ModelPair, prompt: str, sampling: SamplingConfig, spec: SpecConfig,
+                      mode: str = "constant") -> tuple[int, float]:
+    """transformers' own speculative decoding; -> (tokens, seconds).
+
+    mode "constant": `generate(assistant_model=draft)` with a constant K and no confidence stop. "default": what a
+    user gets with no settings (transformers 5: num_assistant_tokens=20, a constant schedule, and a stop when the
+    draft's probability of its token falls below assistant_confidence_threshold=0.4). "lookup": no draft model,
+    `generate(prompt_lookup_num_tokens=spec.k)` (n-grams up to transformers' default max_matching_ngram_size=2).
+    """
     ids = torch.tensor([encode_prompt(pair, prompt, spec.max_new_tokens)], device=pair.device)
-    pair.draft.generation_config.num_assistant_tokens = spec.k
-    pair.draft.generation_config.num_assistant_tokens_schedule = "constant"
-    pair.draft.generation_config.assistant_confidence_threshold = 0.0
+    config = pair.draft.generation_config
+    saved = getattr(config, "_specdemo_saved", None)
+    if saved is None:  # the checkpoint's own settings (None: transformers' global defaults apply)
+        saved = config._specdemo_saved = {a: getattr(config, a, None) for a in ASSISTANT_SETTINGS}
+    for attr, value in saved.items():
+        setattr(config, attr, value)
+    extra = {}
+    if mode == "constant":
+        config.num_assistant_tokens = spec.k
+        config.num_assistant_tokens_schedule = "constant"
+        config.assistant_confidence_threshold = 0.0
+        extra["assistant_model"] = pair.draft
+    elif mode == "default":
+        extra["assistant_model"] = pair.draft
+    elif mode == "lookup":
+        extra["prompt_lookup_num_tokens"] = spec.k
+    else:
+        raise ValueError(mode)
     kwargs = dict(do_sample=False)
     if not sampling.greedy:
         kwargs = dict(do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k or None,
@@ -47,8 +126,8 @@ def assisted_generate(pair: ModelPair, prompt: str, sampling: SamplingConfig, sp
     torch.manual_seed(spec.seed)
     t0 = time.perf_counter()
     out = pair.target.generate(
-        ids, attention_mask=torch.ones_like(ids), assistant_model=pair.draft, max_new_tokens=spec.max_new_tokens,
-        pad_token_id=pair.eos_token_id, **kwargs,
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=spec.max_new_tokens,
+        pad_token_id=pair.eos_token_id, **extra, **kwargs,
     )
     if pair.device.type == "cuda":
         torch.cuda.synchronize()
@@ -151,4 +230,192 @@ def format_bench(res: dict) -> str:
         f"{100 * res['fraction_of_ceiling_measured_verify']:.0f}%",
         f"loop overhead {res['overhead_ms_per_round']:.2f} ms per round",
     ]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ bench --strategies
+
+
+@torch.inference_mode()
+def forward_ms(model, vocab: int, new_tokens: int, context: int = 128, reps: int = 30) -> float:
+    """Median time of one cached forward over `new_tokens` tokens after a `context`-token prefix (hot caches)."""
+    lm = CachedLM(model, vocab)
+    gen = torch.Generator().manual_seed(0)
+    lm.feed(torch.randint(vocab, (context,), generator=gen))
+    x = torch.randint(vocab, (new_tokens,), generator=gen)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        lm.feed(x, keep_logits=new_tokens)
+        times.append(time.perf_counter() - t0)
+        lm.crop(context)
+    return statistics.median(times) * 1e3
+
+
+class CallCounter:
+    """Counts a model's forward calls (transformers' generate does not report how many target calls it made)."""
+
+    def __init__(self, model):
+        self.n = 0
+        self.handle = model.register_forward_hook(self.hook)
+
+    def hook(self, *_):
+        self.n += 1
+
+
+def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_tokens: int, n_prompts: int = 10,
+                   seed: int = 0, ngram: int = 3, lookup_k: int = 8, k_search: bool = True, include_hf: bool = True,
+                   log=print) -> dict:
+    """Every drafting strategy against target-only decoding (in each dtype the machine offers) and transformers'
+    assisted generation (constant K, its default schedule, prompt lookup), interleaved prompt by prompt.
+
+    The general prompts and the copy-friendly ones are timed as two groups. Speedups are against target-only in
+    the pair's target dtype and against the fastest target-only in any dtype.
+    """
+    general = bench_prompts(pair)[:n_prompts]
+    copy = [chat_text(pair, m) for m in COPY_PROMPTS.get(pair.name, COPY_PROMPTS["shakespeare"])]
+    # the target in every candidate dtype: the pair's own, and float32 (bf16 too where the pair runs float32)
+    targets = {dtype_name(pair.dtype): pair}
+    for dt in (torch.float32, torch.bfloat16):
+        if dtype_name(dt) not in targets and (dt == torch.float32 or pair.device.type != "cpu" or _cpu_bf16()):
+            draft_id, target_id = pair.draft_id, pair.target_id
+            targets[dtype_name(dt)] = load_pair_uncached((draft_id, target_id), str(pair.device),
+                                                         draft_dtype=pair.draft_dtype, target_dtype=dt)
+    own = dtype_name(pair.dtype)
+    ks = list(range(1, 9)) if k_search else [k]
+    methods = [f"target-only {name}" for name in targets]
+    methods += [f"fixed K={kk}" for kk in ks] + ["adaptive", f"lookup K={lookup_k}"]
+    if include_hf:
+        methods += [f"hf assisted K={k}", "hf assisted default", f"hf prompt lookup K={lookup_k}"]
+    counter = CallCounter(pair.target)
+
+    def run(method: str, prompt: str, s: int):
+        """-> (tokens, seconds, target calls, trace or None)"""
+        if method.startswith("target-only"):
+            tr = baseline_generate(targets[method.split()[-1]], prompt, sampling, max_new_tokens, s)
+            return len(tr.output_ids), tr.wall_s, len(tr.steps), tr
+        if method.startswith("hf"):
+            mode = "lookup" if "lookup" in method else "default" if "default" in method else "constant"
+            spec = SpecConfig(k=lookup_k if mode == "lookup" else k, max_new_tokens=max_new_tokens, seed=s)
+            before = counter.n
+            n, secs = assisted_generate(pair, prompt, sampling, spec, mode)
+            return n, secs, counter.n - before, None
+        strategy = method.split()[0]
+        kk = int(method.split("=")[1]) if "=" in method else k
+        spec = SpecConfig(k=kk, max_new_tokens=max_new_tokens, seed=s, strategy=strategy, ngram=ngram,
+                          top_candidates=0)
+        tr = speculative_generate(pair, prompt, sampling, spec)
+        return len(tr.output_ids), tr.wall_s, len(tr.rounds), tr
+
+    for m in methods:  # warm-up: first calls pay for allocation, kernels, lazily built tables
+        run(m, general[0], seed)
+    groups = {}
+    for group, prompts in (("general", general), ("copy", copy)):
+        tot = {m: {"tokens": 0, "seconds": 0.0, "calls": 0, "rounds": [], "steps": []} for m in methods}
+        for i, prompt in enumerate(prompts):
+            for m in methods:
+                n, secs, calls, tr = run(m, prompt, seed + i)
+                t = tot[m]
+                t["tokens"] += n
+                t["seconds"] += secs
+                t["calls"] += calls
+                if tr is not None:
+                    t["rounds" if tr.mode == "speculative" else "steps"] += tr.rounds or tr.steps
+            log(f"  {group} prompt {i + 1}/{len(prompts)} done")
+        groups[group] = tot
+    counter.handle.remove()
+    # isolated costs, hot caches, same run: one draft step, one target step, one (k+1)-token verify
+    iso = {"draft_ms": forward_ms(pair.draft, pair.vocab_size, 1),
+           "target_ms": {name: forward_ms(p.target, p.vocab_size, 1) for name, p in targets.items()},
+           "verify_ms": {kk: forward_ms(pair.target, pair.vocab_size, kk + 1) for kk in sorted({*ks, k, lookup_k})}}
+    return {"pair": pair.describe(), "settings": {
+        "k": k, "lookup_k": lookup_k, "ngram": ngram, "max_new_tokens": max_new_tokens, "temperature":
+        sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p, "general_prompts": len(general),
+        "copy_prompts": len(copy), "threads": torch.get_num_threads(), "target_dtype": own,
+        "draft_dtype": dtype_name(pair.draft_dtype)},
+        "isolated": iso, "groups": {g: summarise(tot, own, iso) for g, tot in groups.items()}}
+
+
+def _cpu_bf16() -> bool:
+    from .models import cpu_has_bf16
+
+    return cpu_has_bf16()
+
+
+def summarise(tot: dict, own: str, iso: dict) -> dict:
+    """Per method: tokens/s, speedups, target calls, acceptance, tokens per round, c (loop vs isolated), v and the
+    share of the ceiling E / (c K + v) that the run reached, all from this run's own measurements."""
+    tps = {m: t["tokens"] / t["seconds"] for m, t in tot.items() if t["seconds"] > 0}
+    base = {m.split()[-1]: v for m, v in tps.items() if m.startswith("target-only")}
+    fastest = max(base.values())
+    steps = tot[f"target-only {own}"]["steps"]
+    t_target = sum(s.step_ms for s in steps) / len(steps)
+    out = {}
+    for m, t in tot.items():
+        row = {"tokens_per_s": tps[m], "speedup_same_dtype": tps[m] / base[own], "speedup_vs_fastest":
+               tps[m] / fastest, "target_calls": t["calls"], "tokens": t["tokens"]}
+        rounds = t["rounds"]
+        if rounds:
+            drafted = sum(r.k for r in rounds)
+            judged = [d for r in rounds for d in r.drafts if d.checked]
+            emitted = sum(len(r.output) for r in rounds)
+            k_mean = drafted / len(rounds)
+            c_loop = (sum(r.draft_ms for r in rounds) / drafted) / t_target if drafted else 0.0
+            v = sum(r.verify_ms for r in rounds) / len(rounds) / t_target
+            E = emitted / len(rounds)
+            ceiling = E / (c_loop * k_mean + v)
+            uses_draft = not m.startswith("lookup")
+            c_iso = iso["draft_ms"] / iso["target_ms"][own] if uses_draft else 0.0
+            row |= {"acceptance_rate": sum(r.n_accepted for r in rounds) / drafted if drafted else 0.0,
+                    "alpha_empirical": sum(d.accepted for d in judged) / len(judged) if judged else 0.0,
+                    "mean_accepted_length": E, "mean_k": k_mean, "c_loop": c_loop, "c_isolated": c_iso,
+                    "c_loop_over_isolated": c_loop / c_iso if c_iso else None, "verify_cost": v,
+                    "ceiling": ceiling, "fraction_of_ceiling": (tps[m] / base[own]) / ceiling,
+                    "fallback_rounds": sum(r.source == "fallback" for r in rounds),
+                    "overhead_ms_per_round": sum(r.overhead_ms for r in rounds) / len(rounds)}
+        elif t["calls"]:
+            row["mean_accepted_length"] = t["tokens"] / t["calls"]
+        out[m] = row
+    return out
+
+
+def format_strategies(res: dict) -> str:
+    s, iso = res["settings"], res["isolated"]
+    lines = [f"pair {res['pair']['name']} on {res['pair']['device']} ({s['threads']} threads), draft "
+             f"{s['draft_dtype']}, target {s['target_dtype']}; T={s['temperature']}, top-k={s['top_k']}, "
+             f"top-p={s['top_p']}, {s['max_new_tokens']} new tokens; hf K={s['k']}, lookup K={s['lookup_k']}, "
+             f"n-gram <= {s['ngram']}",
+             "isolated (hot, median): draft step {:.2f} ms; target step {}; verify {}".format(
+                 iso["draft_ms"], ", ".join(f"{d} {v:.2f} ms" for d, v in iso["target_ms"].items()),
+                 ", ".join(f"{kk + 1} tokens {v:.2f} ms" for kk, v in iso["verify_ms"].items()))]
+    for group, rows in res["groups"].items():
+        n = s["general_prompts"] if group == "general" else s["copy_prompts"]
+        lines += ["", f"{group} prompts ({n}):", "",
+                  "| method | tokens/s | speedup (same dtype) | speedup (fastest target-only) | target calls | "
+                  "acceptance | tokens/round | c loop / isolated | v | % of E/(cK+v) |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for m, r in rows.items():
+            cells = [m, f"{r['tokens_per_s']:.1f}", f"{r['speedup_same_dtype']:.2f}x", f"{r['speedup_vs_fastest']:.2f}x",
+                     str(r["target_calls"]), f"{r['acceptance_rate']:.2f}" if "acceptance_rate" in r else "",
+                     f"{r['mean_accepted_length']:.2f}" if "mean_accepted_length" in r else ""]
+            if "c_loop" in r:
+                c_iso = f"{r['c_isolated']:.3f}" if r["c_isolated"] else "-"
+                cells += [f"{r['c_loop']:.3f} / {c_iso}", f"{r['verify_cost']:.2f}",
+                          f"{100 * r['fraction_of_ceiling']:.0f}%"]
+            else:
+                cells += ["", "", ""]
+            lines.append("| " + " | ".join(cells) + " |")
+        fixed = {m: r["tokens_per_s"] for m, r in rows.items() if m.startswith("fixed")}
+        if fixed and "adaptive" in rows:
+            best = max(fixed, key=fixed.get)
+            lines.append("")
+            lines.append(f"adaptive / best fixed ({best}): {rows['adaptive']['tokens_per_s'] / fixed[best]:.3f}")
+        if "hf assisted default" in rows:
+            lines.append(f"adaptive / transformers default assisted: "
+                         f"{rows['adaptive']['tokens_per_s'] / rows['hf assisted default']['tokens_per_s']:.2f}x")
+        look = next((m for m in rows if m.startswith("lookup")), None)
+        hf_look = next((m for m in rows if m.startswith("hf prompt lookup")), None)
+        if look and hf_look:
+            lines.append(f"lookup / transformers prompt lookup: "
+                         f"{rows[look]['tokens_per_s'] / rows[hf_look]['tokens_per_s']:.2f}x")
     return "\n".join(lines)

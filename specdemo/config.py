@@ -56,12 +56,20 @@ class SamplingConfig:
         return self.temperature == 0.0
 
 
+STRATEGIES = ("fixed", "adaptive", "lookup")
+NGRAM_RANGE = (1, 8)
+
+
 @dataclass(frozen=True)
 class SpecConfig:
-    """One speculative run: K drafts per round, the token budget, the seed and the lenience b.
+    """One speculative run: the drafting strategy, K, the token budget, the seed and the lenience b.
 
+    strategy (see drafters.py): "fixed" drafts K tokens with the draft model every round; "adaptive" drafts up to
+    K tokens and stops early when the draft's own confidence says the next token would likely be rejected; "lookup"
+    copies up to K tokens that followed an earlier occurrence of the last `ngram` tokens (no draft model).
     lenience b in (0, 1] draws the acceptance uniform from U[0, b); b = 1 is the exact algorithm, b < 1 accepts more
-    drafts and is lossy (the output no longer follows the target's distribution).
+    drafts and is lossy (the output no longer follows the target's distribution). top_candidates: how many top
+    tokens per position the Round events carry for the inspector (0 = none: the bench, the CLI and the API skip it).
     """
 
     k: int = 4
@@ -69,8 +77,15 @@ class SpecConfig:
     seed: int = 0
     lenience: float = 1.0
     top_candidates: int = 8
+    strategy: str = "fixed"
+    ngram: int = 3  # lookup: the longest n-gram matched (shorter ones are tried when it has no earlier occurrence)
 
     def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"unknown strategy {str(self.strategy)[:40]!r}; choose one of {', '.join(STRATEGIES)}")
+        if not (NGRAM_RANGE[0] <= self.ngram <= NGRAM_RANGE[1]):
+            raise ConfigError(f"the lookup n-gram size must be between {NGRAM_RANGE[0]} and {NGRAM_RANGE[1]}, "
+                              f"got {self.ngram}")
         if not (1 <= self.k <= 64):
             raise ConfigError(f"K must be between 1 and 64, got {self.k}")
         if self.max_new_tokens < 1:

@@ -67,7 +67,11 @@ class DraftPosition:
 
 @dataclass
 class Round:
-    """One speculative round: K drafts, one target call, the verdict, and its timing."""
+    """One speculative round: K drafts, one target call, the verdict, and its timing.
+
+    A "fallback" round proposed nothing (prompt lookup found no match): it is one plain target step, k = 0, and
+    its single token is labelled bonus.
+    """
 
     index: int
     k: int  # drafts proposed this round (may be below the run's K near the token budget)
@@ -82,6 +86,9 @@ class Round:
     lossy: bool = False
     stop_reason: str | None = None  # "eos" or "max_new_tokens" if the run ended in this round
     bonus_top: list[Candidate] = field(default_factory=list)  # target's top tokens at the bonus position
+    source: str = "draft"  # who proposed: "draft" (the draft model), "lookup" (copied), "fallback" (nothing)
+    copied_from: int | None = None  # lookup: index in prompt + output of the first copied token
+    ngram: int | None = None  # lookup: the size of the n-gram that matched
 
     @property
     def output(self) -> list[Token]:
@@ -96,7 +103,13 @@ class Round:
             parts.append("rejected 1 and resampled 1")
         if "bonus" in labels:
             parts.append("added 1 bonus token")
-        text = f"draft proposed {self.k}; target " + ", ".join(parts)
+        if self.source == "fallback":
+            text = "nothing to copy; one plain target step"
+        elif self.source == "lookup":
+            text = (f"lookup copied {self.k} from position {self.copied_from} (a {self.ngram}-token match); target "
+                    + ", ".join(parts))
+        else:
+            text = f"draft proposed {self.k}; target " + ", ".join(parts)
         if self.stop_reason:
             text += f" (stopped: {self.stop_reason.replace('_', ' ')})"
         return text

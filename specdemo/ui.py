@@ -88,7 +88,7 @@ DOWNLOAD_JS = """
 """
 
 GENERATE_INPUTS = ("pair", "draft", "target", "prompt", "k", "temperature", "top_k", "top_p", "max_new", "seed",
-                   "baseline", "lenience", "chat")
+                   "baseline", "lenience", "chat", "strategy")
 
 
 def build_demo() -> gr.Blocks:
@@ -123,7 +123,12 @@ def build_demo() -> gr.Blocks:
                     c["chat"] = gr.Checkbox(preset.chat, label=L("ui.chat"), elem_id="sd-chat")
                     examples = gr.Dataset(components=[c["prompt"]], samples=[[e] for e in preset.examples],
                                           label=L("ui.examples"))
-                    c["k"] = gr.Slider(1, limits.max_k, value=4, step=1, label=L("ui.k"))
+                    with gr.Row():
+                        c["k"] = gr.Slider(1, limits.max_k, value=4, step=1, label=L("ui.k"), scale=2)
+                        c["strategy"] = gr.Radio(
+                            [(L("strategy.fixed"), "fixed"), (L("strategy.adaptive"), "adaptive"),
+                             (L("strategy.lookup"), "lookup")], value="fixed", label=L("ui.strategy"),
+                            info=L("ui.strategy_info"), elem_id="sd-strategy", scale=3)
                     c["temperature"] = gr.Slider(0, 2, value=0.8, step=0.05, label=L("ui.temperature"))
                     with gr.Row():
                         c["top_k"] = gr.Number(0, label=L("ui.top_k"), precision=0, minimum=0)
@@ -168,6 +173,11 @@ def build_demo() -> gr.Blocks:
                             sweep_btn = gr.Button(L("ui.sweep_run"))
                             sweep_plot = gr.Plot(plots.k_sweep([], None, None), show_label=False)
                             sweep_md = gr.Markdown()
+                        with gr.Tab(L("tab.race"), id="race") as tab_race:
+                            gr.Markdown(L("race.intro"))
+                            race_btn = gr.Button(L("race.run"), elem_id="sd-race-run")
+                            race_plot = gr.Plot(plots.strategy_race({}), show_label=False, elem_id="sd-race-plot")
+                            race_md = gr.Markdown(elem_id="sd-race-table")
                         with gr.Tab(L("tab.dist"), id="dist") as tab_dist:
                             n_samples = gr.Slider(100, limits.max_samples, value=min(2000, limits.max_samples), step=100,
                                                   label=L("ui.samples"))
@@ -205,7 +215,11 @@ def build_demo() -> gr.Blocks:
             handlers.distribution_ui, common + [c["temperature"], c["top_k"], c["top_p"], c["lenience"], n_samples,
                                                 c["seed"], c["chat"]] + view,
             [dist_plot, dist_md, dist_state], api_name="distribution_check", concurrency_id="models")
-        stop_btn.click(None, None, None, cancels=[gen_click, gen_submit, sweep_event, dist_event])
+        race_event = race_btn.click(
+            handlers.strategy_race_ui, common + [c["k"], c["temperature"], c["top_k"], c["top_p"], c["max_new"],
+                                                 c["seed"], c["chat"]] + view,
+            [race_plot, race_md], api_name="strategy_race", concurrency_id="models")
+        stop_btn.click(None, None, None, cancels=[gen_click, gen_submit, sweep_event, dist_event, race_event])
         download_btn.click(None, [trace_json], None, js=DOWNLOAD_JS, api_visibility="private")
 
         round_sl.change(handlers.select_round, [state, round_sl] + view, [pos_sl, insp_plot, insp_reason],
@@ -245,7 +259,7 @@ def build_demo() -> gr.Blocks:
             switch.change(handlers.redraw, redraw_inputs, redraw_outputs, api_visibility="private",
                           show_progress="hidden")
         # gradio re-translates only the open tab's label on a locale change, so the server sends all of them
-        lang.change(handlers.tab_labels, [lang], [tab_film, tab_charts, tab_sweep, tab_dist, tab_step, tab_export],
+        lang.change(handlers.tab_labels, [lang], [tab_film, tab_charts, tab_sweep, tab_race, tab_dist, tab_step, tab_export],
                     api_visibility="private", show_progress="hidden")
 
         gr.api(handlers.generate_api, api_name="generate", concurrency_id="models")

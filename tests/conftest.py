@@ -51,16 +51,32 @@ def toy_pair(toy_dirs):
 
 @pytest.fixture(scope="session")
 def pair():
+    """The embedded pair as the app loads it: each model in the dtype picked for its role on this machine."""
     return load_pair("shakespeare", device="cpu")
 
 
 @pytest.fixture(scope="session")
+def pair32():
+    """The embedded pair with both models in float32, where every forward shape rounds alike to 1e-7, so greedy
+    identity with transformers holds token for token."""
+    return load_pair("shakespeare", device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
 def self_pair():
-    """The embedded target drafting for itself: every draft must be accepted."""
+    """The embedded target drafting for itself: every draft must be accepted. float32, so that a one-token draft
+    step and a (K+1)-token verify give the same numbers (in bf16 they round differently)."""
     from specdemo.config import EMBEDDED_TARGET
 
-    return load_pair((str(EMBEDDED_TARGET), str(EMBEDDED_TARGET)), device="cpu")
+    return load_pair((str(EMBEDDED_TARGET), str(EMBEDDED_TARGET)), device="cpu", dtype="float32")
 
+
+COPY_PROMPTS = [  # prompts on which copying pays: repeat, edit or answer from a quoted passage
+    "ROMEO:\nBut, soft! what light through yonder window breaks? It is the east, and Juliet is the sun.\n"
+    "JULIET:\nSay it again: But, soft! what light through yonder window breaks?",
+    "HAMLET:\nTo be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n"
+    "HORATIO:\nMy lord, you said: To be, or not to be, that is the question:\n",
+]
 
 PROMPTS = [
     "ROMEO:\n",

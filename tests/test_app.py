@@ -4,6 +4,7 @@ concurrency, cancel and memory over many requests."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import json
 import os
 import time
 
@@ -54,8 +55,35 @@ def test_generate_endpoint_sampling_trace(client, pair):
     assert again["speculative"]["token_ids"] == out["speculative"]["token_ids"]
 
 
+@pytest.mark.parametrize("strategy", ["adaptive", "lookup"])
+def test_generate_endpoint_takes_a_strategy(client, pair, strategy):
+    out = gen(client, temperature=1.0, seed=4, max_new_tokens=40, strategy=strategy,
+              prompt="ROMEO:\nO, she doth teach the torches to burn bright!\nROMEO:\nO, she doth teach")
+    trace = out["speculative"]
+    check_trace(trace, pair)
+    assert trace["settings"]["strategy"] == strategy
+    sources = {r["source"] for r in trace["rounds"]}
+    assert sources == {"draft"} if strategy == "adaptive" else sources <= {"lookup", "fallback"}
+    if strategy == "lookup":
+        assert any(r["copied_from"] is not None and r["ngram"] for r in trace["rounds"])
+
+
+def test_strategy_race_times_every_strategy_and_keeps_the_text_at_t0(client):
+    """The Strategy race tab's endpoint: target only, then fixed, adaptive and lookup, with one table row each; at
+    T = 0 each text must equal the target's (the table says so)."""
+    job = client.submit("shakespeare", "", "", "ROMEO:\nO, she doth teach the torches to burn bright!\nROMEO:\n", 3,
+                        0.0, 0, 1.0, 48, 0, None, "en", False, api_name="/strategy_race")
+    fig, table = job.result()
+    assert len(job.outputs()) == 4, "one update after each run"
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [r.split("|")[1].strip() for r in rows] == ["target only", "fixed (K = 3)", "adaptive", "lookup"]
+    assert all(r.split("|")[-2].strip() == "yes" for r in rows[1:]), table
+    drawn = json.dumps(fig)  # the plot's payload carries every run's name
+    assert all(name in drawn for name in ("target only", "fixed (K = 3)", "adaptive", "lookup")), drawn[:300]
+
+
 def test_stream_endpoint_streams_rounds(client):
-    job = client.submit("shakespeare", "", "", "JULIET:\n", 4, 0.8, 0, 1.0, 40, 1, False, 1.0, None, "en", False,
+    job = client.submit("shakespeare", "", "", "JULIET:\n", 4, 0.8, 0, 1.0, 40, 1, False, 1.0, None, "fixed", "en", False,
                         api_name="/generate_stream")
     final = job.result()
     updates = job.outputs()
@@ -89,6 +117,8 @@ BAD_INPUTS = [
     (dict(seed="abc"), "Seed must be a number"),
     (dict(max_new_tokens=100000), "Max new tokens must be between"),
     (dict(pair="no-such-pair"), "Unknown model pair"),
+    (dict(strategy="eagle"), "Strategy must be one of fixed, adaptive, lookup"),
+    (dict(strategy="lookup", ngram=0), "Lookup n-gram size must be between 1 and 8"),
     (dict(pair="custom", draft="/no/such/model", target="/no/such/other"), "repo ids of the form owner/name"),
     (dict(pair="gpt2"), "hub cannot be reached|not in the local cache"),
     (dict(chat=True), "no chat template"),
@@ -142,7 +172,7 @@ def test_cancel_stops_a_long_run_and_the_next_run_is_correct(client, pair):
     from specdemo.models import load_pair
 
     loaded = load_pair("shakespeare")
-    job = client.submit("shakespeare", "", "", "ROMEO:\n", 2, 1.0, 0, 1.0, 256, 0, True, 1.0, None, "en", False,
+    job = client.submit("shakespeare", "", "", "ROMEO:\n", 2, 1.0, 0, 1.0, 256, 0, True, 1.0, None, "lookup", "en", False,
                         api_name="/generate_stream")
     t0 = time.monotonic()
     while len(job.outputs()) < 2:

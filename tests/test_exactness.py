@@ -2,7 +2,9 @@
 
 chi-square tests compare thousands of speculative samples with the target's exact (enumerated) distribution: for
 the verify step alone, for the joint of the first two tokens on toy models with an 8-token vocabulary, and for the
-first token of the embedded Shakespeare pair. Two planted bugs (q taken unwarped; a lenient b < 1) must be caught.
+first token of the embedded Shakespeare pair, for every drafting strategy (fixed, adaptive, lookup). Planted bugs
+(q taken unwarped; a lenient b < 1; a stop rule that peeks at the target's p; a drafter that withdraws a token it
+already drew) must be caught.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from scipy.stats import chisquare
 
 import specdemo.speculative as speculative
 from specdemo.config import SamplingConfig, SpecConfig
+from specdemo.drafters import AdaptiveDrafter, ModelDrafter, Proposal
+from specdemo.models import CachedLM
 from specdemo.sampling import residual, sample, verify, warp
 from specdemo.speculative import speculative_rounds
 
@@ -123,15 +127,20 @@ def exact_joint(pair, prompt_ids: list[int], cfg: SamplingConfig) -> dict:
     return out
 
 
-def speculative_samples(pair, prompt_ids, cfg, k, n, n_tokens=2, lenience=1.0, seed0=0) -> Counter:
+def speculative_samples(pair, prompt_ids, cfg, k, n, n_tokens=2, lenience=1.0, seed0=0, strategy="fixed",
+                        make_drafter=None) -> Counter:
     """n runs with seeds seed0.. -> Counter of their first n_tokens; counts["rejections"] = runs whose first
-    round rejected a draft (so the residual was used)."""
+    round rejected a draft (so the residual was used); counts[("k", j)] = runs whose first round drafted j."""
     counts = Counter()
     for seed in range(seed0, seed0 + n):
-        spec = SpecConfig(k=k, max_new_tokens=k + 1, seed=seed, lenience=lenience, top_candidates=0)
+        spec = SpecConfig(k=k, max_new_tokens=k + 1, seed=seed, lenience=lenience, top_candidates=0,
+                          strategy=strategy)
+        drafter = make_drafter() if make_drafter else None
         out: list[int] = []
-        for i, rnd in enumerate(speculative_rounds(pair, prompt_ids, cfg, spec)):
+        for i, rnd in enumerate(speculative_rounds(pair, prompt_ids, cfg, spec, drafter=drafter)):
             counts["rejections"] += i == 0 and rnd.n_accepted < rnd.k
+            if i == 0:
+                counts[("k", rnd.k)] += 1
             out += [t.token_id for t in rnd.output]
             if len(out) >= n_tokens:
                 break
@@ -154,7 +163,97 @@ def test_toy_joint_distribution_matches_target(toy_pair, cfg):
     counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n)
     # the toy draft must disagree with the target often, or this test would not exercise the residual
     assert counts.pop("rejections") > 0.1 * n
-    assert chi2_pvalue(counts, exact, n) > PASS_P
+    assert chi2_pvalue(drop_k(counts), exact, n) > PASS_P
+
+
+def drop_k(counts: Counter) -> Counter:
+    """The sample counts without the bookkeeping entries."""
+    return Counter({c: n for c, n in counts.items() if not (isinstance(c, tuple) and c and c[0] == "k")})
+
+
+# a prompt with repeats, so that prompt lookup finds something to copy ("a b" occurred before: it proposes "c a b")
+LOOKUP_PROMPT = [0, 1, 2, 0, 1]
+
+
+@pytest.mark.parametrize("strategy", ["adaptive", "lookup"])
+@pytest.mark.parametrize("cfg", TOY_SETTINGS, ids=lambda c: f"T{c.temperature}-k{c.top_k}-p{c.top_p}")
+def test_toy_joint_distribution_matches_target_for_every_strategy(toy_pair, cfg, strategy):
+    """The joint of the first two tokens follows the target for adaptive K and for copied (one-hot q) drafts."""
+    prompt = LOOKUP_PROMPT if strategy == "lookup" else [0, 1]
+    exact = exact_joint(toy_pair, prompt, cfg)
+    n = 3000
+    counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n, strategy=strategy)
+    assert counts.pop("rejections") > 0.1 * n
+    if strategy == "adaptive":  # the stop rule really varied K in the first round
+        assert len([c for c in counts if isinstance(c, tuple) and c[0] == "k"]) >= 2, counts
+    else:  # lookup copied in the first round
+        assert counts[("k", 3)] == n
+    assert chi2_pvalue(drop_k(counts), exact, n) > PASS_P
+
+
+class PeekingDrafter(ModelDrafter):
+    """PLANTED BUG: a stop rule that reads the target. It stops before the first draft the target would probably
+    reject (p(x_t) < q(x_t)), i.e. it withdraws x_t after looking at p_t."""
+
+    def __init__(self, pair, sampling):
+        super().__init__(CachedLM(pair.draft, pair.vocab_size), sampling)
+        self.pair = pair
+
+    def propose(self, seq, k_max, gen):
+        prop = super().propose(seq, k_max, gen)
+        ctx, keep = seq.tolist(), 0
+        for t in range(prop.k):
+            p_t = warp(self.pair.target(torch.tensor([ctx])).logits[0, -1, : self.pair.vocab_size], self.sampling)
+            x = int(prop.tokens[t])
+            if p_t[x] < prop.q[t, x]:
+                break
+            keep, ctx = keep + 1, ctx + [x]
+        return Proposal(prop.tokens[:keep], prop.q[:keep], "draft")
+
+
+class WithdrawingDrafter(ModelDrafter):
+    """PLANTED BUG: a rule that reads only the draft, but decides about x_t AFTER drawing it: it withdraws a draw
+    the draft itself found unlikely (q(x_t) < 0.3). Conditioning on x_t's value skews the position."""
+
+    def propose(self, seq, k_max, gen):
+        prop = super().propose(seq, k_max, gen)
+        q_x = prop.q.gather(1, prop.tokens.view(-1, 1)).flatten()
+        keep = int((q_x >= 0.3).long().cumprod(0).sum())
+        return Proposal(prop.tokens[:keep], prop.q[:keep], "draft")
+
+
+def test_adaptive_stop_rule_keeps_exactness(toy_pair):
+    """WHY a stop rule that reads only the draft keeps the output exact, and that this test can tell.
+
+    At position t the emitted token is x_t if r_t < min(1, p_t(x_t)/q_t(x_t)), else a draw from
+    norm(max(0, p_t - q_t)); with x_t ~ q_t and r_t ~ U[0, 1) independent of everything else, that token is
+    distributed as p_t (the accept/resample identity). A round that stops after t - 1 drafts instead emits a bonus
+    token drawn from p_t itself. So each position emits p_t either way, PROVIDED the choice between the two
+    mechanisms is made before x_t is drawn, from information independent of r_t: x_1..x_{t-1}, the draft's own
+    q's and earlier rounds' outcomes. The adaptive drafter decides whether to draft x_t from the draft's
+    confidences at positions 1..t-1 (and a calibration learnt from finished rounds), never from p or r, so
+    conditioning on its decision leaves each position's identity intact, and its runs pass the chi-square test.
+
+    A rule that decides after seeing x_t together with p_t (withdraw the draft the target would reject) breaks the
+    identity: positions where p(x) < q(x) never reach the residual, so those tokens are over-produced. So does a
+    draft-only rule that withdraws x_t after drawing it. Both must fail at p < 1e-6.
+    """
+    cfg = SamplingConfig(temperature=1.0)
+    prompt = [0, 1]
+    exact = exact_joint(toy_pair, prompt, cfg)
+    n = 3000
+    # the real rule, with a high threshold so that it stops early often: exact
+    counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n, seed0=10_000, make_drafter=lambda: AdaptiveDrafter(
+        CachedLM(toy_pair.draft, toy_pair.vocab_size), cfg, threshold=0.6))
+    counts.pop("rejections")
+    assert counts[("k", 1)] > 0.2 * n and counts[("k", 1)] < n  # it did stop early, and not always
+    assert chi2_pvalue(drop_k(counts), exact, n) > PASS_P
+    # the planted rules: not exact, and caught
+    for planted in (lambda: PeekingDrafter(toy_pair, cfg),
+                    lambda: WithdrawingDrafter(CachedLM(toy_pair.draft, toy_pair.vocab_size), cfg)):
+        counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n, make_drafter=planted)
+        counts.pop("rejections")
+        assert chi2_pvalue(drop_k(counts), exact, n) < BUG_P
 
 
 def test_toy_planted_bug_unwarped_q_is_caught(toy_pair, monkeypatch):
@@ -171,7 +270,7 @@ def test_toy_planted_bug_unwarped_q_is_caught(toy_pair, monkeypatch):
     n = 3000
     counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n)
     counts.pop("rejections")
-    assert chi2_pvalue(counts, exact_joint(toy_pair, prompt, cfg), n) < BUG_P
+    assert chi2_pvalue(drop_k(counts), exact_joint(toy_pair, prompt, cfg), n) < BUG_P
 
 
 def test_toy_lenience_is_lossy_and_detected(toy_pair):
@@ -180,7 +279,7 @@ def test_toy_lenience_is_lossy_and_detected(toy_pair):
     n = 3000
     counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n, lenience=0.3)
     counts.pop("rejections")
-    assert chi2_pvalue(counts, exact_joint(toy_pair, prompt, cfg), n) < BUG_P
+    assert chi2_pvalue(drop_k(counts), exact_joint(toy_pair, prompt, cfg), n) < BUG_P
 
 
 # ---------------------------------------------------------------------------------------------- embedded pair
@@ -196,4 +295,4 @@ def test_embedded_pair_first_token_matches_target(pair, cfg):
     n = 1500
     counts = speculative_samples(pair, prompt_ids, cfg, k=2, n=n, n_tokens=1)
     assert counts.pop("rejections") > 0.05 * n
-    assert chi2_pvalue(counts, exact, n) > PASS_P
+    assert chi2_pvalue(drop_k(counts), exact, n) > PASS_P
