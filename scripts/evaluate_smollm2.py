@@ -29,6 +29,13 @@ K = 4
 
 
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--prompts", type=int, default=len(HELD_OUT), help="how many held-out prompts")
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    args = ap.parse_args()
+    prompts = HELD_OUT[: args.prompts]
     pair = load_pair("smollm2-135m", device="cpu")
     meta = json.loads((Path(pair.draft.name_or_path) / "training.json").read_text())
     out: dict = {"hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
@@ -42,18 +49,18 @@ def main() -> None:
     for temperature in (0.0, 0.7):
         judged = accepted = 0
         overlaps = []
-        for i, prompt in enumerate(HELD_OUT):
+        for i, prompt in enumerate(prompts):
             tr = speculative_generate(pair, prompt, SamplingConfig(temperature),
-                                      SpecConfig(k=K, max_new_tokens=96, seed=i, top_candidates=0), chat=True)
+                                      SpecConfig(k=K, max_new_tokens=args.max_new_tokens, seed=i, top_candidates=0), chat=True)
             checked = [d for r in tr.rounds for d in r.drafts if d.checked]
             judged += len(checked)
             accepted += sum(d.accepted for d in checked)
             overlaps += [d.overlap for d in checked]
         out[f"T{temperature:g}"] = {"alpha_empirical": accepted / judged,
                                     "alpha_overlap": sum(overlaps) / len(overlaps), "judged_positions": judged,
-                                    "prompts": len(HELD_OUT)}
+                                    "prompts": len(prompts), "max_new_tokens": args.max_new_tokens}
     for prompt in ("What is the capital of France?", "Write a short story about a fox who wants to fly."):
-        tr = speculative_generate(pair, prompt, SamplingConfig(0.0), SpecConfig(k=K, max_new_tokens=96), chat=True)
+        tr = speculative_generate(pair, prompt, SamplingConfig(0.0), SpecConfig(k=K, max_new_tokens=args.max_new_tokens), chat=True)
         out.setdefault("samples_T0", {})[prompt] = tr.text
     (ROOT / "assets" / "models" / "smollm2_card_metrics.json").write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
