@@ -76,10 +76,10 @@ def test_strategy_race_times_every_strategy_and_keeps_the_text_at_t0(client):
     fig, table = job.result()
     assert len(job.outputs()) == 4, "one update after each run"
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    assert [r.split("|")[1].strip() for r in rows] == ["target only", "fixed (K = 3)", "adaptive", "lookup"]
+    assert [r.split("|")[1].strip() for r in rows] == ["target only", "fixed K = 3", "adaptive", "prompt lookup"]
     assert all(r.split("|")[-2].strip() == "yes" for r in rows[1:]), table
     drawn = json.dumps(fig)  # the plot's payload carries every run's name
-    assert all(name in drawn for name in ("target only", "fixed (K = 3)", "adaptive", "lookup")), drawn[:300]
+    assert all(name in drawn for name in ("target only", "fixed K = 3", "adaptive", "prompt lookup")), drawn[:300]
 
 
 def test_stream_endpoint_streams_rounds(client):
@@ -97,7 +97,7 @@ def test_stream_endpoint_streams_rounds(client):
 
 @pytest.mark.parametrize("lang,message", [("zh-CN", "提示词是空的"), ("en", "The prompt is empty")])
 def test_the_pages_errors_come_in_its_language(client, lang, message):
-    job = client.submit("shakespeare", "", "", "  ", 4, 0.8, 0, 1.0, 8, 0, False, 1.0, None, lang, False,
+    job = client.submit("shakespeare", "", "", "  ", 4, 0.8, 0, 1.0, 8, 0, False, 1.0, None, "fixed", lang, False,
                         api_name="/generate_stream")
     with pytest.raises(Exception) as info:
         job.result()

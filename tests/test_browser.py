@@ -163,7 +163,7 @@ def test_chinese_browser_gets_the_chinese_page(page_zh):
 def test_english_browser_gets_the_english_page(page):
     text = visible_text(page)
     for words in ("speculative sampling, round by round", "Model pair (draft → target)", "Step through",
-                  "Distribution check", "kept by the target", "Language", "Presenter mode", "Chat: the prompt"):
+                  "Strategy race", "Export", "kept by the target", "Language", "Presenter mode", "Chat: the prompt"):
         assert words in text, words
     assert page.inner_text("#sd-generate").strip() == "Generate"
     # the only Chinese on the English page is the switch's own name for Chinese
@@ -186,7 +186,7 @@ def test_switching_language_keeps_the_page_and_the_run(page):
     assert "p(x) 目标模型" in page.locator("#sd-token-view .sd-tok").first.get_attribute("title")
     assert "完成" in page.inner_text("#sd-stats") and "第1轮" in page.inner_text("#sd-film")
     assert "赛跑" in page.inner_text("#sd-race") and page.locator("#sd-race .scatterlayer .trace").count() == 2
-    for tab in ("更多图表", "K 值扫描", "分布检验", "逐轮记录与检视", "导出"):  # every tab's label, open or not
+    for tab in ("更多图表", "K 值扫描", "策略赛跑", "分布检验", "逐轮记录", "导出"):  # every tab's label, open or not
         assert page.get_by_role("tab", name=tab).count() == 1, tab
     page.get_by_role("tab", name="逐轮演示").click()  # a tab opened after the switch is in Chinese too
     page.wait_for_selector("#sd-next-round")
