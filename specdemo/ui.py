@@ -123,12 +123,12 @@ def build_demo() -> gr.Blocks:
                     c["chat"] = gr.Checkbox(preset.chat, label=L("ui.chat"), elem_id="sd-chat")
                     examples = gr.Dataset(components=[c["prompt"]], samples=[[e] for e in preset.examples],
                                           label=L("ui.examples"))
-                    with gr.Row():
-                        c["k"] = gr.Slider(1, limits.max_k, value=4, step=1, label=L("ui.k"), scale=2)
+                    with gr.Group(elem_id="sd-drafting"):  # K and who drafts, side by side in one box
+                        c["k"] = gr.Slider(1, limits.max_k, value=4, step=1, label=L("ui.k"))
                         c["strategy"] = gr.Radio(
                             [(L("strategy.fixed"), "fixed"), (L("strategy.adaptive"), "adaptive"),
                              (L("strategy.lookup"), "lookup")], value="fixed", label=L("ui.strategy"),
-                            info=L("ui.strategy_info"), elem_id="sd-strategy", scale=3)
+                            info=L("ui.strategy_info"), elem_id="sd-strategy")
                     c["temperature"] = gr.Slider(0, 2, value=0.8, step=0.05, label=L("ui.temperature"))
                     with gr.Row():
                         c["top_k"] = gr.Number(0, label=L("ui.top_k"), precision=0, minimum=0)
