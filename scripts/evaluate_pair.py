@@ -13,9 +13,7 @@ from __future__ import annotations
 import json
 import math
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -25,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specdemo import SamplingConfig, SpecConfig, load_pair, speculative_generate  # noqa: E402
-from specdemo.models import CachedLM  # noqa: E402
+from specdemo.bench import forward_ms  # noqa: E402
 
 K = 4
 
@@ -42,20 +40,25 @@ def held_out_loss(model, data: torch.Tensor, block: int = 256) -> float:
     return total / (n * block)
 
 
-@torch.inference_mode()
 def latency_ms(model, vocab: int, new_tokens: int, context: int = 128, reps: int = 200) -> float:
     """Median time of one cached forward over `new_tokens` tokens after a `context`-token prefix."""
-    lm = CachedLM(model, vocab)
-    gen = torch.Generator().manual_seed(0)
-    lm.feed(torch.randint(vocab, (context,), generator=gen))
-    x = torch.randint(vocab, (new_tokens,), generator=gen)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        lm.feed(x, keep_logits=new_tokens)
-        times.append(time.perf_counter() - t0)
-        lm.crop(context)
-    return statistics.median(times) * 1e3
+    return forward_ms(model, vocab, new_tokens, context, reps)
+
+
+def alpha_on(pair, prompts, temperature: float, k: int, max_new_tokens: int, chat=None) -> dict:
+    """Acceptance over the positions the target judged, on `prompts` (one seed each): the empirical rate and the
+    mean overlap sum min(p, q)."""
+    judged = accepted = 0
+    overlaps = []
+    for i, prompt in enumerate(prompts):
+        tr = speculative_generate(pair, prompt, SamplingConfig(temperature),
+                                  SpecConfig(k=k, max_new_tokens=max_new_tokens, seed=i, top_candidates=0), chat=chat)
+        checked = [d for r in tr.rounds for d in r.drafts if d.checked]
+        judged += len(checked)
+        accepted += sum(d.accepted for d in checked)
+        overlaps += [d.overlap for d in checked]
+    return {"alpha_empirical": accepted / judged, "alpha_overlap": sum(overlaps) / len(overlaps),
+            "judged_positions": judged, "prompts": len(prompts)}
 
 
 def held_out_prompts(pair, n: int = 20, length: int = 24) -> list[str]:
@@ -91,18 +94,7 @@ def main() -> None:
     out["verify_cost"] = lat[f"target_verify_{K + 1}_tokens"] / lat["target_1_token"]
     prompts = held_out_prompts(pair)
     for temperature in (0.0, 1.0):
-        judged = accepted = 0
-        overlaps = []
-        for i, prompt in enumerate(prompts):
-            tr = speculative_generate(pair, prompt, SamplingConfig(temperature),
-                                      SpecConfig(k=K, max_new_tokens=64, seed=i, top_candidates=0))
-            checked = [d for r in tr.rounds for d in r.drafts if d.checked]
-            judged += len(checked)
-            accepted += sum(d.accepted for d in checked)
-            overlaps += [d.overlap for d in checked]
-        out[f"T{temperature:g}"] = {"alpha_empirical": accepted / judged,
-                                    "alpha_overlap": sum(overlaps) / len(overlaps), "judged_positions": judged,
-                                    "prompts": len(prompts)}
+        out[f"T{temperature:g}"] = alpha_on(pair, prompts, temperature, K, 64)
     sample = speculative_generate(pair, "ROMEO:\n", SamplingConfig(0.8), SpecConfig(k=K, max_new_tokens=96, seed=0))
     out["sample_romeo_T0.8_seed0"] = "ROMEO:\n" + sample.text
     (ROOT / "assets" / "models" / "card_metrics.json").write_text(json.dumps(out, indent=2) + "\n")

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from evaluate_pair import latency_ms  # noqa: E402
+from evaluate_pair import alpha_on, latency_ms  # noqa: E402
 from smollm2_prompts import HELD_OUT  # noqa: E402
 
 from specdemo import SamplingConfig, SpecConfig, load_pair, speculative_generate  # noqa: E402
@@ -47,18 +47,8 @@ def main() -> None:
     out["c"] = lat["draft_1_token"] / lat["target_1_token"]
     out["verify_cost"] = lat[f"target_verify_{K + 1}_tokens"] / lat["target_1_token"]
     for temperature in (0.0, 0.7):
-        judged = accepted = 0
-        overlaps = []
-        for i, prompt in enumerate(prompts):
-            tr = speculative_generate(pair, prompt, SamplingConfig(temperature),
-                                      SpecConfig(k=K, max_new_tokens=args.max_new_tokens, seed=i, top_candidates=0), chat=True)
-            checked = [d for r in tr.rounds for d in r.drafts if d.checked]
-            judged += len(checked)
-            accepted += sum(d.accepted for d in checked)
-            overlaps += [d.overlap for d in checked]
-        out[f"T{temperature:g}"] = {"alpha_empirical": accepted / judged,
-                                    "alpha_overlap": sum(overlaps) / len(overlaps), "judged_positions": judged,
-                                    "prompts": len(prompts), "max_new_tokens": args.max_new_tokens}
+        out[f"T{temperature:g}"] = alpha_on(pair, prompts, temperature, K, args.max_new_tokens, chat=True) | {
+            "max_new_tokens": args.max_new_tokens}
     for prompt in ("What is the capital of France?", "Write a short story about a fox who wants to fly."):
         tr = speculative_generate(pair, prompt, SamplingConfig(0.0), SpecConfig(k=K, max_new_tokens=args.max_new_tokens), chat=True)
         out.setdefault("samples_T0", {})[prompt] = tr.text

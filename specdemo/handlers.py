@@ -465,6 +465,15 @@ def sweep_view(sweep: dict | None, lang=None, presenter=False) -> tuple:
             sweep_text(sweep, lang))
 
 
+def target_only_run(req: Request) -> tuple[ModelPair, list[int], list]:
+    """The experiments' common start: the pair, the prompt's ids and a timed target-only run to compare against."""
+    pair = get_pair(req.pair)
+    ids = encode_prompt(pair, req.prompt, req.spec.max_new_tokens, req.chat)
+    with pair.lock:
+        base_steps = list(baseline_steps(pair, ids, req.sampling, req.spec.max_new_tokens, req.spec.seed))
+    return pair, ids, base_steps
+
+
 @gpu
 @user_errors
 def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, max_new_tokens, seed, k_from, k_to,
@@ -476,10 +485,7 @@ def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p
     k_to = as_number(Msg("field.k_to"), k_to, int, k_from, limits.max_k)
     req = validate(pair_name, draft_id, target_id, prompt, k_from, temperature, top_k, top_p, max_new_tokens, seed,
                    True, 1.0, limits, chat)
-    pair = get_pair(req.pair)
-    ids = encode_prompt(pair, req.prompt, req.spec.max_new_tokens, req.chat)
-    with pair.lock:
-        base_steps = list(baseline_steps(pair, ids, req.sampling, req.spec.max_new_tokens, req.spec.seed))
+    pair, ids, base_steps = target_only_run(req)
     base_tps = len(base_steps) / base_steps[-1].elapsed_s
     results, all_rounds = [], []
     deadline = time.monotonic() + limits.time_limit_s
@@ -514,10 +520,7 @@ def strategy_race_ui(pair_name, draft_id, target_id, prompt, k, temperature, top
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
                    True, 1.0, limits, chat)
-    pair = get_pair(req.pair)
-    ids = encode_prompt(pair, req.prompt, req.spec.max_new_tokens, req.chat)
-    with pair.lock:
-        base_steps = list(baseline_steps(pair, ids, req.sampling, req.spec.max_new_tokens, req.spec.seed))
+    pair, ids, base_steps = target_only_run(req)
     base_ids = [s.token.token_id for s in base_steps]
     base_tps = len(base_steps) / base_steps[-1].elapsed_s
     target_only = tr("race.target_only", lang)
