@@ -113,23 +113,21 @@ class AdaptiveDrafter(ModelDrafter):
     After drafting x_t the drafter reads the draft's confidence conf_t (its top probability at position t: from
     the warped q at T > 0, from the unwarped softmax at T = 0, where q is one-hot) and turns it into an estimated
     acceptance probability with a calibration learnt during the run: the accepted / judged drafts of earlier
-    rounds, per confidence bin (to start, PRIOR_WEIGHT pseudo-drafts at the bin's own confidence). It drafts
+    rounds, per confidence bin (a prior of PRIOR_ALPHA over PRIOR_WEIGHT pseudo-drafts to start). It drafts
     x_{t+1} only while prod_{i<=t} alpha_hat(conf_i) >= threshold. Every input to that decision is the draft's own
     output or a finished round's outcome; none is the target's p or the uniforms r of the round being drafted.
     """
 
     name = "adaptive"
     BINS = 10
-    PRIOR_WEIGHT = 2.0
+    PRIOR_ALPHA, PRIOR_WEIGHT = 0.7, 2.0
 
     def __init__(self, draft_lm: CachedLM, sampling: SamplingConfig, threshold: float = ADAPTIVE_THRESHOLD,
                  calibrate: bool = True):
         super().__init__(draft_lm, sampling)
         self.threshold = threshold
         self.calibrate = calibrate
-        # the prior for a bin is its own confidence: before any round is judged, alpha_hat(conf) ~ conf, so even the
-        # first round stops where the draft is unsure
-        self.accepted = [(b + 0.5) / self.BINS * self.PRIOR_WEIGHT for b in range(self.BINS)]
+        self.accepted = [self.PRIOR_ALPHA * self.PRIOR_WEIGHT] * self.BINS
         self.judged = [self.PRIOR_WEIGHT] * self.BINS
         self.bins: list[int] = []  # the confidence bin of each draft of the current round
         self.survive = 1.0

@@ -184,9 +184,10 @@ def test_toy_joint_distribution_matches_target_for_every_strategy(toy_pair, cfg,
     n = 3000
     # adaptive: the toy draft's confidences (0.2-0.65) make the default threshold stop it at the same K in every run
     # at T = 1 and 1.3; these thresholds sit among its products of confidences, so that the rule's choice depends on
-    # the drawn tokens, which is what this test must exercise
+    # the drawn tokens, which is what this test must exercise. Uncalibrated (alpha_hat = conf): the run's calibration
+    # starts from a flat prior, so its first round would not read the confidences at all.
     threshold = {1.0: 0.2, 0.7: 0.3, 1.3: 0.2}[cfg.temperature]
-    adaptive = (lambda: AdaptiveDrafter(CachedLM(toy_pair.draft, toy_pair.vocab_size), cfg, threshold=threshold)
+    adaptive = (lambda: AdaptiveDrafter(CachedLM(toy_pair.draft, toy_pair.vocab_size), cfg, threshold=threshold, calibrate=False)
                 ) if strategy == "adaptive" else None
     counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n, strategy=strategy, make_drafter=adaptive)
     assert counts.pop("rejections") > 0.1 * n
@@ -250,7 +251,7 @@ def test_adaptive_stop_rule_keeps_exactness(toy_pair):
     n = 3000
     # the real rule, at a threshold where its choice depends on the drawn tokens (see the test above): exact
     counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n, seed0=10_000, make_drafter=lambda: AdaptiveDrafter(
-        CachedLM(toy_pair.draft, toy_pair.vocab_size), cfg, threshold=0.2))
+        CachedLM(toy_pair.draft, toy_pair.vocab_size), cfg, threshold=0.2, calibrate=False))
     counts.pop("rejections")
     assert 0.1 * n < counts[("k", 3)] < 0.9 * n  # it stopped early (at K = 2) in some runs, not in all
     assert chi2_pvalue(drop_k(counts), exact, n) > PASS_P
