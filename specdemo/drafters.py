@@ -6,8 +6,9 @@ with no branch per strategy. Letters as in sampling.py: p is the TARGET, q is th
 
   fixed    - the draft model drafts exactly k_max tokens (the algorithm of Leviathan et al. 2023 / Chen et al. 2023).
   adaptive - the draft model drafts until its own confidence says the next draft would probably be rejected:
-             after drafting x_t it stops when prod_{i<=t} conf_i < threshold, where conf_i is the draft's top
-             probability at position i (its unwarped softmax at T = 0, where the warped q is one-hot). The product
+             after drafting x_t it stops when prod_{i<=t} alpha_hat(conf_i) < threshold, where conf_i is the draft's
+             top probability at position i (its unwarped softmax at T = 0, where the warped q is one-hot) and
+             alpha_hat is the acceptance rate of earlier rounds' drafts at that confidence. The product
              estimates the chance that every draft so far survives the target; once that is low, one more draft
              forward costs more than the tokens it is expected to add. The rule reads only the draft's own
              distributions, never p or the uniforms r, so the output stays exactly the target's (see
@@ -50,6 +51,11 @@ class Proposal:
     @property
     def k(self) -> int:
         return int(self.tokens.shape[0])
+
+
+def one_hot(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[k] token ids -> [k, V] float32 rows, each all its mass on its token (the q of a greedy or copied draft)."""
+    return torch.zeros(tokens.numel(), vocab_size, device=tokens.device).scatter_(1, tokens.view(-1, 1), 1.0)
 
 
 class Drafter:
@@ -100,8 +106,7 @@ class ModelDrafter(Drafter):
             return Proposal(seq.new_empty(0), torch.empty(0, self.lm.vocab_size, device=seq.device), "draft")
         drafted = torch.cat(tokens)
         if greedy:
-            q_draft = torch.zeros(len(tokens), self.lm.vocab_size, device=seq.device).scatter_(
-                1, drafted.view(-1, 1), 1.0)
+            q_draft = one_hot(drafted, self.lm.vocab_size)
         else:
             q_draft = torch.cat(rows)
         return Proposal(drafted, q_draft, "draft")
@@ -186,7 +191,7 @@ class LookupDrafter(Drafter):
             return Proposal(seq.new_empty(0), empty, "fallback")
         start, n = found
         tokens = seq[start : start + k_max]
-        q = torch.zeros(tokens.numel(), self.vocab_size, device=seq.device).scatter_(1, tokens.view(-1, 1), 1.0)
+        q = one_hot(tokens, self.vocab_size)
         return Proposal(tokens, q, "lookup", copied_from=start, ngram=n)
 
 
