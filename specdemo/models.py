@@ -33,6 +33,10 @@ class ModelLoadError(Translatable, RuntimeError):
     catalogue key (i18n.py) with its params, so str(err) is English (the CLI, logs) and the app shows it translated."""
 
 
+class StrategyUnavailable(Translatable, ValueError):
+    """The pair cannot draft with the strategy asked for (no EAGLE head for it). Nothing was loaded or changed."""
+
+
 def _role(role: str) -> Msg:
     return Msg("role.draft") if role == "draft" else Msg("role.target")
 
@@ -126,7 +130,12 @@ def requested_dtype(role: str, explicit=None, both=None) -> torch.dtype | None:
 
 class CachedLM:
     """A causal LM with its KV cache. `length` is how many tokens the cache holds; they are always a prefix of the
-    sequence fixed so far, so rolling back is a crop to a shorter prefix."""
+    sequence fixed so far, so rolling back is a crop to a shorter prefix.
+
+    Logits come out in float32, computed from the last hidden state with a float32 copy of the LM head (made once
+    per model): logits rounded to bf16 (8 bits of mantissa) tie exactly at a few positions in a hundred, and a
+    (K+1)-token verify and a one-token step can break such a tie differently. A model whose head does more than one
+    matrix product (logit soft-capping or scaling) keeps its own forward, upcast afterwards."""
 
     def __init__(self, model, vocab_size: int):
         from transformers import DynamicCache
@@ -136,6 +145,7 @@ class CachedLM:
         self._new_cache = lambda: DynamicCache(config=model.config)
         self.cache = self._new_cache()
         self.calls = 0
+        self.head32 = float32_head(model)
 
     @property
     def length(self) -> int:
@@ -154,14 +164,41 @@ class CachedLM:
 
     @torch.inference_mode()
     def feed(self, ids: torch.Tensor, keep_logits: int = 1) -> torch.Tensor:
-        """Append ids [n] to the cache and return the logits of the last `keep_logits` positions, [keep_logits, V],
-        cut to the shared vocabulary."""
+        """Append ids [n] to the cache and return the float32 logits of the last `keep_logits` positions,
+        [keep_logits, V], cut to the shared vocabulary."""
+        return self.feed_features(ids, keep_logits)[0]
+
+    @torch.inference_mode()
+    def feed_features(self, ids: torch.Tensor, keep_logits: int = 1) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """As `feed`, and also the last hidden states of all n fed positions [n, H] (the features an EAGLE head
+        reads; None for a model that keeps its own forward)."""
         assert ids.dim() == 1 and ids.numel() >= keep_logits >= 1, (ids.shape, keep_logits)
-        out = self.model(
-            input_ids=ids.view(1, -1), past_key_values=self.cache, use_cache=True, logits_to_keep=keep_logits
-        )
         self.calls += 1
-        return out.logits[0, -keep_logits:, : self.vocab_size]
+        if self.head32 is None:
+            out = self.model(input_ids=ids.view(1, -1), past_key_values=self.cache, use_cache=True,
+                             logits_to_keep=keep_logits)
+            return out.logits[0, -keep_logits:, : self.vocab_size].float(), None
+        hidden = self.model.base_model(input_ids=ids.view(1, -1), past_key_values=self.cache,
+                                       use_cache=True).last_hidden_state[0]
+        weight, bias = self.head32
+        logits = torch.nn.functional.linear(hidden[-keep_logits:].float(), weight, bias)
+        return logits[:, : self.vocab_size], hidden
+
+
+def float32_head(model) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """(weight, bias) of the model's LM head in float32, made once per model; None where the head is not a plain
+    linear map of the base model's last hidden state (soft-capped or scaled logits)."""
+    cached = getattr(model, "_specdemo_head32", False)
+    if cached is not False:
+        return cached
+    cfg, head = model.config, model.get_output_embeddings()
+    plain = isinstance(head, torch.nn.Linear) and getattr(model, "base_model", model) is not model and not any(
+        getattr(cfg, a, None) not in (None, 1.0) for a in ("final_logit_softcapping", "logit_scale", "logits_scaling"))
+    result = None
+    if plain:
+        result = (head.weight.detach().float(), None if head.bias is None else head.bias.detach().float())
+    model._specdemo_head32 = result
+    return result
 
 
 _DEVICE_LOCKS: dict[str, threading.Lock] = {}
@@ -200,6 +237,8 @@ class ModelPair:
     chat: bool = False  # prompts are chat messages by default (an instruct target with a chat template)
     _token_texts: list[str] | None = field(default=None, repr=False)
     draft_dtype: torch.dtype | None = None  # None: the same as the target's
+    head: object | None = None  # the EAGLE head (eagle.EagleHead) that drafts from this target's features, if any
+    head_error: Msg | None = None  # why a preset's head is not there (missing, damaged, mismatched)
 
     def __post_init__(self) -> None:
         if self.draft_dtype is None:
@@ -666,8 +705,25 @@ def load_pair_uncached(
     chat = PRESETS[name].chat if name in PRESETS else bool(getattr(target_tok, "chat_template", None))
     loaded = ModelPair(name, draft_id, target_id, draft, target, target_tok, vocab, dev, target.dtype, draft_label,
                        target_label, chat=chat, draft_dtype=draft.dtype)
+    if name in PRESETS and PRESETS[name].eagle_head:
+        attach_head(loaded, Path(PRESETS[name].eagle_head))
     loaded.token_text(0)  # build the token table now, not inside the first request
     return loaded
+
+
+def attach_head(pair: ModelPair, folder: Path) -> None:
+    """Load the EAGLE head in `folder` for the pair's target; a missing, damaged or mismatched head leaves the pair
+    without one (its other strategies work) and records why in one sentence."""
+    from .eagle import HeadError, load_head
+
+    try:
+        head = load_head(folder, pair.target, pair.tokenizer, torch.float32, pair.device)
+        n_params = sum(p.numel() for p in head.parameters()) + head.lm_rows.numel()
+        dtype = pick_dtype(pair.device, "draft", n_params)
+        pair.head = head.to(dtype) if dtype != torch.float32 else head
+        pair.head_error = None
+    except HeadError as err:
+        pair.head, pair.head_error = None, Msg(err.key, **err.params)
 
 
 _CACHE: OrderedDict[tuple, ModelPair] = OrderedDict()

@@ -201,8 +201,8 @@ def filmstrip_html(rounds: list[Round], selected: int | None = None, lang: str |
         verdict = tr("film.kept", lang, n=rnd.n_accepted, k=rnd.k) + (" +1" if added else "")
         if rnd.source == "lookup":  # where prompt lookup copied its proposal from (a position in prompt + output)
             verdict = tr("film.copied", lang, pos=rnd.copied_from, n=rnd.ngram) + " \u00b7 " + verdict
-        elif rnd.source == "fallback":
-            verdict = tr("film.fallback", lang) + " \u00b7 " + verdict
+        elif rnd.source in SOURCE_FILM_KEY:  # who proposed, where it is not the draft model
+            verdict = tr(SOURCE_FILM_KEY[rnd.source], lang) + " \u00b7 " + verdict
         verdict += f" \u00b7 {rnd.draft_ms + rnd.verify_ms + rnd.overhead_ms:.0f} ms"
         cls = "sd-row sd-selected" if selected == rnd.index else "sd-row"
         rows.append(f'<div class="{cls}" data-round="{rnd.index}" role="button" tabindex="0">'
@@ -269,6 +269,11 @@ def reason(rnd: Round, position: int, lang: str | None = None) -> str:
     return trh("reason.no_bonus", lang)
 
 
+# rounds not drafted by the draft model: their film-strip tag, and the caption of a round that proposed nothing
+SOURCE_FILM_KEY = {"fallback": "film.fallback", "prefill": "film.prefill", "eagle": "film.eagle"}
+PLAIN_STEP_CAPTION_KEY = {"fallback": "caption.fallback", "prefill": "caption.prefill"}
+
+
 def round_caption(rnd: Round, lang: str | None = None) -> str:
     """The round in plain words, for talks: 'draft proposed 4; target kept 2, rejected 1 and resampled 1'.
     (events.Round.caption is the English one that the JSON trace carries.)"""
@@ -278,8 +283,10 @@ def round_caption(rnd: Round, lang: str | None = None) -> str:
         parts.append(tr("caption.resampled", lang))
     if "bonus" in labels:
         parts.append(tr("caption.bonus", lang))
-    if rnd.source == "fallback":
-        text = tr("caption.fallback", lang)
+    if rnd.source in PLAIN_STEP_CAPTION_KEY:
+        text = tr(PLAIN_STEP_CAPTION_KEY[rnd.source], lang)
+    elif rnd.source == "eagle":
+        text = tr("caption.eagle", lang, k=rnd.k, parts=tr("caption.sep", lang).join(parts))
     elif rnd.source == "lookup":
         text = tr("caption.lookup", lang, k=rnd.k, pos=rnd.copied_from, n=rnd.ngram,
                   parts=tr("caption.sep", lang).join(parts))

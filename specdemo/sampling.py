@@ -103,7 +103,9 @@ def verify(
     candidates = torch.cat([residual(p_target[:k], q_draft), p_target[k:]], dim=0)
     next_tokens = sample(candidates, generator, greedy=greedy)
     overlap = torch.minimum(p_target[:k], q_draft).sum(-1)
-    return Verdict(n_accepted, next_tokens[n_accepted], p_x, q_x, accept_prob, r, overlap)
+    # gather, not next_tokens[n_accepted]: indexing with a 0-dim device tensor would be a host sync on a GPU
+    next_token = next_tokens.gather(0, n_accepted.view(1)).squeeze(0)
+    return Verdict(n_accepted, next_token, p_x, q_x, accept_prob, r, overlap)
 
 
 def first_token_samples(

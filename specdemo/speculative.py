@@ -5,12 +5,17 @@ a prefix of the fixed tokens and are cropped back to it after every round. It do
 sampling.py) or how to show anything (render.py, plots.py).
 
 Per round, with the sequence `seq` fixed so far (prompt + output, N tokens):
-  1. a drafter (drafters.py: the draft model with a fixed or adaptive K, or prompt lookup) proposes x_1..x_K with
-     the distributions q_1..q_K it drew them from (K = 0 is a plain target step);
+  1. a drafter (drafters.py: the draft model with a fixed or adaptive K, prompt lookup, or the EAGLE head on the
+     target's features) proposes x_1..x_K with the distributions q_1..q_K it drew them from (K = 0 is a plain
+     target step);
   2. the target scores [not yet cached tokens of seq] + x_1..x_K in ONE forward, giving warped p_1..p_{K+1};
   3. `verify` accepts the longest prefix with r_t < min(1, p_t(x_t)/q_t(x_t)) and draws the next token from the
      residual norm(max(0, p - q)) at the first rejection, or from p_{K+1} as a bonus if all K were accepted;
-  4. both caches are cropped to the tokens that were kept.
+  4. the target's cache is cropped to the tokens that were kept, and the drafter is told the outcome (with the
+     target's last hidden states at the kept positions, if it reads them), so it rolls its own cache back.
+
+Per round there is one device-to-host copy and no other host sync: phase times on a GPU come from CUDA events,
+read after that copy.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import torch
 
 from .config import SamplingConfig, SpecConfig
 from .events import Candidate, DraftPosition, Round, Token, Trace
-from .drafters import Drafter, make_drafter, max_drafts
+from .drafters import Drafter, RoundOutcome, make_drafter, max_drafts
 from .i18n import Translatable
 from .models import CachedLM, ModelPair, dtype_name
 from .sampling import verify, warp
@@ -57,6 +62,24 @@ def device_sync(device: torch.device) -> None:
     """Wait for queued GPU work so that a phase's time is its own (a no-op on the CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+class PhaseClock:
+    """Marks between a round's phases without a host sync: CUDA events on a GPU (their times are read once the
+    round's single device-to-host copy has waited for the work), perf_counter elsewhere."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def ms(self, a, b) -> float:
+        return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
 
 
 def to_host(*tensors: torch.Tensor) -> list[list[float]]:
@@ -113,13 +136,8 @@ def speculative_rounds(
     gen = torch.Generator(device=dev).manual_seed(spec.seed)
     target = target_lm or CachedLM(pair.target, pair.vocab_size)
     target.reset()
-    if drafter is None:
-        needs_draft = spec.strategy != "lookup"
-        draft = (draft_lm or CachedLM(pair.draft, pair.vocab_size)) if needs_draft else None
-        drafter = make_drafter(spec, sampling, pair.vocab_size, draft)
-    draft = getattr(drafter, "lm", None)
-    if draft is not None:
-        draft.reset()
+    drafter = drafter or make_drafter(spec, sampling, pair, draft_lm)
+    clock = PhaseClock(dev)
     k_cap = max_drafts(spec)
     seq = torch.tensor(prompt_ids, dtype=torch.long, device=dev)
     prompt_len = len(prompt_ids)
@@ -130,20 +148,19 @@ def speculative_rounds(
     while True:
         produced = seq.numel() - prompt_len
         remaining = spec.max_new_tokens - produced
-        t0 = time.perf_counter()
+        t0, m0 = time.perf_counter(), clock.mark()
 
         # 1. draft: the drafter proposes up to k tokens and the q rows it drew them from
         #    (near the budget, draft fewer: a round emits at most k + 1 tokens)
         proposal = drafter.propose(seq, min(k_cap, remaining - 1), gen)
         draft_tokens, q_draft, k = proposal.tokens, proposal.q, proposal.k
-        device_sync(dev)
-        t1 = time.perf_counter()
+        m1 = clock.mark()
 
-        # 2. verify: one target forward over its unseen tokens + the k drafts -> p_1..p_{k+1}
-        logits = target.feed(torch.cat([seq[target.length :], draft_tokens]), keep_logits=k + 1)
+        # 2. verify: one target forward over its unseen tokens + the k drafts -> p_1..p_{k+1} (and its features)
+        fed_from = target.length
+        logits, features = target.feed_features(torch.cat([seq[fed_from:], draft_tokens]), keep_logits=k + 1)
         p = warp(logits, sampling)  # [k+1, V]
-        device_sync(dev)
-        t2 = time.perf_counter()
+        m2 = clock.mark()
 
         # 3. accept/reject all k at once, then copy the verdict (and the inspector's top candidates) in one sync
         v = verify(draft_tokens, q_draft, p, gen, greedy=sampling.greedy, lenience=spec.lenience)
@@ -154,7 +171,8 @@ def speculative_rounds(
             top_tensors = [top_ids, p.gather(1, top_ids), q_padded.gather(1, top_ids)]
         host = to_host(
             draft_tokens, v.p_of_draft, v.q_of_draft, v.accept_prob, v.r, v.overlap,
-            torch.stack([v.n_accepted, v.next_token]), p[v.n_accepted, v.next_token].view(1), *top_tensors,
+            torch.stack([v.n_accepted, v.next_token]), p.view(-1).gather(0, v.n_accepted * p.shape[1] + v.next_token),
+            *top_tensors,
         )
         draft_list, p_x, q_x, acc, r, overlap, (n_acc, next_tok), (p_next,), *top_host = host
         draft_list, n_acc, next_tok = [int(t) for t in draft_list], int(n_acc), int(next_tok)
@@ -162,7 +180,6 @@ def speculative_rounds(
             top = top_candidates(pair, *top_host, width=top_tensors[0].shape[1])
         else:
             top = [[] for _ in range(k + 1)]
-        drafter.observe(n_acc, k)
 
         # 4. the tokens that stay: accepted drafts + the resampled/bonus token, cut at EOS and at the budget
         new_ids = draft_list[:n_acc] + [next_tok]
@@ -174,10 +191,15 @@ def speculative_rounds(
             new_ids = new_ids[:remaining]
             stop_reason = stop_reason or "max_new_tokens"
         seq = torch.cat([seq, torch.tensor(new_ids, dtype=torch.long, device=dev)])
-        # roll back: keep only cached tokens that are still part of seq (the last one is fed next round)
-        target.crop(min(target.length, seq.numel() - 1))
-        if draft is not None:
-            draft.crop(min(draft.length, seq.numel() - 1))
+        # roll back: keep only cached tokens that are still part of seq (the last one is fed next round); the
+        # drafter rolls its own cache back, and a drafter that reads features gets the target's at kept positions
+        kept = seq.numel() - 1
+        target.crop(min(target.length, kept))
+        if drafter.wants_features and features is not None:
+            features = features[: kept - fed_from]
+        else:
+            features = None
+        drafter.observe(RoundOutcome(n_acc, k, seq.numel(), features, fed_from))
 
         positions = [
             DraftPosition(
@@ -214,9 +236,9 @@ def speculative_rounds(
             drafts=positions,
             tokens=tokens,
             n_accepted=n_acc,
-            draft_ms=(t1 - t0) * 1e3,
-            verify_ms=(t2 - t1) * 1e3,
-            overhead_ms=(t3 - t2) * 1e3,
+            draft_ms=clock.ms(m0, m1),
+            verify_ms=clock.ms(m1, m2),
+            overhead_ms=max(0.0, (t3 - t0) * 1e3 - clock.ms(m0, m2)),
             elapsed_s=busy,
             lossy=spec.lossy,
             stop_reason=stop_reason,

@@ -17,7 +17,8 @@ from specdemo.i18n import EN, ZH, Msg, tr
 ROOT = Path(__file__).resolve().parent.parent
 # the CLI (__main__.py) stays in English and looks nothing up
 SOURCES = sorted(p for p in (ROOT / "specdemo").glob("*.py") if p.name != "__main__.py") + [ROOT / "app.py"]
-LOOKUPS = {"tr", "trh", "template", "label", "L", "Msg", "UserError", "PromptError", "ModelLoadError"}
+LOOKUPS = {"tr", "trh", "template", "label", "L", "Msg", "UserError", "PromptError", "ModelLoadError",
+           "HeadError", "StrategyUnavailable"}
 CJK = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]")  # CJK characters and punctuation
 
 

@@ -1,0 +1,214 @@
+"""The EAGLE drafter: exact with any head (chi-square on the toy pair, with a truncated draft vocabulary), its cache
+holds the target's true features after every round, and a missing, damaged or foreign head is refused in one
+sentence while the other strategies keep working."""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+
+import pytest
+import torch
+
+from specdemo import SamplingConfig, SpecConfig, baseline_generate, speculative_generate
+from specdemo.config import PRESETS
+from specdemo.drafters import EagleDrafter, make_drafter
+from specdemo.eagle import WEIGHTS_FILE, HeadError, load_head, new_head, save_head
+from specdemo.i18n import tr
+from specdemo.models import StrategyUnavailable, attach_head
+from specdemo.speculative import speculative_rounds
+from test_exactness import PASS_P, chi2_pvalue, drop_k, exact_joint, speculative_samples
+
+GREEDY = SamplingConfig(temperature=0.0)
+
+
+def random_head(pair, d2t: torch.Tensor, seed: int = 0, scale: float = 0.3):
+    """A head for `pair`'s target with random weights (exactness must not depend on what the head learnt)."""
+    torch.manual_seed(seed)
+    head = new_head(pair.target, pair.tokenizer, d2t)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.add_(torch.randn_like(p) * scale)
+    return head.attach(pair.target, torch.float32, pair.device)
+
+
+def eagle_drafter(pair, head, cfg):
+    return lambda: EagleDrafter(head, pair.target, cfg, pair.vocab_size, pair.context_window + 1)
+
+
+@torch.inference_mode()
+def exact_joint3(pair, prompt_ids: list[int], cfg: SamplingConfig) -> dict:
+    """P(x1, x2, x3 | prompt) under the warped target, by enumeration: the eagle drafter's first round is the
+    prefill (x1 from the target alone), so its drafts are judged at x2 and x3."""
+    two = exact_joint(pair, prompt_ids, cfg)
+    from specdemo.sampling import warp
+
+    out = {}
+    for (x1, x2), p12 in two.items():
+        p3 = warp(pair.target(torch.tensor([prompt_ids + [x1, x2]])).logits[0, -1, : pair.vocab_size], cfg)
+        for x3 in range(pair.vocab_size):
+            if p3[x3] > 0:
+                out[(x1, x2, x3)] = p12 * float(p3[x3])
+    return out
+
+
+@pytest.mark.parametrize("truncated", [False, True], ids=["full-vocab", "truncated-vocab"])
+@pytest.mark.parametrize("cfg", [SamplingConfig(1.0), SamplingConfig(0.7, top_k=3)], ids=["T1", "T0.7-k3"])
+def test_eagle_is_exact_on_the_toy_pair(toy_pair, cfg, truncated):
+    """x2 and x3 come from the head's drafts (judged by the target), and their joint with x1 follows the target.
+    With a truncated draft vocabulary q is zero on 3 of the 8 tokens: the residual must produce them."""
+    d2t = torch.tensor([0, 2, 3, 5, 7]) if truncated else torch.arange(toy_pair.vocab_size)
+    head = random_head(toy_pair, d2t)
+    prompt = [0, 1]
+    exact = exact_joint3(toy_pair, prompt, cfg)
+    n = 3000
+    counts = speculative_samples(toy_pair, prompt, cfg, k=2, n=n, n_tokens=3, strategy="eagle",
+                                 make_drafter=eagle_drafter(toy_pair, head, cfg))
+    counts.pop("rejections")
+    assert counts.pop(("k", 0)) == n  # round one is the prefill: the target reads the prompt
+    outside = {1, 4, 6}
+    if truncated:  # tokens the head can never propose still appear, through the residual
+        assert sum(c for cell, c in counts.items() if cell[1] in outside) > 0.05 * n
+    assert chi2_pvalue(drop_k(counts), exact, n) > PASS_P
+
+
+def test_a_planted_bug_in_the_truncated_q_is_caught(toy_pair, monkeypatch):
+    """If q were renormalised over the FULL vocabulary's logits but sampled on the subset (q and the draw
+    disagree), the chi-square test must fail: the test above has the power to see a wrong q."""
+    cfg = SamplingConfig(1.0)
+    head = random_head(toy_pair, torch.tensor([0, 2, 3, 5, 7]))
+
+    class Buggy(EagleDrafter):
+        def propose(self, seq, k_max, gen):
+            prop = super().propose(seq, k_max, gen)
+            if prop.k:
+                prop.q = torch.full_like(prop.q, 1.0 / prop.q.shape[1])  # claims uniform q: wrong ratios
+            return prop
+
+    prompt = [0, 1]
+    counts = speculative_samples(toy_pair, prompt, cfg, k=2, n=3000, n_tokens=3, strategy="eagle",
+                                 make_drafter=lambda: Buggy(head, toy_pair.target, cfg, toy_pair.vocab_size, 64))
+    counts.pop("rejections")
+    assert chi2_pvalue(drop_k(counts), exact_joint3(toy_pair, prompt, cfg), 3000) < 1e-6
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_head_cache_holds_true_features_after_every_round(pair32, temperature):
+    """After each round the head's cache covers only positions with the target's TRUE features (drafted positions
+    rolled back), its keys equal a fresh teacher-forced pass over those features, and the features handed over
+    for the rest equal a fresh target forward."""
+    pair = pair32
+    cfg = SamplingConfig(temperature)
+    drafter = make_drafter(SpecConfig(k=5, strategy="eagle"), cfg, pair)
+    prompt_ids = pair.encode("KING RICHARD III:\nNow is the winter")
+    spec = SpecConfig(k=5, max_new_tokens=60, seed=3, top_candidates=0, strategy="eagle")
+    seq, checked = list(prompt_ids), 0
+    for rnd in speculative_rounds(pair, prompt_ids, cfg, spec, drafter=drafter):
+        seq += [t.token_id for t in rnd.output]
+        if rnd.stop_reason:
+            break
+        n_cached = drafter.cache.length
+        pending = torch.cat(drafter.pending) if drafter.pending else torch.empty(0, pair.head.cfg.hidden_size)
+        assert n_cached + pending.shape[0] == len(seq) - 1
+        with torch.inference_mode():
+            ids = torch.tensor([seq])
+            feats = pair.target.base_model(input_ids=ids).last_hidden_state[0]
+            emb = pair.target.get_input_embeddings()(ids[0])
+            torch.testing.assert_close(pending, feats[n_cached : len(seq) - 1], atol=2e-4, rtol=1e-4)
+            if n_cached:
+                _, _, k, _ = drafter.head.project(feats[None, :n_cached], emb[None, 1 : n_cached + 1],
+                                                  torch.arange(n_cached))
+                torch.testing.assert_close(drafter.cache.k[:, :n_cached], k[0], atol=2e-4, rtol=1e-4)
+                checked += 1
+    assert checked >= 5
+
+
+def test_eagle_greedy_identity_on_the_shipped_head(pair32):
+    from conftest import PROMPTS
+
+    for prompt in PROMPTS[:6]:
+        for k in (1, 4, 8):
+            spec = SpecConfig(k=k, max_new_tokens=40, top_candidates=0, strategy="eagle")
+            got = speculative_generate(pair32, prompt, GREEDY, spec)
+            assert got.output_ids == baseline_generate(pair32, prompt, GREEDY, max_new_tokens=40).output_ids
+            assert [r.source for r in got.rounds][:2] == ["prefill", "eagle"]
+
+
+def test_the_shipped_heads_load_and_every_file_is_small():
+    for name in ("shakespeare", "smollm2-135m"):
+        folder = PRESETS[name].eagle_head
+        files = list(__import__("pathlib").Path(folder).iterdir())
+        assert files, name
+        for f in files:
+            assert f.stat().st_size < 9.5e6, f
+
+
+@pytest.fixture()
+def head_copy(tmp_path):
+    src = PRESETS["shakespeare"].eagle_head
+    dst = tmp_path / "head"
+    shutil.copytree(src, dst)
+    return dst
+
+
+def refusal(pair) -> str:
+    with pytest.raises(StrategyUnavailable) as info:
+        make_drafter(SpecConfig(strategy="eagle"), GREEDY, pair)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("damage,key", [
+    ("delete", "err.head_missing"),
+    ("truncate", "err.head_damaged"),
+    ("garble_config", "err.head_damaged"),
+    ("other_vocab", "err.head_mismatch"),
+])
+def test_a_bad_head_is_refused_in_one_sentence_and_the_rest_works(pair32, head_copy, damage, key):
+    weights = head_copy / WEIGHTS_FILE
+    if damage == "delete":
+        weights.unlink()
+    elif damage == "truncate":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    elif damage == "garble_config":
+        (head_copy / "config.json").write_text("{not json")
+    else:
+        text = (head_copy / "config.json").read_text().replace('"vocab_sha256": "', '"vocab_sha256": "0')
+        (head_copy / "config.json").write_text(text)
+    with pytest.raises(HeadError) as info:
+        load_head(head_copy, pair32.target, pair32.tokenizer, torch.float32, pair32.device)
+    assert info.value.key == key
+    saved = pair32.head, pair32.head_error
+    try:
+        attach_head(pair32, head_copy)
+        assert pair32.head is None and pair32.head_error.key == key
+        message = refusal(pair32)
+        assert message.count(". ") <= 1 and message.endswith(".") and "Traceback" not in message
+        assert "shakespeare" in message
+        assert "。" in tr("err.no_head", "zh-CN", name="'shakespeare'", why=pair32.head_error)
+        # the other strategies are untouched
+        for strategy in ("fixed", "adaptive", "lookup"):
+            out = speculative_generate(pair32, "ROMEO:\n", GREEDY, SpecConfig(k=3, max_new_tokens=8,
+                                                                             strategy=strategy))
+            assert len(out.output_ids) == 8
+    finally:
+        pair32.head, pair32.head_error = saved
+
+
+def test_a_head_for_another_target_is_refused(toy_pair):
+    folder = PRESETS["shakespeare"].eagle_head
+    with pytest.raises(HeadError) as info:
+        load_head(folder, toy_pair.target, toy_pair.tokenizer, torch.float32, toy_pair.device)
+    assert info.value.key == "err.head_mismatch"
+    assert toy_pair.head is None
+    assert "has no EAGLE head" not in refusal(toy_pair)  # it says why: none was trained for this pair
+
+
+def test_save_and_load_round_trip(toy_pair, tmp_path):
+    head = random_head(toy_pair, torch.tensor([0, 2, 3, 5, 7]))
+    save_head(head, tmp_path / "h")
+    back = load_head(tmp_path / "h", toy_pair.target, toy_pair.tokenizer, torch.float32, toy_pair.device)
+    assert torch.equal(back.d2t, head.d2t)
+    x = torch.randn(1, 4, head.cfg.hidden_size)
+    # stored in bf16: the round trip keeps the weights to bf16 precision
+    torch.testing.assert_close(back(x, x), head.to(torch.bfloat16).float()(x, x), atol=1e-4, rtol=1e-4)
+    assert Counter(back.d2t.tolist()) == Counter([0, 2, 3, 5, 7])
