@@ -1,7 +1,9 @@
 """The command line: `python -m specdemo generate ...` and `python -m specdemo bench ...`.
 
 Owns argument parsing and terminal output (ANSI colours plus a non-colour cue per label, or JSON). Everything it
-prints comes from the engine's events; it computes nothing of its own.
+prints comes from the engine's events; it computes nothing of its own. In a terminal `generate` prints every round
+inline in colour, rejected drafts struck through; without one (piped, or NO_COLOR) it prints the text the target
+kept, and `--rounds` lists the rounds with plain marks.
 """
 
 from __future__ import annotations
@@ -18,6 +20,14 @@ STYLE = {  # colour plus a second cue (strike, underline, bold), so the labels r
     "bonus": "\x1b[35;1m",  # magenta, bold
 }
 RESET = "\x1b[0m"
+MARK = {  # --rounds: wdiff-style marks, readable without colour
+    "accepted": ("", ""),
+    "rejected": ("[-", "-]"),
+    "resampled": ("{+", "+}"),
+    "bonus": ("{*", "*}"),
+}
+ROUNDS_LEGEND = ("rounds: drafts the target kept as they are, [-rejected draft-] (not in the text), "
+                 "{+resampled by the target+}, {*bonus token from the target*}")
 
 
 def add_common(ap: argparse.ArgumentParser) -> None:
@@ -45,6 +55,18 @@ def colour(text: str, label: str, enabled: bool) -> str:
     return f"{STYLE[label]}{text}{RESET}"
 
 
+def one_line(text: str) -> str:
+    """A token's text with newlines, tabs and carriage returns written as escapes, so that a round keeps one line."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+
+
+def round_line(rnd, use_colour: bool) -> str:
+    """One round on one line: its tokens in order, marked by label (and coloured in a terminal), then its caption."""
+    body = "".join(colour(MARK[t.label][0] + one_line(t.text) + MARK[t.label][1], t.label, use_colour)
+                   for t in rnd.tokens)
+    return f"round {rnd.index + 1}: {body}   ({rnd.caption})"
+
+
 def cmd_generate(args, pair, sampling) -> int:
     from . import SpecConfig, baseline_generate, speculative_generate
 
@@ -63,10 +85,17 @@ def cmd_generate(args, pair, sampling) -> int:
                 out["baseline"] = {"text": base.text, "token_ids": base.output_ids, "metrics": base.metrics()}
             print(json.dumps(out))
             continue
-        body = "".join(colour(t.text, t.label, use_colour) for r in trace.rounds for t in r.tokens)
+        if use_colour:  # every round inline, rejected drafts struck through in red
+            body = "".join(colour(t.text, t.label, True) for r in trace.rounds for t in r.tokens)
+        else:  # no colour to tell a rejected draft from the text: the text the target kept
+            body = trace.text
         m = trace.metrics()
         print(f"--- sample {i + 1} (seed {spec.seed}) ---")
         print((f"[user] {args.prompt}\n[assistant] " if trace.settings["chat"] else args.prompt) + body)
+        if args.rounds:
+            print(f"[{ROUNDS_LEGEND}]")
+            for r in trace.rounds:
+                print(round_line(r, use_colour))
         print(f"[{spec.strategy}: {m['new_tokens']} tokens in {m['rounds']} target calls "
               f"({m['target_calls_saved']} saved), "
               f"acceptance {m['acceptance_rate']:.2f}, mean accepted length {m['mean_accepted_length']:.2f}, "
@@ -108,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("--prompt", default="ROMEO:\n")
     gen.add_argument("--baseline", action="store_true", help="also run target-only decoding and compare speed")
     gen.add_argument("--num-samples", type=int, default=1)
+    gen.add_argument("--rounds", action="store_true",
+                     help="also print every round on its own line, marked: [-rejected draft-], {+resampled+}, "
+                          "{*bonus*}; without a terminal the text alone is printed otherwise")
     mode = gen.add_mutually_exclusive_group()
     mode.add_argument("--chat", dest="chat", action="store_true", default=None,
                       help="the prompt is a user message, wrapped with the chat template (default for instruct "

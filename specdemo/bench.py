@@ -18,7 +18,7 @@ import torch
 from .autoregressive import baseline_generate
 from .config import PRESETS, SamplingConfig, SpecConfig
 from .models import CachedLM, ModelPair, dtype_name, load_pair_uncached
-from .speculative import encode_prompt, speculative_generate
+from .speculative import device_sync, encode_prompt, speculative_generate
 from .theory import expected_tokens_per_round, measure, predicted_speedup
 
 BENCH_PROMPTS = [
@@ -124,13 +124,14 @@ def assisted_generate(pair: ModelPair, prompt: str, sampling: SamplingConfig, sp
         kwargs = dict(do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k or None,
                       top_p=sampling.top_p)
     torch.manual_seed(spec.seed)
+    mask = torch.ones_like(ids)
+    device_sync(pair.device)  # the copies above are done before the clock starts, on the pair's own device
     t0 = time.perf_counter()
     out = pair.target.generate(
-        ids, attention_mask=torch.ones_like(ids), max_new_tokens=spec.max_new_tokens,
+        ids, attention_mask=mask, max_new_tokens=spec.max_new_tokens,
         pad_token_id=pair.eos_token_id, **extra, **kwargs,
     )
-    if pair.device.type == "cuda":
-        torch.cuda.synchronize()
+    device_sync(pair.device)
     return out.shape[1] - ids.shape[1], time.perf_counter() - t0
 
 
@@ -238,15 +239,21 @@ def format_bench(res: dict) -> str:
 
 @torch.inference_mode()
 def forward_ms(model, vocab: int, new_tokens: int, context: int = 128, reps: int = 30) -> float:
-    """Median time of one cached forward over `new_tokens` tokens after a `context`-token prefix (hot caches)."""
+    """Median time of one cached forward over `new_tokens` tokens after a `context`-token prefix (hot caches).
+
+    The ids live on the model's device, and the device is synchronised before each reading of the clock: on a GPU
+    a forward returns once its kernels are queued, so an unsynchronised clock would time the queueing."""
     lm = CachedLM(model, vocab)
-    gen = torch.Generator().manual_seed(0)
-    lm.feed(torch.randint(vocab, (context,), generator=gen))
-    x = torch.randint(vocab, (new_tokens,), generator=gen)
+    device = model.device
+    gen = torch.Generator().manual_seed(0)  # drawn on the CPU, so every device times the same ids
+    lm.feed(torch.randint(vocab, (context,), generator=gen).to(device))
+    x = torch.randint(vocab, (new_tokens,), generator=gen).to(device)
     times = []
     for _ in range(reps):
+        device_sync(device)
         t0 = time.perf_counter()
         lm.feed(x, keep_logits=new_tokens)
+        device_sync(device)
         times.append(time.perf_counter() - t0)
         lm.crop(context)
     return statistics.median(times) * 1e3

@@ -1,11 +1,16 @@
 """Plotly figures, built from events: the race, acceptance per round, accepted lengths, acceptance by position,
 measured speedup against theory, the round inspector (p, q, residual), the K sweep and the distribution check.
 
-Owns figure construction only; no gradio import, no model calls. Every label that comes from a model is plain text
-in plotly (which escapes it); nothing here writes HTML.
+Owns figure construction only; no gradio import, no model calls. Plotly does NOT escape text: it reads a subset of
+HTML in every title, tick label, legend entry, hover label and annotation (`<b>`, `<br>`, `<a href>`, ...) and
+decodes entities such as `&lt;`. So every label that comes from a model or a caller passes through `plain`, which
+writes `&`, `<` and `>` as entities: a token `<b>` shows as the four characters `<b>`. The catalogue's own texts
+carry no markup.
 """
 
 from __future__ import annotations
+
+import html
 
 import plotly.graph_objects as go
 
@@ -33,8 +38,14 @@ def present(fig: go.Figure, on: bool) -> go.Figure:
     return fig
 
 
+def plain(text: str) -> str:
+    """Text that plotly shows as it is: `&`, `<` and `>` as entities (plotly decodes each entity once)."""
+    return html.escape(text, quote=False)
+
+
 def _token_label(text: str, lang: str | None) -> str:
-    return repr(text)[1:-1] or tr("chart.empty_token", lang)
+    """A token as a tick label: its repr (newlines and control characters visible), escaped for plotly."""
+    return plain(repr(text)[1:-1]) or tr("chart.empty_token", lang)
 
 
 def race(spec: Trace | None, base: Trace | None, lang: str | None = None) -> go.Figure:
@@ -65,7 +76,7 @@ def strategy_race(runs: dict[str, list[tuple[float, int]]], lang: str | None = N
         key = next((s for s in RACE_COLOURS if tr(f"strategy.{s}", lang) in label), "fixed") if i else None
         colour = PALETTE["baseline"] if i == 0 else PALETTE[RACE_COLOURS[key]]
         fig.add_scatter(x=[0.0] + [p[0] for p in points], y=[0] + [p[1] for p in points], mode="lines",
-                        name=label, line=dict(color=colour, shape="hv", width=2 if i == 0 else 3))
+                        name=plain(label), line=dict(color=colour, shape="hv", width=2 if i == 0 else 3))
     return fig
 
 
@@ -141,7 +152,7 @@ def inspector(rnd: Round, position: int, top: int = 10, lang: str | None = None)
     if position <= len(rnd.drafts):
         d = rnd.drafts[position - 1]
         cands, chosen, overlap = d.top, d.text, d.overlap
-        title = tr("chart.inspector_draft", lang, round=rnd.index + 1, pos=position, x=repr(d.text))
+        title = tr("chart.inspector_draft", lang, round=rnd.index + 1, pos=position, x=plain(repr(d.text)))
     else:
         cands, chosen, overlap = rnd.bonus_top, None, None
         title = tr("chart.inspector_bonus", lang, round=rnd.index + 1, pos=position)

@@ -1,0 +1,100 @@
+"""The command line (`python -m specdemo generate`) as a shell user runs it, in a subprocess on the Shakespeare pair:
+piped (no terminal, no colour) it prints the text the target kept, the same text as `--json` for the same seed;
+`--rounds` lists the rounds with rejected drafts marked; in a terminal every round is shown inline in colour."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ARGS = ["generate", "--pair", "shakespeare", "--prompt", "ROMEO:\\n", "--max-new-tokens", "32", "--seed", "1",
+        "--temperature", "0.8", "--k", "4"]
+PROMPT = "ROMEO:\n"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def env() -> dict:
+    e = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    return e | {"HF_HUB_OFFLINE": "1"}
+
+
+def cli(*extra: str) -> str:
+    """stdout of the CLI with stdout piped (not a terminal)."""
+    out = subprocess.run([sys.executable, "-m", "specdemo", *ARGS, *extra], cwd=ROOT, env=env(), check=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=300)
+    return out.stdout
+
+
+def cli_in_terminal() -> str:
+    """stdout of the CLI with stdout a pseudo-terminal."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "specdemo", *ARGS], cwd=ROOT, env=env(), stdout=slave,
+                            stderr=subprocess.DEVNULL)
+    os.close(slave)
+    chunks = []
+    try:
+        while True:
+            ready, _, _ = select.select([master], [], [], 300)
+            if not ready:
+                raise TimeoutError("the CLI printed nothing for 300 s")
+            try:
+                data = os.read(master, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        os.close(master)
+        proc.wait(timeout=60)
+    assert proc.returncode == 0
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+@pytest.fixture(scope="module")
+def trace() -> dict:
+    return json.loads(cli("--json"))
+
+
+def test_piped_output_is_the_text_the_target_kept(trace):
+    out = cli()
+    assert "\x1b[" not in out
+    rejected = [t["text"] for r in trace["rounds"] for t in r["tokens"] if t["label"] == "rejected"]
+    assert rejected, "the seed should give at least one rejected draft"
+    assert out.startswith(f"--- sample 1 (seed 1) ---\n{PROMPT}{trace['text']}\n[fixed: 32 tokens in "), out
+    assert "round 1:" not in out and "[-" not in out  # the rounds only when asked
+
+
+def test_rounds_flag_marks_rejected_drafts(trace):
+    out = cli("--rounds")
+    assert out.startswith(f"--- sample 1 (seed 1) ---\n{PROMPT}{trace['text']}\n[rounds: ")
+    lines = [line for line in out.splitlines() if line.startswith("round ")]
+    assert len(lines) == len(trace["rounds"])
+    kept = ""
+    for line, rnd in zip(lines, trace["rounds"], strict=True):
+        body = line.split(": ", 1)[1].rsplit("   (", 1)[0]
+        for t in rnd["tokens"]:
+            if t["label"] == "rejected":
+                assert "[-" + t["text"].replace("\n", "\\n") + "-]" in body, (line, t)
+        # without the rejected drafts and the marks, the rounds read as the text the target kept
+        kept += re.sub(r"\[-.*?-\]", "", body).replace("{+", "").replace("+}", "").replace("{*", "").replace("*}", "")
+        assert line.endswith(f"({rnd['caption']})")
+    assert kept.replace("\\n", "\n") == trace["text"]
+
+
+def test_terminal_output_stays_coloured_with_every_round_inline(trace):
+    out = cli_in_terminal()
+    assert "\x1b[31;9m" in out  # a rejected draft, red and struck through
+    body = out.split("--- sample 1 (seed 1) ---\n", 1)[1].split("\n[fixed:", 1)[0]
+    inline = "".join(t["text"] for r in trace["rounds"] for t in r["tokens"])
+    assert ANSI.sub("", body) == PROMPT + inline
+    assert "legend: " in out
