@@ -45,14 +45,16 @@ def latency_ms(model, vocab: int, new_tokens: int, context: int = 128, reps: int
     return forward_ms(model, vocab, new_tokens, context, reps)
 
 
-def alpha_on(pair, prompts, temperature: float, k: int, max_new_tokens: int, chat=None) -> dict:
+def alpha_on(pair, prompts, temperature: float, k: int, max_new_tokens: int, chat=None, strategy: str = "fixed"
+             ) -> dict:
     """Acceptance over the positions the target judged, on `prompts` (one seed each): the empirical rate and the
-    mean overlap sum min(p, q)."""
+    mean overlap sum min(p, q). strategy "eagle" measures the pair's EAGLE head instead of its draft model."""
     judged = accepted = 0
     overlaps = []
     for i, prompt in enumerate(prompts):
         tr = speculative_generate(pair, prompt, SamplingConfig(temperature),
-                                  SpecConfig(k=k, max_new_tokens=max_new_tokens, seed=i, top_candidates=0), chat=chat)
+                                  SpecConfig(k=k, max_new_tokens=max_new_tokens, seed=i, top_candidates=0,
+                                             strategy=strategy), chat=chat)
         checked = [d for r in tr.rounds for d in r.drafts if d.checked]
         judged += len(checked)
         accepted += sum(d.accepted for d in checked)

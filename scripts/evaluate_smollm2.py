@@ -2,7 +2,7 @@
 
 Greedy match rate at K = 4, T = 0 (the fraction of judged draft tokens the target kept), mean sum min(p, q) at
 T = 0.7, per-token latency of each model in the dtype it runs in and the cost ratio c, the (K+1)-token verify cost,
-and two sample replies. Prints JSON and writes assets/models/smollm2_card_metrics.json.
+and two sample replies; the same for the pair's EAGLE head (strategy eagle). Prints JSON and writes assets/models/smollm2_card_metrics.json.
 
     python scripts/evaluate_smollm2.py            # after scripts/train_smollm2_draft.py export
 """
@@ -49,6 +49,16 @@ def main() -> None:
     for temperature in (0.0, 0.7):
         out[f"T{temperature:g}"] = alpha_on(pair, prompts, temperature, K, args.max_new_tokens, chat=True) | {
             "max_new_tokens": args.max_new_tokens}
+    if pair.head is not None:
+        from specdemo.bench import head_step_ms
+
+        head = {"head_step_ms": head_step_ms(pair), "head_dtype": str(pair.head.lm_rows.dtype).replace("torch.", ""),
+                "training": pair.head.cfg.training | {"history": pair.head.cfg.training.get("history", [])[-3:]}}
+        head["c"] = head["head_step_ms"] / lat["target_1_token"]
+        for temperature in (0.0, 0.7):
+            head[f"T{temperature:g}"] = alpha_on(pair, prompts, temperature, K, args.max_new_tokens, chat=True,
+                                                 strategy="eagle")
+        out["eagle"] = head
     for prompt in ("What is the capital of France?", "Write a short story about a fox who wants to fly."):
         tr = speculative_generate(pair, prompt, SamplingConfig(0.0), SpecConfig(k=K, max_new_tokens=args.max_new_tokens), chat=True)
         out.setdefault("samples_T0", {})[prompt] = tr.text

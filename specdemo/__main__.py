@@ -41,7 +41,8 @@ def add_common(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lenience", type=float, default=1.0, help="b in (0,1]; below 1 is lossy")
-    ap.add_argument("--strategy", default="fixed", help="drafting strategy: fixed, adaptive or lookup")
+    ap.add_argument("--strategy", default="fixed", help="drafting strategy: fixed, adaptive, lookup or eagle "
+                    "(the pair's EAGLE head, for the embedded pairs)")
     ap.add_argument("--ngram", type=int, default=3, help="lookup: the longest n-gram matched (1-8)")
     ap.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
     ap.add_argument("--draft-dtype", default=None, help="auto, float32, bfloat16 or float16 (default: auto)")
@@ -67,8 +68,18 @@ def round_line(rnd, use_colour: bool) -> str:
     return f"round {rnd.index + 1}: {body}   ({rnd.caption})"
 
 
+def divergence_line(d) -> str:
+    """Where and why a T = 0 speculative text parts from target-only decoding (see specdemo/ties.py)."""
+    why = ("a near-tie: both gaps are within bf16 rounding" if d.near_tie else
+           "NOT a near-tie: a bug, please report it")
+    return (f"[T = 0 texts part at output token {d.position}: speculative {d.spec_text!r} (id {d.spec_token}), "
+            f"target-only {d.base_text!r} (id {d.base_token}); logit gap spec - base {d.gap_verify:+.4f} in the "
+            f"verify forward, {d.gap_step:+.4f} in the one-token step (+/- {d.tolerance:.3f}): {why}]")
+
+
 def cmd_generate(args, pair, sampling) -> int:
     from . import SpecConfig, baseline_generate, speculative_generate
+    from .ties import explain_divergence
 
     use_colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     for i in range(args.num_samples):
@@ -79,10 +90,14 @@ def cmd_generate(args, pair, sampling) -> int:
         base = None
         if args.baseline:
             base = baseline_generate(pair, args.prompt, sampling, args.max_new_tokens, args.seed + i, chat=args.chat)
+        parted = None
+        if base is not None and sampling.greedy and base.output_ids != trace.output_ids:
+            parted = explain_divergence(pair, trace.prompt_ids, trace.rounds, base.output_ids)
         if args.json:
             out = trace.to_dict()
             if base is not None:
-                out["baseline"] = {"text": base.text, "token_ids": base.output_ids, "metrics": base.metrics()}
+                out["baseline"] = {"text": base.text, "token_ids": base.output_ids, "metrics": base.metrics(),
+                                   "divergence": parted.to_dict() if parted else None}
             print(json.dumps(out))
             continue
         if use_colour:  # every round inline, rejected drafts struck through in red
@@ -104,6 +119,8 @@ def cmd_generate(args, pair, sampling) -> int:
             bm = base.metrics()
             print(f"[baseline: {bm['new_tokens']} tokens, {bm['tokens_per_s']:.1f} tok/s -> speedup "
                   f"{m['tokens_per_s'] / bm['tokens_per_s']:.2f}x]")
+            if parted is not None:
+                print(divergence_line(parted))
     if not args.json and use_colour:
         print("legend: " + " ".join(colour(lbl, lbl, True) for lbl in STYLE))
     return 0
@@ -158,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from .config import PRESETS, ConfigError, SamplingConfig
-    from .models import ModelLoadError, load_pair
+    from .drafters import check_strategy
+    from .models import ModelLoadError, StrategyUnavailable, load_pair
     from .speculative import PromptError
 
     if args.list_pairs:
@@ -176,15 +194,18 @@ def main(argv: list[str] | None = None) -> int:
         SpecConfig(k=args.k, strategy=args.strategy, ngram=args.ngram)  # bad settings fail before any model loads
         if bool(args.draft) != bool(args.target):
             raise ModelLoadError("--draft and --target go together")
+        if args.draft or args.pair not in PRESETS or not PRESETS[args.pair].eagle_head:
+            check_strategy(None, args.strategy)  # refused before anything loads
         pair = load_pair((args.draft, args.target) if args.draft else args.pair, device=args.device,
                          draft_dtype=args.draft_dtype, target_dtype=args.target_dtype)
+        check_strategy(pair, args.strategy)
         sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
         if args.command == "generate":
             if args.num_samples < 1:
                 raise ConfigError("--num-samples must be at least 1")
             return cmd_generate(args, pair, sampling)
         return cmd_bench(args, pair, sampling)
-    except (ModelLoadError, ConfigError, PromptError) as err:
+    except (ModelLoadError, ConfigError, PromptError, StrategyUnavailable) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

@@ -63,7 +63,8 @@ COPY_PROMPTS = {
 
 
 def bench_prompts(pair: ModelPair) -> list[str]:
-    """The bench's prompts for a pair: the Shakespeare prompts, or a chat preset's held-out prompts."""
+    """The bench's prompts for a pair: the Shakespeare prompts, or a chat preset's held-out messages. Messages stay
+    plain text: encode_prompt wraps them in the chat template once, as for every other run of a chat pair."""
     if pair.name == "smollm2-135m":
         import sys
         from pathlib import Path
@@ -72,19 +73,10 @@ def bench_prompts(pair: ModelPair) -> list[str]:
         try:
             from smollm2_prompts import HELD_OUT  # noqa: PLC0415
 
-            return [chat_text(pair, m) for m in HELD_OUT]
+            return list(HELD_OUT)
         except ImportError:
             pass
     return list(BENCH_PROMPTS)
-
-
-def chat_text(pair: ModelPair, message: str) -> str:
-    """A user message wrapped in the target's chat template when the preset is a chat model (else as it is)."""
-    preset = PRESETS.get(pair.name)
-    if preset is None or not preset.chat or not getattr(pair.tokenizer, "chat_template", None):
-        return message
-    return pair.tokenizer.apply_chat_template([{"role": "user", "content": message}], tokenize=False,
-                                              add_generation_prompt=True)
 
 
 ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
@@ -135,6 +127,50 @@ def assisted_generate(pair: ModelPair, prompt: str, sampling: SamplingConfig, sp
     return out.shape[1] - ids.shape[1], time.perf_counter() - t0
 
 
+def target_variants(pair: ModelPair) -> dict[str, ModelPair]:
+    """The pair with its target in every dtype worth timing: its own, float32, and bf16 where the device has it.
+    Target-only decoding is timed in each, and speedups are also given against the fastest."""
+    targets = {dtype_name(pair.dtype): pair}
+    for dt in (torch.float32, torch.bfloat16):
+        if dtype_name(dt) not in targets and (dt == torch.float32 or pair.device.type != "cpu" or _cpu_bf16()):
+            targets[dtype_name(dt)] = load_pair_uncached((pair.draft_id, pair.target_id), str(pair.device),
+                                                         draft_dtype=pair.draft_dtype, target_dtype=dt)
+    return targets
+
+
+def isolated_draft_ms(pair: ModelPair, strategy: str) -> float | None:
+    """One draft step, hot, median: the draft model's cached forward, or the EAGLE head's step with its LM rows
+    (None for lookup, which runs no model)."""
+    if strategy == "lookup":
+        return None
+    if strategy == "eagle":
+        return head_step_ms(pair)
+    return forward_ms(pair.draft, pair.vocab_size, 1)
+
+
+@torch.inference_mode()
+def head_step_ms(pair: ModelPair, context: int = 128, reps: int = 30) -> float:
+    """Median time of one EAGLE draft step (head layer, LM rows, argmax, next embedding) after `context` positions
+    of true features, the way EagleDrafter drafts its second and later tokens."""
+    from .drafters import EagleDrafter
+
+    drafter = EagleDrafter(pair.head, pair.target, SamplingConfig(0.0), pair.vocab_size, context + reps + 8)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(pair.vocab_size, (context + 1,), generator=gen).to(pair.device)
+    _, feats = CachedLM(pair.target, pair.vocab_size).feed_features(ids[:-1])
+    g = drafter.step(feats, ids[1:])
+    times = []
+    for _ in range(reps):
+        device_sync(pair.device)
+        t0 = time.perf_counter()
+        x = drafter.head.d2t[torch.nn.functional.linear(g, drafter.head.lm_rows).argmax(-1)]
+        g = drafter.step(g, x)
+        device_sync(pair.device)
+        times.append(time.perf_counter() - t0)
+        drafter.cache.crop(context)
+    return statistics.median(times) * 1e3
+
+
 def run_bench(
     pair: ModelPair,
     sampling: SamplingConfig,
@@ -143,14 +179,19 @@ def run_bench(
     include_hf: bool = True,
     log=print,
 ) -> dict:
+    """spec.strategy against target-only decoding in each dtype (and transformers' assisted generation with the
+    pair's draft model), interleaved prompt by prompt."""
     prompts = prompts or BENCH_PROMPTS
-    methods = ["naive", "speculative"] + (["hf_assisted"] if include_hf else [])
+    targets = target_variants(pair)
+    own = dtype_name(pair.dtype)
+    naive = {("naive" if d == own else f"naive {d}"): p for d, p in targets.items()}
+    methods = [*naive, "speculative"] + (["hf_assisted"] if include_hf else [])
     totals = {m: {"tokens": 0, "seconds": 0.0} for m in methods}
     rounds, steps = [], []
 
     def run(method: str, prompt: str, seed: int):
-        if method == "naive":
-            tr = baseline_generate(pair, prompt, sampling, spec.max_new_tokens, seed)
+        if method in naive:
+            tr = baseline_generate(naive[method], prompt, sampling, spec.max_new_tokens, seed)
             return len(tr.output_ids), tr.wall_s, tr
         if method == "speculative":
             tr = speculative_generate(pair, prompt, sampling, replace(spec, seed=seed))
@@ -173,24 +214,32 @@ def run_bench(
             f"{m} {totals[m]['tokens'] / totals[m]['seconds']:.1f} tok/s" for m in methods))
 
     tps = {m: totals[m]["tokens"] / totals[m]["seconds"] for m in methods}
-    m = measure(rounds, steps, spec.k)  # t_target from the naive runs, t_draft and t_verify from the speculative
+    fastest = max((m for m in naive), key=tps.get)
+    k_full = spec.k if spec.strategy != "adaptive" else None
+    m = measure(rounds, steps, k_full)  # t_target from the naive runs, t_draft and t_verify from the speculative
     alpha, c, verify_cost = m["alpha_empirical"], m["c"], m["verify_cost"]
     drafted = sum(r.k for r in rounds)
     emitted = sum(len(r.output) for r in rounds)
     ceiling_paper = predicted_speedup(alpha, spec.k, c)  # Leviathan et al.: verify costs one target step
     ceiling_measured = predicted_speedup(alpha, spec.k, c, verify_cost)
     speedup = tps["speculative"] / tps["naive"]
+    iso_draft = isolated_draft_ms(pair, spec.strategy)
+    iso_target = forward_ms(pair.target, pair.vocab_size, 1)
     result = {
         "pair": pair.describe(),
-        "settings": {"k": spec.k, "max_new_tokens": spec.max_new_tokens, "temperature": sampling.temperature,
-                     "top_k": sampling.top_k, "top_p": sampling.top_p, "prompts": len(prompts),
-                     "threads": torch.get_num_threads()},
+        "settings": {"k": spec.k, "strategy": spec.strategy, "max_new_tokens": spec.max_new_tokens,
+                     "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
+                     "prompts": len(prompts), "threads": torch.get_num_threads()},
         "tokens_per_s": tps,
         "speedup_vs_naive": speedup,
+        "fastest_naive": fastest,
+        "speedup_vs_fastest_naive": tps["speculative"] / tps[fastest],
         "speedup_vs_hf_assisted": tps["speculative"] / tps["hf_assisted"] if include_hf else None,
         "hf_assisted_speedup_vs_naive": tps["hf_assisted"] / tps["naive"] if include_hf else None,
         **m,
-        "acceptance_rate": sum(r.n_accepted for r in rounds) / drafted,
+        "c_isolated": iso_draft / iso_target if iso_draft is not None else None,
+        "t_draft_isolated_ms": iso_draft, "t_target_isolated_ms": iso_target,
+        "acceptance_rate": sum(r.n_accepted for r in rounds) / drafted if drafted else 0.0,
         "mean_accepted_length": emitted / len(rounds),
         "expected_tokens_per_round": expected_tokens_per_round(alpha, spec.k),
         "ceiling_paper": ceiling_paper,
@@ -206,15 +255,19 @@ def format_bench(res: dict) -> str:
     s = res["settings"]
     tps = res["tokens_per_s"]
     lines = [
-        f"pair {res['pair']['name']} on {res['pair']['device']} ({s['threads']} threads), K={s['k']}, "
+        f"pair {res['pair']['name']} on {res['pair']['device']} ({s['threads']} threads), {s['strategy']}, K={s['k']}, "
         f"T={s['temperature']}, top-k={s['top_k']}, top-p={s['top_p']}, {s['max_new_tokens']} new tokens x "
         f"{s['prompts']} prompts",
         "",
         "| method | tokens/s | speedup vs naive |",
         "|---|---:|---:|",
-        f"| naive target-only (KV cache) | {tps['naive']:.1f} | 1.00x |",
-        f"| specdemo speculative | {tps['speculative']:.1f} | {res['speedup_vs_naive']:.2f}x |",
+        f"| naive target-only (KV cache), {res['pair']['target_dtype']} | {tps['naive']:.1f} | 1.00x |",
     ]
+    lines += [f"| naive target-only (KV cache), {m.split()[1]} | {tps[m]:.1f} | {tps[m] / tps['naive']:.2f}x |"
+              for m in tps if m.startswith("naive ")]
+    lines += [f"| specdemo speculative ({s['strategy']}) | {tps['speculative']:.1f} | {res['speedup_vs_naive']:.2f}x |",
+              "", f"speedup vs the fastest target-only ({res['fastest_naive']}): "
+              f"{res['speedup_vs_fastest_naive']:.2f}x"]
     if res.get("speedup_vs_hf_assisted"):
         lines.append(f"| transformers assisted generation | {tps['hf_assisted']:.1f} | "
                      f"{res['hf_assisted_speedup_vs_naive']:.2f}x |")
@@ -224,7 +277,9 @@ def format_bench(res: dict) -> str:
         f"alpha (empirical) {res['alpha_empirical']:.3f}, alpha (mean sum min(p,q)) {res['alpha_overlap']:.3f}, "
         f"acceptance rate {res['acceptance_rate']:.3f}",
         f"mean tokens per round {res['mean_accepted_length']:.2f} (theory {res['expected_tokens_per_round']:.2f})",
-        f"t_target {res['t_target_ms']:.2f} ms, t_draft {res['t_draft_ms']:.2f} ms, c = {res['c']:.3f}; "
+        f"t_target {res['t_target_ms']:.2f} ms, t_draft {res['t_draft_ms']:.2f} ms, c = {res['c']:.3f} in the loop"
+        + (f", {res['c_isolated']:.3f} in isolation ({res['t_draft_isolated_ms']:.2f} / "
+           f"{res['t_target_isolated_ms']:.2f} ms)" if res["c_isolated"] is not None else "") + "; "
         f"(K+1)-token verify {res['t_verify_ms']:.2f} ms = {res['verify_cost']:.2f} target steps",
         f"ceiling E/(cK+1) = {res['ceiling_paper']:.2f}x -> reached {100 * res['fraction_of_ceiling_paper']:.0f}%; "
         f"with the measured verify cost E/(cK+v) = {res['ceiling_measured_verify']:.2f}x -> reached "
@@ -280,18 +335,14 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
     the pair's target dtype and against the fastest target-only in any dtype.
     """
     general = bench_prompts(pair)[:n_prompts]
-    copy = [chat_text(pair, m) for m in COPY_PROMPTS.get(pair.name, COPY_PROMPTS["shakespeare"])]
-    # the target in every candidate dtype: the pair's own, and float32 (bf16 too where the pair runs float32)
-    targets = {dtype_name(pair.dtype): pair}
-    for dt in (torch.float32, torch.bfloat16):
-        if dtype_name(dt) not in targets and (dt == torch.float32 or pair.device.type != "cpu" or _cpu_bf16()):
-            draft_id, target_id = pair.draft_id, pair.target_id
-            targets[dtype_name(dt)] = load_pair_uncached((draft_id, target_id), str(pair.device),
-                                                         draft_dtype=pair.draft_dtype, target_dtype=dt)
+    copy = list(COPY_PROMPTS.get(pair.name, COPY_PROMPTS["shakespeare"]))
+    targets = target_variants(pair)
     own = dtype_name(pair.dtype)
     ks = list(range(1, 9)) if k_search else [k]
     methods = [f"target-only {name}" for name in targets]
     methods += [f"fixed K={kk}" for kk in ks] + ["adaptive", f"lookup K={lookup_k}"]
+    if pair.head is not None:
+        methods.append(f"eagle K={k}")
     if include_hf:
         methods += [f"hf assisted K={k}", "hf assisted default", f"hf prompt lookup K={lookup_k}"]
     counter = CallCounter(pair.target)
@@ -333,6 +384,7 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
     counter.handle.remove()
     # isolated costs, hot caches, same run: one draft step, one target step, one (k+1)-token verify
     iso = {"draft_ms": forward_ms(pair.draft, pair.vocab_size, 1),
+           "head_ms": head_step_ms(pair) if pair.head is not None else None,
            "target_ms": {name: forward_ms(p.target, p.vocab_size, 1) for name, p in targets.items()},
            "verify_ms": {kk: forward_ms(pair.target, pair.vocab_size, kk + 1) for kk in sorted({*ks, k, lookup_k})}}
     return {"pair": pair.describe(), "settings": {
@@ -371,8 +423,8 @@ def summarise(tot: dict, own: str, iso: dict) -> dict:
             v = sum(r.verify_ms for r in rounds) / len(rounds) / t_target
             E = emitted / len(rounds)
             ceiling = E / (c_loop * k_mean + v)
-            uses_draft = not m.startswith("lookup")
-            c_iso = iso["draft_ms"] / iso["target_ms"][own] if uses_draft else 0.0
+            step = None if m.startswith("lookup") else iso["head_ms"] if m.startswith("eagle") else iso["draft_ms"]
+            c_iso = step / iso["target_ms"][own] if step else 0.0
             row |= {"acceptance_rate": sum(r.n_accepted for r in rounds) / drafted if drafted else 0.0,
                     "alpha_empirical": sum(d.accepted for d in judged) / len(judged) if judged else 0.0,
                     "mean_accepted_length": E, "mean_k": k_mean, "c_loop": c_loop, "c_isolated": c_iso,
@@ -392,8 +444,8 @@ def format_strategies(res: dict) -> str:
              f"{s['draft_dtype']}, target {s['target_dtype']}; T={s['temperature']}, top-k={s['top_k']}, "
              f"top-p={s['top_p']}, {s['max_new_tokens']} new tokens; hf K={s['k']}, lookup K={s['lookup_k']}, "
              f"n-gram <= {s['ngram']}",
-             "isolated (hot, median): draft step {:.2f} ms; target step {}; verify {}".format(
-                 iso["draft_ms"], ", ".join(f"{d} {v:.2f} ms" for d, v in iso["target_ms"].items()),
+             "isolated (hot, median): draft step {:.2f} ms{}; target step {}; verify {}".format(
+                 iso["draft_ms"], f", EAGLE head step {iso['head_ms']:.2f} ms" if iso.get("head_ms") else "", ", ".join(f"{d} {v:.2f} ms" for d, v in iso["target_ms"].items()),
                  ", ".join(f"{kk + 1} tokens {v:.2f} ms" for kk, v in iso["verify_ms"].items()))]
     for group, rows in res["groups"].items():
         n = s["general_prompts"] if group == "general" else s["copy_prompts"]

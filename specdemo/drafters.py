@@ -292,14 +292,24 @@ class EagleDrafter(Drafter):
             self.pending.append(outcome.features)
 
 
+def check_strategy(pair: ModelPair | None, strategy: str) -> None:
+    """Refuse, in one sentence, a strategy the pair cannot draft with (eagle without a head). pair=None: a custom or
+    hub pair, checked before anything is loaded."""
+    if strategy != "eagle":
+        return
+    if pair is None:
+        raise StrategyUnavailable("err.no_head_custom")
+    if pair.head is None:
+        raise StrategyUnavailable("err.no_head", name=repr(pair.name), why=pair.head_error or Msg("head.none"))
+
+
 def make_drafter(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, draft_lm: CachedLM | None = None
                  ) -> Drafter:
     """The drafter for spec.strategy, made from the pair (its draft model, or its EAGLE head)."""
     if spec.strategy == "lookup":
         return LookupDrafter(pair.vocab_size, spec.ngram)
+    check_strategy(pair, spec.strategy)
     if spec.strategy == "eagle":
-        if pair.head is None:
-            raise StrategyUnavailable("err.no_head", name=repr(pair.name), why=pair.head_error or Msg("head.none"))
         return EagleDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1)
     draft_lm = draft_lm or CachedLM(pair.draft, pair.vocab_size)
     if spec.strategy == "adaptive":

@@ -52,8 +52,9 @@ def exact_joint3(pair, prompt_ids: list[int], cfg: SamplingConfig) -> dict:
     return out
 
 
-@pytest.mark.parametrize("truncated", [False, True], ids=["full-vocab", "truncated-vocab"])
-@pytest.mark.parametrize("cfg", [SamplingConfig(1.0), SamplingConfig(0.7, top_k=3)], ids=["T1", "T0.7-k3"])
+@pytest.mark.parametrize("cfg,truncated", [(SamplingConfig(1.0), False), (SamplingConfig(1.0), True),
+                                           (SamplingConfig(0.7, top_k=3), True)],
+                         ids=["T1-full-vocab", "T1-truncated-vocab", "T0.7-k3-truncated-vocab"])
 def test_eagle_is_exact_on_the_toy_pair(toy_pair, cfg, truncated):
     """x2 and x3 come from the head's drafts (judged by the target), and their joint with x1 follows the target.
     With a truncated draft vocabulary q is zero on 3 of the 8 tokens: the residual must produce them."""

@@ -180,3 +180,33 @@ def test_greedy_identity_with_the_target_in_chat_mode(smol32):
             assert trace.stop_reason == "eos" and trace.output_ids[-1] == smol.eos_token_id
     assert "Paris" in smol.decode(speculative_generate(smol, "What is the capital of France?", SamplingConfig(0.0),
                                                        SpecConfig(max_new_tokens=12)).output_ids)
+
+
+def test_chat_bench_prompts_hold_exactly_one_user_turn(smol):
+    """The bench encodes its prompts as every run does (encode_prompt wraps a chat pair's message once): the text
+    the target reads holds one user turn and one assistant header, never a template inside a template."""
+    from specdemo.bench import COPY_PROMPTS, bench_prompts
+
+    for message in bench_prompts(smol) + COPY_PROMPTS["smollm2-135m"]:
+        text = smol.tokenizer.decode(encode_prompt(smol, message, 64))
+        assert text.count("<|im_start|>user") == 1, text
+        assert text.count("<|im_start|>assistant") == 1, text
+        assert text.endswith("<|im_start|>assistant\n"), text
+        assert message in text
+
+
+def test_eagle_on_the_readable_pair_is_greedy_exact_in_float32():
+    """The head drafts for SmolLM2: at T = 0 (float32, where a verify and a step round alike) the output is the
+    target's own greedy output."""
+    smol32 = load_pair("smollm2-135m", device="cpu", dtype="float32")
+    assert smol32.head is not None, smol32.head_error
+    for message in ("What is the capital of France?", "List three tips for staying focused while studying."):
+        ids = encode_prompt(smol32, message, 24)
+        with torch.inference_mode():
+            ref = smol32.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                         do_sample=False, max_new_tokens=24, pad_token_id=smol32.eos_token_id)
+        reference = ref[0, len(ids):].tolist()
+        got = speculative_generate(smol32, message, SamplingConfig(0.0),
+                                   SpecConfig(k=4, max_new_tokens=24, top_candidates=0, strategy="eagle"))
+        assert got.output_ids == reference[: len(got.output_ids)] and len(got.output_ids) == len(reference)
+        assert any(r.source == "eagle" and r.n_accepted > 0 for r in got.rounds)  # the head's drafts were kept
