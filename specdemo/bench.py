@@ -225,6 +225,7 @@ def run_bench(
     speedup = tps["speculative"] / tps["naive"]
     iso_draft = isolated_draft_ms(pair, spec.strategy)
     iso_target = forward_ms(pair.target, pair.vocab_size, 1)
+    own_logits = forward_ms(pair.target, pair.vocab_size, 1, float32_logits=False)
     result = {
         "pair": pair.describe(),
         "settings": {"k": spec.k, "strategy": spec.strategy, "max_new_tokens": spec.max_new_tokens,
@@ -239,6 +240,7 @@ def run_bench(
         **m,
         "c_isolated": iso_draft / iso_target if iso_draft is not None else None,
         "t_draft_isolated_ms": iso_draft, "t_target_isolated_ms": iso_target,
+        "t_target_own_logits_ms": own_logits,  # the same step with the logits in the model's dtype
         "acceptance_rate": sum(r.n_accepted for r in rounds) / drafted if drafted else 0.0,
         "mean_accepted_length": emitted / len(rounds),
         "expected_tokens_per_round": expected_tokens_per_round(alpha, spec.k),
@@ -285,6 +287,8 @@ def format_bench(res: dict) -> str:
         f"with the measured verify cost E/(cK+v) = {res['ceiling_measured_verify']:.2f}x -> reached "
         f"{100 * res['fraction_of_ceiling_measured_verify']:.0f}%",
         f"loop overhead {res['overhead_ms_per_round']:.2f} ms per round",
+        f"float32 logits: a target step takes {res['t_target_isolated_ms']:.2f} ms, against "
+        f"{res['t_target_own_logits_ms']:.2f} ms with the logits in {res['pair']['target_dtype']}",
     ]
     return "\n".join(lines)
 
@@ -293,12 +297,15 @@ def format_bench(res: dict) -> str:
 
 
 @torch.inference_mode()
-def forward_ms(model, vocab: int, new_tokens: int, context: int = 128, reps: int = 30) -> float:
+def forward_ms(model, vocab: int, new_tokens: int, context: int = 128, reps: int = 30,
+               float32_logits: bool = True) -> float:
     """Median time of one cached forward over `new_tokens` tokens after a `context`-token prefix (hot caches).
 
     The ids live on the model's device, and the device is synchronised before each reading of the clock: on a GPU
     a forward returns once its kernels are queued, so an unsynchronised clock would time the queueing."""
     lm = CachedLM(model, vocab)
+    if not float32_logits:  # the model's own forward: logits in its dtype (what specdemo did before)
+        lm.head32 = None
     device = model.device
     gen = torch.Generator().manual_seed(0)  # drawn on the CPU, so every device times the same ids
     lm.feed(torch.randint(vocab, (context,), generator=gen).to(device))
