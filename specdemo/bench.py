@@ -17,7 +17,8 @@ import torch
 
 from .autoregressive import baseline_generate
 from .config import PRESETS, SamplingConfig, SpecConfig
-from .models import CachedLM, ModelPair, dtype_name, load_pair_uncached
+from .devices import cpu_has_bf16, dtype_name
+from .models import CachedLM, ModelPair, load_pair_uncached
 from .speculative import encode_prompt, speculative_generate
 from .theory import expected_tokens_per_round, measure, predicted_speedup
 
@@ -277,7 +278,7 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
     # the target in every candidate dtype: the pair's own, and float32 (bf16 too where the pair runs float32)
     targets = {dtype_name(pair.dtype): pair}
     for dt in (torch.float32, torch.bfloat16):
-        if dtype_name(dt) not in targets and (dt == torch.float32 or pair.device.type != "cpu" or _cpu_bf16()):
+        if dtype_name(dt) not in targets and (dt == torch.float32 or pair.device.type != "cpu" or cpu_has_bf16()):
             draft_id, target_id = pair.draft_id, pair.target_id
             targets[dtype_name(dt)] = load_pair_uncached((draft_id, target_id), str(pair.device),
                                                          draft_dtype=pair.draft_dtype, target_dtype=dt)
@@ -334,12 +335,6 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
         "copy_prompts": len(copy), "threads": torch.get_num_threads(), "target_dtype": own,
         "draft_dtype": dtype_name(pair.draft_dtype)},
         "isolated": iso, "groups": {g: summarise(tot, own, iso) for g, tot in groups.items()}}
-
-
-def _cpu_bf16() -> bool:
-    from .models import cpu_has_bf16
-
-    return cpu_has_bf16()
 
 
 def summarise(tot: dict, own: str, iso: dict) -> dict:
