@@ -18,6 +18,7 @@ import torch
 from .autoregressive import baseline_generate
 from .config import PRESETS, SamplingConfig, SpecConfig
 from .devices import cpu_has_bf16, dtype_name
+from .events import acceptance
 from .models import CachedLM, ModelPair, load_pair_uncached
 from .speculative import encode_prompt, speculative_generate
 from .theory import expected_tokens_per_round, measure, predicted_speedup
@@ -175,7 +176,6 @@ def run_bench(
     tps = {m: totals[m]["tokens"] / totals[m]["seconds"] for m in methods}
     m = measure(rounds, steps, spec.k)  # t_target from the naive runs, t_draft and t_verify from the speculative
     alpha, c, verify_cost = m["alpha_empirical"], m["c"], m["verify_cost"]
-    drafted = sum(r.k for r in rounds)
     emitted = sum(len(r.output) for r in rounds)
     ceiling_paper = predicted_speedup(alpha, spec.k, c)  # Leviathan et al.: verify costs one target step
     ceiling_measured = predicted_speedup(alpha, spec.k, c, verify_cost)
@@ -190,7 +190,7 @@ def run_bench(
         "speedup_vs_hf_assisted": tps["speculative"] / tps["hf_assisted"] if include_hf else None,
         "hf_assisted_speedup_vs_naive": tps["hf_assisted"] / tps["naive"] if include_hf else None,
         **m,
-        "acceptance_rate": sum(r.n_accepted for r in rounds) / drafted,
+        "acceptance_rate": acceptance(rounds)["acceptance_rate"],
         "mean_accepted_length": emitted / len(rounds),
         "expected_tokens_per_round": expected_tokens_per_round(alpha, spec.k),
         "ceiling_paper": ceiling_paper,
@@ -351,8 +351,8 @@ def summarise(tot: dict, own: str, iso: dict) -> dict:
                tps[m] / fastest, "target_calls": t["calls"], "tokens": t["tokens"]}
         rounds = t["rounds"]
         if rounds:
-            drafted = sum(r.k for r in rounds)
-            judged = [d for r in rounds for d in r.drafts if d.checked]
+            a = acceptance(rounds)
+            drafted = a["drafted"]
             emitted = sum(len(r.output) for r in rounds)
             k_mean = drafted / len(rounds)
             c_loop = (sum(r.draft_ms for r in rounds) / drafted) / t_target if drafted else 0.0
@@ -361,8 +361,7 @@ def summarise(tot: dict, own: str, iso: dict) -> dict:
             ceiling = E / (c_loop * k_mean + v)
             uses_draft = not m.startswith("lookup")
             c_iso = iso["draft_ms"] / iso["target_ms"][own] if uses_draft else 0.0
-            row |= {"acceptance_rate": sum(r.n_accepted for r in rounds) / drafted if drafted else 0.0,
-                    "alpha_empirical": sum(d.accepted for d in judged) / len(judged) if judged else 0.0,
+            row |= {"acceptance_rate": a["acceptance_rate"], "alpha_empirical": a["alpha_empirical"],
                     "mean_accepted_length": E, "mean_k": k_mean, "c_loop": c_loop, "c_isolated": c_iso,
                     "c_loop_over_isolated": c_loop / c_iso if c_iso else None, "verify_cost": v,
                     "ceiling": ceiling, "fraction_of_ceiling": (tps[m] / base[own]) / ceiling,
