@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from specdemo import SamplingConfig, SpecConfig, load_pair, speculative_generate  # noqa: E402
 from specdemo.bench import forward_ms  # noqa: E402
+from specdemo.events import acceptance  # noqa: E402
 
 K = 4
 
@@ -49,18 +50,15 @@ def alpha_on(pair, prompts, temperature: float, k: int, max_new_tokens: int, cha
              ) -> dict:
     """Acceptance over the positions the target judged, on `prompts` (one seed each): the empirical rate and the
     mean overlap sum min(p, q). strategy "eagle" measures the pair's EAGLE head instead of its draft model."""
-    judged = accepted = 0
-    overlaps = []
+    rounds = []
     for i, prompt in enumerate(prompts):
         tr = speculative_generate(pair, prompt, SamplingConfig(temperature),
                                   SpecConfig(k=k, max_new_tokens=max_new_tokens, seed=i, top_candidates=0,
                                              strategy=strategy), chat=chat)
-        checked = [d for r in tr.rounds for d in r.drafts if d.checked]
-        judged += len(checked)
-        accepted += sum(d.accepted for d in checked)
-        overlaps += [d.overlap for d in checked]
-    return {"alpha_empirical": accepted / judged, "alpha_overlap": sum(overlaps) / len(overlaps),
-            "judged_positions": judged, "prompts": len(prompts)}
+        rounds += tr.rounds
+    a = acceptance(rounds)
+    return {"alpha_empirical": a["alpha_empirical"], "alpha_overlap": a["alpha_overlap"],
+            "judged_positions": a["judged"], "prompts": len(prompts)}
 
 
 def held_out_prompts(pair, n: int = 20, length: int = 24) -> list[str]:

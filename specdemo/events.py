@@ -123,6 +123,30 @@ class Round:
         return asdict(self) | {"caption": self.caption}
 
 
+def acceptance(rounds: list[Round], position: int | None = None) -> dict:
+    """How often the target kept the drafts of `rounds`: the one place alpha and the acceptance rate are computed.
+
+    drafted, accepted: drafts proposed and kept, over all rounds; acceptance_rate = accepted / drafted counts the
+      drafts after a rejection, which were never judged, as not kept.
+    judged: the positions the target tested (a round that rejects at position t judged t positions).
+    alpha_empirical: accepted / judged, the maximum-likelihood estimate of a constant alpha under the paper's i.i.d.
+      model. alpha_overlap: the mean of sum_x min(p, q) over the judged positions, the exact acceptance probability
+      there. With `position` (1-based), judged and both alphas count that draft position only.
+    Each ratio is 0.0 where its denominator is.
+    """
+    judged = [d for r in rounds for d in r.drafts if d.checked and position in (None, d.position)]
+    drafted = sum(r.k for r in rounds)
+    accepted = sum(r.n_accepted for r in rounds)
+    return {
+        "drafted": drafted,
+        "accepted": accepted,
+        "acceptance_rate": accepted / drafted if drafted else 0.0,
+        "judged": len(judged),
+        "alpha_empirical": sum(d.accepted for d in judged) / len(judged) if judged else 0.0,
+        "alpha_overlap": sum(d.overlap for d in judged) / len(judged) if judged else 0.0,
+    }
+
+
 @dataclass
 class Step:
     """One token of the target-only baseline."""
@@ -168,21 +192,19 @@ class Trace:
         if self.mode == "baseline":
             out["target_calls"] = len(self.steps)
             return out
-        drafted = sum(r.k for r in self.rounds)
-        accepted = sum(r.n_accepted for r in self.rounds)
-        checked = [d for r in self.rounds for d in r.drafts if d.checked]
+        a = acceptance(self.rounds)
         out |= {
             "rounds": len(self.rounds),
             "target_calls": len(self.rounds),
             "target_calls_saved": max(0, n_tokens - len(self.rounds)),
-            "drafted": drafted,
-            "accepted": accepted,
-            "acceptance_rate": accepted / drafted if drafted else 0.0,
+            "drafted": a["drafted"],
+            "accepted": a["accepted"],
+            "acceptance_rate": a["acceptance_rate"],
             # mean tokens emitted per target call (accepted drafts + the resampled or bonus token)
             "mean_accepted_length": n_tokens / len(self.rounds) if self.rounds else 0.0,
-            # alpha, two estimates over the positions the target judged (see theory.measure)
-            "alpha_empirical": sum(d.accepted for d in checked) / len(checked) if checked else 0.0,
-            "alpha_overlap": sum(d.overlap for d in checked) / len(checked) if checked else 0.0,
+            # alpha, two estimates over the positions the target judged (see acceptance)
+            "alpha_empirical": a["alpha_empirical"],
+            "alpha_overlap": a["alpha_overlap"],
             "draft_ms": sum(r.draft_ms for r in self.rounds),
             "verify_ms": sum(r.verify_ms for r in self.rounds),
             "overhead_ms": sum(r.overhead_ms for r in self.rounds),

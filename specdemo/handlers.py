@@ -25,10 +25,11 @@ from .autoregressive import baseline_steps
 from .config import DEFAULT_PRESET, NGRAM_RANGE, PRESETS, STRATEGIES, ConfigError, Limits, SamplingConfig, SpecConfig
 from .events import Trace
 from .i18n import Msg, Translatable, tr
-from .models import ModelLoadError, ModelPair, load_pair
+from .models import ModelLoadError, ModelPair, load_config, load_pair
 from .sampling import first_token_samples, warp
 from .speculative import PromptError, encode_prompt, finish, run_settings, speculative_rounds
 from .theory import best_k, measure
+from .weights import load_error, role_name
 from .zerogpu import gpu
 
 CUSTOM = "custom"
@@ -105,22 +106,16 @@ def check_custom_ids(draft_id: str, target_id: str, limits: Limits) -> None:
     hub_only = not limits.allow_local
     if hub_only and not (is_repo_id(draft_id) and is_repo_id(target_id)):
         raise UserError("err.not_a_repo_id")
-    from transformers import AutoConfig
-
-    from .models import _friendly, offline_for
-
     for role, model_id in (("draft", draft_id), ("target", target_id)):
-        role_name = Msg("role.draft") if role == "draft" else Msg("role.target")
         if hub_only and os.path.lexists(model_id):  # answered word for word as transformers' hub miss is
-            raise user_error(_friendly(model_id, role, OSError(), local=False))
+            raise user_error(load_error(model_id, role, OSError(), local=False))
         try:
-            config = AutoConfig.from_pretrained(model_id, trust_remote_code=False,
-                                                local_files_only=offline_for(model_id))
-        except Exception as err:
-            raise user_error(_friendly(model_id, role, err, local=False if hub_only else None)) from None
+            config = load_config(model_id, role, local=False if hub_only else None)
+        except ModelLoadError as err:
+            raise user_error(err) from None
         n = estimate_parameters(config)
         if n > limits.max_params_m * 1_000_000:
-            raise UserError("err.too_big", role=role_name, model=repr(model_id), billions=f"{n / 1e9:.1f}",
+            raise UserError("err.too_big", role=role_name(role), model=repr(model_id), billions=f"{n / 1e9:.1f}",
                             cap=limits.max_params_m)
 
 

@@ -14,7 +14,7 @@ import html
 
 import plotly.graph_objects as go
 
-from .events import Round, Trace
+from .events import Round, Trace, acceptance
 from .i18n import tr
 from .render import PALETTE
 from .theory import best_k, measure, predicted_speedup
@@ -110,10 +110,10 @@ def acceptance_by_position(spec: Trace | None, lang: str | None = None) -> go.Fi
         k = max(r.k for r in spec.rounds)
         acc, ovl, n = [], [], []
         for pos in range(1, k + 1):
-            judged = [d for r in spec.rounds for d in r.drafts if d.position == pos and d.checked]
-            n.append(len(judged))
-            acc.append(sum(d.accepted for d in judged) / len(judged) if judged else None)
-            ovl.append(sum(d.overlap for d in judged) / len(judged) if judged else None)
+            a = acceptance(spec.rounds, pos)
+            n.append(a["judged"])
+            acc.append(a["alpha_empirical"] if a["judged"] else None)
+            ovl.append(a["alpha_overlap"] if a["judged"] else None)
         xs = list(range(1, k + 1))
         fig.add_bar(x=xs, y=acc, name=tr("chart.accepted_judged", lang), marker_color=PALETTE["accepted"],
                     text=[f"n={c}" for c in n], textposition="outside")

@@ -8,7 +8,7 @@ cost of a (K+1)-token verify instead of assuming it equals one target step. No t
 
 from __future__ import annotations
 
-from .events import Round, Step
+from .events import Round, Step, acceptance
 
 
 def expected_tokens_per_round(alpha: float, k: int) -> float:
@@ -41,23 +41,20 @@ def best_k(alpha: float, c: float, k_max: int = 16, verify_cost=None) -> tuple[i
 def measure(rounds: list[Round], steps: list[Step], k: int | None = None) -> dict:
     """alpha and the cost model, measured from speculative rounds and target-only steps timed in the same run.
 
-    alpha_empirical: accepted / judged drafts, where judged counts every position the target tested (a round that
-      rejects at position t judged t positions). It is the maximum-likelihood estimate of a constant alpha under
-      the paper's i.i.d. model; accepted / (K rounds) would count the never-judged drafts after a rejection.
-    alpha_overlap: the mean of sum_x min(p, q) over the judged positions, the exact acceptance probability there.
+    alpha_empirical, alpha_overlap: as events.acceptance computes them, over the positions the target judged
+      (accepted / (K rounds) would count the never-judged drafts after a rejection).
     c: one draft step / one cached target step. verify_cost: one (k+1)-token target forward / one target step,
       over the rounds that drafted the full k (all rounds when k is None).
     """
     assert rounds and steps, "need speculative rounds and baseline steps"
-    judged = [d for r in rounds for d in r.drafts if d.checked]
-    drafted = sum(r.k for r in rounds)
+    a = acceptance(rounds)
     full = [r for r in rounds if k is None or r.k == k] or rounds
     t_target = sum(s.step_ms for s in steps) / len(steps)
-    t_draft = sum(r.draft_ms for r in rounds) / drafted if drafted else 0.0
+    t_draft = sum(r.draft_ms for r in rounds) / a["drafted"] if a["drafted"] else 0.0
     t_verify = sum(r.verify_ms for r in full) / len(full)
     return {
-        "alpha_empirical": sum(d.accepted for d in judged) / len(judged) if judged else 0.0,
-        "alpha_overlap": sum(d.overlap for d in judged) / len(judged) if judged else 0.0,
+        "alpha_empirical": a["alpha_empirical"],
+        "alpha_overlap": a["alpha_overlap"],
         "t_target_ms": t_target,
         "t_draft_ms": t_draft,
         "t_verify_ms": t_verify,

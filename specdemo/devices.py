@@ -1,0 +1,105 @@
+"""Which device a pair runs on, and which dtype each of its two models runs in.
+
+Owns the device choice (SPECDEMO_DEVICE, else cuda, then mps, then cpu), the dtype names the CLI and the environment
+accept, the CPU's bf16 check, and the rule that picks a model's dtype by its role in the pair (`pick_dtype`). It
+loads nothing: models.py asks it before it loads.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from .weights import ModelLoadError
+
+DTypeArg = torch.dtype | str | None  # a dtype as callers may give it: a torch.dtype, a name, or None (automatic)
+
+
+def pick_device(requested: str | None = None) -> torch.device:
+    requested = requested or os.environ.get("SPECDEMO_DEVICE") or None
+    if requested:
+        return torch.device(requested)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+SMALL_MODEL_PARAMS = 5_000_000  # below this a CPU model is overhead-bound, and bf16's conversions cost more than
+#                                 the bytes it saves (the 1.3M Shakespeare draft: 0.6 ms fp32, 0.8 ms bf16)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def parse_dtype(value, what: str = "dtype") -> torch.dtype | None:
+    """A dtype given as a torch.dtype or a name (float32/fp32, bfloat16/bf16, float16/fp16); None or "auto" -> None."""
+    if value is None or isinstance(value, torch.dtype):
+        return value
+    name = str(value).strip().lower()
+    if name in ("", "auto"):
+        return None
+    if name not in DTYPES:
+        raise ModelLoadError(f"Unknown {what} {str(value)[:30]!r}; use auto, float32, bfloat16 or float16.")
+    return DTYPES[name]
+
+
+_CPU_FLAGS: set[str] | None = None
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo (an empty set where there is none), read once."""
+    global _CPU_FLAGS
+    if _CPU_FLAGS is None:
+        try:
+            text = Path("/proc/cpuinfo").read_text()
+            line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+            _CPU_FLAGS = set(line.partition(":")[2].split())
+        except OSError:
+            _CPU_FLAGS = set()
+    return _CPU_FLAGS
+
+
+def cpu_has_bf16() -> bool:
+    """bf16 arithmetic in hardware: AMX (amx_bf16) or AVX-512 BF16 (avx512_bf16), and a torch built with oneDNN."""
+    return bool(cpu_flags() & {"amx_bf16", "avx512_bf16"}) and torch.backends.mkldnn.is_available()
+
+
+def pick_dtype(device: torch.device, role: str = "target", n_params: int | None = None) -> torch.dtype:
+    """The dtype a model runs in, by its role in the pair.
+
+    GPU: bf16 (fp16 where bf16 is missing). CPU with bf16 in hardware: the target runs in bf16, because its job is
+    the (K+1)-token verify, where bf16 wins by halving the bytes read (Shakespeare target, 5-token verify: 15 ms
+    fp32, 11 ms bf16; SmolLM2-135M: 80-88 ms against 42-46 ms); the draft runs in bf16 too unless it is small
+    (under SMALL_MODEL_PARAMS), where a one-token step is overhead-bound and fp32 is faster. Any other CPU: fp32.
+    The rule reads flags and sizes only, so the same machine always picks the same dtypes, and so the same
+    distribution for a seed.
+    """
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "mps":
+        return torch.float16
+    if device.type == "cpu" and cpu_has_bf16():
+        if role == "draft" and n_params is not None and n_params < SMALL_MODEL_PARAMS:
+            return torch.float32
+        return torch.bfloat16
+    return torch.float32
+
+
+def requested_dtype(role: str, explicit=None, both=None) -> torch.dtype | None:
+    """The dtype asked for a role: the argument, else the argument for both roles, else SPECDEMO_<ROLE>_DTYPE,
+    else SPECDEMO_DTYPE; None means automatic (pick_dtype)."""
+    for value, what in ((explicit, f"{role} dtype"), (both, "dtype"),
+                        (os.environ.get(f"SPECDEMO_{role.upper()}_DTYPE"), f"SPECDEMO_{role.upper()}_DTYPE"),
+                        (os.environ.get("SPECDEMO_DTYPE"), "SPECDEMO_DTYPE")):
+        dt = parse_dtype(value, what)
+        if dt is not None:
+            return dt
+    return None
+
