@@ -124,12 +124,17 @@ class EagleHead(nn.Module):
         self.requires_grad_(False)
         rows = target.get_output_embeddings().weight.detach()[self.d2t.to(target.device)]
         self.register_buffer("lm_rows", rows.clone(), persistent=False)
-        out = self.to(device=device, dtype=dtype).eval()
-        # drafting runs one position at a time, where each call costs more than its arithmetic: fuse q|k|v and
-        # gate|up into one matrix product each (the training path keeps the separate modules)
-        out.fused = (torch.cat([out.q_proj.weight, out.k_proj.weight, out.v_proj.weight]),
-                     torch.cat([out.gate_proj.weight, out.up_proj.weight]))
-        return out
+        return self.to(device=device, dtype=dtype).eval()
+
+    def fused(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """q|k|v and gate|up as one matrix each, made once per dtype and device: drafting runs one position at a
+        time, where each call costs more than its arithmetic (the training path keeps the separate modules)."""
+        w = self.q_proj.weight
+        cached = getattr(self, "_fused", None)
+        if cached is None or cached[0].dtype != w.dtype or cached[0].device != w.device:
+            cached = self._fused = (torch.cat([w, self.k_proj.weight, self.v_proj.weight]),
+                                    torch.cat([self.gate_proj.weight, self.up_proj.weight]))
+        return cached
 
     # ------------------------------------------------------------------------------------------- building blocks
     def rope_tables(self, n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -184,7 +189,7 @@ class EagleHead(nn.Module):
         n, start = feat.shape[0], cache.length
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         assert start + n <= cache.k.shape[1], "the head's cache is full"
-        w_qkv, w_gu = self.fused
+        w_qkv, w_gu = self.fused()
         x = F.linear(torch.cat([emb, feat], dim=-1), self.fc.weight)  # [n, H]
         qkv = F.linear(self.input_norm(x), w_qkv)
         q = qkv[:, : nh * hd].view(n, nh, hd).transpose(0, 1)

@@ -29,6 +29,7 @@ from .models import ModelLoadError, ModelPair, load_config, load_pair
 from .sampling import first_token_samples, warp
 from .speculative import PromptError, encode_prompt, finish, run_settings, speculative_rounds
 from .theory import best_k, measure
+from .ties import explain_divergence
 from .weights import load_error, role_name
 from .zerogpu import gpu
 
@@ -148,10 +149,45 @@ def as_strategy(strategy) -> str:
     return name
 
 
+def has_head(pair_name) -> bool:
+    """Whether a pair offers the eagle strategy: only presets that ship an EAGLE head do."""
+    return pair_name in PRESETS and bool(PRESETS[pair_name].eagle_head)
+
+
+def check_head(strategy: str, pair_name, pair: ModelPair | None = None) -> None:
+    """Refuse eagle, in one sentence, for a pair without a head: before loading anything (custom pairs, presets
+    without one), and after loading (a head that is missing, damaged or made for another target)."""
+    if strategy != "eagle":
+        return
+    if not has_head(pair_name):
+        if pair_name in PRESETS:
+            raise UserError("err.no_head", name=repr(pair_name), why=Msg("head.none"))
+        raise UserError("err.no_head_custom")
+    if pair is not None and pair.head is None:
+        raise UserError("err.no_head", name=repr(pair_name), why=pair.head_error or Msg("head.none"))
+
+
+def strategy_choices(pair_name):
+    """The strategy selector's choices for a pair: eagle only where the pair has a head (a pure function of the
+    preset, so a pair change updates it without loading anything)."""
+    choices = [(i18n.label("strategy.fixed"), "fixed"), (i18n.label("strategy.adaptive"), "adaptive"),
+               (i18n.label("strategy.lookup"), "lookup")]
+    if has_head(pair_name):
+        choices.append((i18n.label("strategy.eagle"), "eagle"))
+    return choices
+
+
+def update_strategies(pair_name, strategy):
+    """On a pair change: list eagle only where it is offered; a pair without a head falls back to fixed."""
+    value = strategy if strategy != "eagle" or has_head(pair_name) else "fixed"
+    return gr.update(choices=strategy_choices(pair_name), value=value)
+
+
 def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
              run_baseline, lenience, limits: Limits | None = None, chat=None, strategy="fixed", ngram=3) -> Request:
     limits = limits or Limits.from_env()
     strategy = as_strategy(strategy)
+    check_head(strategy, pair_name)
     ngram = as_number(Msg("field.ngram"), ngram, int, *NGRAM_RANGE)
     if not isinstance(prompt, str) or not prompt.strip():
         raise UserError("err.prompt_empty")
@@ -184,11 +220,15 @@ def user_error(err: ModelLoadError) -> UserError:
     return UserError(err.key, **err.params) if err.key else UserError(str(err))
 
 
-def get_pair(key) -> ModelPair:
+def get_pair(key, strategy: str | None = None) -> ModelPair:
+    """Load the pair (a failure as one sentence); with a strategy, also refuse one the loaded pair cannot use."""
     try:
-        return load_pair(key)
+        pair = load_pair(key)
     except ModelLoadError as err:
         raise user_error(err) from None
+    if strategy is not None:
+        check_head(strategy, pair.name, pair)
+    return pair
 
 
 def error_text(err: Exception, lang: str | None = None) -> str:
@@ -304,7 +344,7 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
                    run_baseline, lenience, limits, chat, strategy, ngram)
-    pair = get_pair(req.pair)
+    pair = get_pair(req.pair, req.spec.strategy)
     if req.spec.lossy:
         gr.Warning(tr("warn.lossy", lang, b=req.spec.lenience))
     skip = gr.skip()
@@ -347,15 +387,16 @@ def generate_api(pair: str = DEFAULT_PRESET, prompt: str = "ROMEO:\n", k: int = 
     pair: a preset name, or "custom" with draft and target model ids. chat: true wraps the prompt (a user message)
     with the target's chat template and returns the assistant's reply; false continues the prompt as raw text;
     null (the default) takes the pair's own default (chat for instruct presets). strategy: "fixed" (K drafts a
-    round), "adaptive" (the draft stops when unsure; K is ignored) or "lookup" (copy after a matching n-gram of up
-    to `ngram` tokens; no draft model). Returns {"speculative": trace,
+    round), "adaptive" (the draft stops when unsure; K is ignored), "lookup" (copy after a matching n-gram of up
+    to `ngram` tokens; no draft model) or "eagle" (the pair's EAGLE head drafts from the target's features; the
+    embedded pairs only, refused in one sentence elsewhere). Returns {"speculative": trace,
     "baseline": trace or null}; each trace has text, token_ids, rounds (labels, p, q, r, min(1, p/q), top
     candidates, timings) and metrics.
     """
     limits = Limits.from_env()
     req = validate(pair, draft, target, prompt, k, temperature, top_k, top_p, max_new_tokens, seed, baseline,
                    lenience, limits, chat, strategy, ngram)
-    loaded = get_pair(req.pair)
+    loaded = get_pair(req.pair, req.spec.strategy)
     *_, (spec, base, _) = run_stream(req, loaded, limits)  # run to the end; the last snapshot is the whole run
     return trace_payload(spec, base)
 
@@ -503,7 +544,7 @@ def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p
             return
 
 
-RACE_STRATEGIES = ("fixed", "adaptive", "lookup")
+RACE_STRATEGIES = ("fixed", "adaptive", "lookup", "eagle")  # eagle where the pair has a head
 
 
 @gpu
@@ -529,6 +570,8 @@ def strategy_race_ui(pair_name, draft_id, target_id, prompt, k, temperature, top
 
     yield view()
     for strategy in RACE_STRATEGIES:
+        if strategy == "eagle" and pair.head is None:
+            continue
         spec = SpecConfig(k=req.spec.k, max_new_tokens=req.spec.max_new_tokens, seed=req.spec.seed,
                           top_candidates=0, strategy=strategy)
         with pair.lock:
@@ -541,18 +584,29 @@ def strategy_race_ui(pair_name, draft_id, target_id, prompt, k, temperature, top
         for r in rounds:
             total += len(r.output)
             points.append((r.elapsed_s, total))
-        label = tr(f"strategy.{strategy}", lang) + (f" = {spec.k}" if strategy == "fixed" else "")
+        label = tr(f"strategy.{strategy}", lang) + (f" = {spec.k}" if strategy in ("fixed", "eagle") else "")
         runs[label] = points
         if out_ids == base_ids:
             same = tr("race.same", lang)
-        else:  # sampled runs differ token by token and agree in distribution; at T = 0 a difference is a bug
-            same = tr("race.differs_sampling", lang) if not req.sampling.greedy else tr("race.differs", lang)
+        elif not req.sampling.greedy:  # sampled runs differ token by token and agree in distribution
+            same = tr("race.differs_sampling", lang)
+        else:  # at T = 0 say where and why: a bf16 near-tie between a verify and a step, or a bug
+            same = divergence_text(explain_divergence(pair, ids, rounds, base_ids), lang)
         rows.append(f"| {label} | {tps:.1f} | {tps / base_tps:.2f}x | {len(rounds)} | "
                     f"{accepted / drafted if drafted else 0:.2f} | {n / len(rounds):.2f} | {same} |")
         yield view()
         if time.monotonic() > deadline:
             gr.Warning(tr("warn.race_time_limit", lang, s=limits.time_limit_s))
             return
+
+
+DIVERGENCE_KEY = {True: "race.differs_tie", False: "race.differs_bug"}
+
+
+def divergence_text(d, lang=None) -> str:
+    """A T = 0 difference from target-only decoding, in words (a table cell): where, which tokens, both gaps."""
+    return tr(DIVERGENCE_KEY[d.near_tie], lang, pos=d.position, spec=render.esc(repr(d.spec_text)), base=render.esc(repr(d.base_text)),
+              gv=f"{d.gap_verify:+.3f}", gs=f"{d.gap_step:+.3f}", tol=f"{d.tolerance:.3f}")
 
 
 def dist_text(dist: dict, lang=None) -> str:

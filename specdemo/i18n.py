@@ -313,7 +313,7 @@ EN: dict[str, str] = {
     "film.copied": "copied from token {pos} ({n}-gram match)",
     "film.fallback": "nothing to copy: one target step",
     "ui.strategy": "Drafting strategy",
-    "ui.strategy_info": "adaptive: the draft stops when unsure (up to 12 tokens). prompt lookup: copy from the text so far, no draft model",
+    "ui.strategy_info": "adaptive: the draft stops when unsure (up to 12 tokens). prompt lookup: copy from the text so far, no draft model. EAGLE head: one layer drafts from the target's own features",
     "strategy.fixed": "fixed K",
     "strategy.adaptive": "adaptive",
     "strategy.lookup": "prompt lookup",
@@ -324,7 +324,14 @@ EN: dict[str, str] = {
     "race.header": "| run | tokens/s | speedup | target calls | acceptance | mean accepted length | same text as target only |",
     "race.same": "yes",
     "race.differs_sampling": "no (sampled)",
-    "race.differs": "**NO**",
+    "race.differs_tie": (
+        "no: parts at token {pos}, {spec} against {base}; logit gap {gv} in the verify, {gs} in the one-token "
+        "step (bf16 rounding ±{tol}): a near-tie"
+    ),
+    "race.differs_bug": (
+        "**NO**: parts at token {pos}, {spec} against {base}; logit gap {gv} in the verify, {gs} in the one-token "
+        "step (bf16 rounding ±{tol}): not a near-tie, a bug"
+    ),
     "chart.strategy_race": "Strategy race: tokens generated over time",
     "warn.race_time_limit": "The race stopped at this server's time limit ({s} s).",
     "field.ngram": "Lookup n-gram size",
@@ -584,7 +591,7 @@ ZH: dict[str, str] = {
     "film.copied": "复制自第 {pos} 个 token（{n} 元匹配）",
     "film.fallback": "无可复制：目标模型单步解码",
     "ui.strategy": "起草策略",
-    "ui.strategy_info": "自适应：草稿模型没有把握时提前停止（最多 12 个 token）。提示查找：从已有文本中复制，不用草稿模型",
+    "ui.strategy_info": "自适应：草稿模型没有把握时提前停止（最多 12 个 token）。提示查找：从已有文本中复制，不用草稿模型。EAGLE 草稿头：用一层网络根据目标模型自身的特征起草",
     "strategy.fixed": "固定 K",
     "strategy.adaptive": "自适应",
     "strategy.lookup": "提示查找",
@@ -595,7 +602,8 @@ ZH: dict[str, str] = {
     "race.header": "| 运行 | token/秒 | 加速比 | 目标模型调用次数 | 接受率 | 平均接受长度 | 与仅目标模型的输出相同 |",
     "race.same": "是",
     "race.differs_sampling": "否（随机采样）",
-    "race.differs": "**否**",
+    "race.differs_tie": "否：在第 {pos} 个 token 处分开，{spec} 对 {base}；logit 差在验证中为 {gv}，在单步解码中为 {gs}（bf16 舍入 ±{tol}）：近似平局",
+    "race.differs_bug": "**否**：在第 {pos} 个 token 处分开，{spec} 对 {base}；logit 差在验证中为 {gv}，在单步解码中为 {gs}（bf16 舍入 ±{tol}）：不是近似平局，是缺陷",
     "chart.strategy_race": "策略赛跑：生成的 token 数随时间的变化",
     "warn.race_time_limit": "已到本服务器的时间上限（{s} 秒），赛跑已停止。",
     "field.ngram": "查找的 n-gram 长度",

@@ -65,7 +65,7 @@ def race(spec: Trace | None, base: Trace | None, lang: str | None = None) -> go.
     return fig
 
 
-RACE_COLOURS = {"fixed": "target", "adaptive": "accepted", "lookup": "bonus"}
+RACE_COLOURS = {"fixed": "target", "adaptive": "accepted", "lookup": "bonus", "eagle": "resampled"}
 
 
 def strategy_race(runs: dict[str, list[tuple[float, int]]], lang: str | None = None) -> go.Figure:

@@ -126,8 +126,7 @@ def build_demo() -> gr.Blocks:
                     with gr.Group(elem_id="sd-drafting"):  # K and who drafts, side by side in one box
                         c["k"] = gr.Slider(1, limits.max_k, value=4, step=1, label=L("ui.k"))
                         c["strategy"] = gr.Radio(
-                            [(L("strategy.fixed"), "fixed"), (L("strategy.adaptive"), "adaptive"),
-                             (L("strategy.lookup"), "lookup")], value="fixed", label=L("ui.strategy"),
+                            handlers.strategy_choices(DEFAULT_PRESET), value="fixed", label=L("ui.strategy"),
                             info=L("ui.strategy_info"), elem_id="sd-strategy")
                     c["temperature"] = gr.Slider(0, 2, value=0.8, step=0.05, label=L("ui.temperature"))
                     with gr.Row():
@@ -240,6 +239,8 @@ def build_demo() -> gr.Blocks:
                            outputs=[pair_status, custom_box, examples, c["chat"], pair_state],
                            api_visibility="private", concurrency_id="models")
         c["pair"].change(**pair_change)
+        c["pair"].change(handlers.update_strategies, [c["pair"], c["strategy"]], c["strategy"],
+                         api_visibility="private", queue=False)
         load_btn.click(**pair_change)
         examples.click(lambda sample: sample[0] if isinstance(sample, (list, tuple)) else sample, examples,
                        c["prompt"], api_visibility="private")

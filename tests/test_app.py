@@ -55,7 +55,7 @@ def test_generate_endpoint_sampling_trace(client, pair):
     assert again["speculative"]["token_ids"] == out["speculative"]["token_ids"]
 
 
-@pytest.mark.parametrize("strategy", ["adaptive", "lookup"])
+@pytest.mark.parametrize("strategy", ["adaptive", "lookup", "eagle"])
 def test_generate_endpoint_takes_a_strategy(client, pair, strategy):
     out = gen(client, temperature=1.0, seed=4, max_new_tokens=40, strategy=strategy,
               prompt="ROMEO:\nO, she doth teach the torches to burn bright!\nROMEO:\nO, she doth teach")
@@ -63,23 +63,28 @@ def test_generate_endpoint_takes_a_strategy(client, pair, strategy):
     check_trace(trace, pair)
     assert trace["settings"]["strategy"] == strategy
     sources = {r["source"] for r in trace["rounds"]}
-    assert sources == {"draft"} if strategy == "adaptive" else sources <= {"lookup", "fallback"}
+    expected = {"adaptive": {"draft"}, "lookup": {"lookup", "fallback"}, "eagle": {"prefill", "eagle"}}[strategy]
+    assert sources <= expected and (strategy != "eagle" or sources == expected)
     if strategy == "lookup":
         assert any(r["copied_from"] is not None and r["ngram"] for r in trace["rounds"])
 
 
 def test_strategy_race_times_every_strategy_and_keeps_the_text_at_t0(client):
-    """The Strategy race tab's endpoint: target only, then fixed, adaptive and lookup, with one table row each; at
-    T = 0 each text must equal the target's (the table says so)."""
+    """The Strategy race tab's endpoint: target only, then fixed, adaptive, lookup and the EAGLE head, with one table
+    row each; at T = 0 each text must equal the target's (the table says so), or the row says where a bf16 near-tie
+    parted them."""
     job = client.submit("shakespeare", "", "", "ROMEO:\nO, she doth teach the torches to burn bright!\nROMEO:\n", 3,
                         0.0, 0, 1.0, 48, 0, None, "en", False, api_name="/strategy_race")
     fig, table = job.result()
-    assert len(job.outputs()) == 4, "one update after each run"
+    assert len(job.outputs()) == 5, "one update after each run"
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    assert [r.split("|")[1].strip() for r in rows] == ["target only", "fixed K = 3", "adaptive", "prompt lookup"]
-    assert all(r.split("|")[-2].strip() == "yes" for r in rows[1:]), table
+    names = ["target only", "fixed K = 3", "adaptive", "prompt lookup", "EAGLE head = 3"]
+    assert [r.split("|")[1].strip() for r in rows] == names
+    verdicts = [r.split("|")[-2].strip() for r in rows[1:]]
+    assert all(v == "yes" or (v.startswith("no: parts at token") and v.endswith("a near-tie")) for v in verdicts), table
+    assert verdicts.count("yes") >= 3, table
     drawn = json.dumps(fig)  # the plot's payload carries every run's name
-    assert all(name in drawn for name in ("target only", "fixed K = 3", "adaptive", "prompt lookup")), drawn[:300]
+    assert all(name in drawn for name in names), drawn[:300]
 
 
 def test_stream_endpoint_streams_rounds(client):
@@ -117,7 +122,10 @@ BAD_INPUTS = [
     (dict(seed="abc"), "Seed must be a number"),
     (dict(max_new_tokens=100000), "Max new tokens must be between"),
     (dict(pair="no-such-pair"), "Unknown model pair"),
-    (dict(strategy="eagle"), "Strategy must be one of fixed, adaptive, lookup"),
+    (dict(strategy="turbo"), "Strategy must be one of fixed, adaptive, lookup, eagle"),
+    (dict(pair="custom", draft="owner/draft", target="owner/target", strategy="eagle"),
+     "Only the embedded pairs have an EAGLE head"),
+    (dict(pair="gpt2", strategy="eagle"), "cannot draft with the EAGLE head: none was trained for it"),
     (dict(strategy="lookup", ngram=0), "Lookup n-gram size must be between 1 and 8"),
     (dict(pair="custom", draft="/no/such/model", target="/no/such/other"), "repo ids of the form owner/name"),
     (dict(pair="gpt2"), "hub cannot be reached|not in the local cache"),
