@@ -254,7 +254,7 @@ def test_every_strategy_stops_exactly_at_max_new_tokens(pair, strategy, max_new)
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    (dict(strategy="eagle"), "unknown strategy 'eagle'; choose one of fixed, adaptive, lookup"),
+    (dict(strategy="turbo"), "unknown strategy 'turbo'; choose one of fixed, adaptive, lookup, eagle"),
     (dict(strategy="lookup", ngram=0), "n-gram size must be between 1 and 8, got 0"),
     (dict(strategy="lookup", ngram=9), "n-gram size must be between 1 and 8, got 9"),
 ])
