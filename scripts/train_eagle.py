@@ -1,9 +1,11 @@
 """Train the EAGLE heads (specdemo/eagle.py) that draft from the target's own features. Resumable at any point.
 
     python scripts/train_eagle.py replies --minutes 30        # smollm2-135m: the target writes chat replies (ids)
-    python scripts/train_eagle.py train --pair smollm2-135m --minutes 60
-    python scripts/train_eagle.py train --pair shakespeare --minutes 10
-    python scripts/train_eagle.py export --pair smollm2-135m  # the checkpoint -> assets/models/<pair>-eagle
+    python scripts/train_eagle.py train --pair smollm2-135m --minutes 60 --steps 550 --eval-every 50
+    python scripts/train_eagle.py train --pair shakespeare --minutes 30 --steps 800 --eval-every 50
+
+`replies` skips the shards already written; `train` resumes from data/eagle/<pair>/ckpt.pt (saved every 5 minutes
+and at every evaluation) and exports assets/models/<pair>-eagle/ whenever the held-out top-1 improves.
 
 Recipe (EAGLE, Li et al. arXiv:2401.15077; training-time test as in EAGLE-3 arXiv:2503.01840 and HASS
 arXiv:2408.15766; truncated vocabulary as in FR-Spec arXiv:2502.14856):

@@ -34,9 +34,9 @@ class CachedLM:
     """A causal LM with its KV cache. `length` is how many tokens the cache holds; they are always a prefix of the
     sequence fixed so far, so rolling back is a crop to a shorter prefix.
 
-    Logits come out in float32, computed from the last hidden state with a float32 copy of the LM head (made once
-    per model): logits rounded to bf16 (8 bits of mantissa) tie exactly at a few positions in a hundred, and a
-    (K+1)-token verify and a one-token step can break such a tie differently. A model whose head does more than one
+    Logits come out in float32, computed from the last hidden state (see `float32_head`): logits rounded to bf16
+    (8 bits of mantissa) tie exactly at a few positions in a hundred, and a (K+1)-token verify and a one-token step
+    can break such a tie differently. A model whose head does more than one
     matrix product (logit soft-capping or scaling) keeps its own forward, upcast afterwards."""
 
     def __init__(self, model, vocab_size: int):
@@ -83,13 +83,31 @@ class CachedLM:
         hidden = self.model.base_model(input_ids=ids.view(1, -1), past_key_values=self.cache,
                                        use_cache=True).last_hidden_state[0]
         weight, bias = self.head32
-        logits = torch.nn.functional.linear(hidden[-keep_logits:].float(), weight, bias)
+        h = hidden[-keep_logits:]
+        if weight.dtype == torch.float32:
+            logits = torch.nn.functional.linear(h.float(), weight, bias)
+        else:  # the full product in the model's dtype, then the REFINE_TOP best recomputed exactly in float32
+            logits = torch.nn.functional.linear(h, weight, bias).float()
+            top = logits.topk(REFINE_TOP, dim=-1).indices  # [keep, m]
+            exact = torch.einsum("kh,kmh->km", h.float(), weight[top].float())
+            if bias is not None:
+                exact = exact + bias[top].float()
+            logits.scatter_(1, top, exact)
         return logits[:, : self.vocab_size], hidden
 
 
+REFINE_TOP = 8  # logits recomputed in float32 per position: where argmax ties live, far beyond bf16 rounding
+
+
 def float32_head(model) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """(weight, bias) of the model's LM head in float32, made once per model; None where the head is not a plain
-    linear map of the base model's last hidden state (soft-capped or scaled logits)."""
+    """(weight, bias) of the model's LM head, for logits computed from the base model's last hidden state; None
+    where the head is not a plain linear map of it (soft-capped or scaled logits).
+
+    A float32 copy of a bf16 head would cost a second read of the largest matrix every step (SmolLM2: 113 MB, about
+    6 ms of a 40 ms step here), so a bf16 model keeps its own weight: the product runs in bf16, and the REFINE_TOP
+    best logits of each position are recomputed in float32 from their rows. Exact ties among the top logits,
+    which bf16's 8-bit mantissa makes common, are gone; the order of everything below the top 8 cannot change an
+    argmax."""
     cached = getattr(model, "_specdemo_head32", False)
     if cached is not False:
         return cached
@@ -98,7 +116,7 @@ def float32_head(model) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         getattr(cfg, a, None) not in (None, 1.0) for a in ("final_logit_softcapping", "logit_scale", "logits_scaling"))
     result = None
     if plain:
-        result = (head.weight.detach().float(), None if head.bias is None else head.bias.detach().float())
+        result = (head.weight.detach(), None if head.bias is None else head.bias.detach())
     model._specdemo_head32 = result
     return result
 
