@@ -16,8 +16,9 @@ arXiv:2408.15766; truncated vocabulary as in FR-Spec arXiv:2502.14856):
   * teacher forcing: the target (bf16) scores each batch, giving its last hidden states f_1..f_n (the features) and,
     through its LM head, its next-token distributions. Nothing but ids is stored.
   * the head reads (f_i, embedding of x_{i+1}) and predicts f_{i+1}; loss = forward KL from the target's
-    distribution at i+1 (renormalised on the head's vocabulary) + 0.1 * smooth-L1(f_hat, f). One more unroll step
-    feeds the head its own predicted features (training-time test), so it learns to continue from them.
+    distribution at i+1 (renormalised on the head's vocabulary) + 0.1 * smooth-L1(f_hat, f), scored on reply
+    positions only (the prompt is context). One more unroll step feeds the head its own predicted features
+    (training-time test), so it learns to continue from them.
   * the layer starts as the identity (output projections zero) and fc passes the feature through; for a Llama
     target its weights start from the target's last layer.
 Checkpoints: data/eagle/<pair>/ckpt.pt (every few minutes); the exported head is written when the held-out
@@ -184,15 +185,21 @@ def batches(records: list, batch: int, rng: np.random.Generator):
     return out
 
 
-def collate(records: list, idx) -> tuple[torch.Tensor, torch.Tensor]:
+def collate(records: list, idx) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ids, the attention mask, and `scored`: True where position k's feature predicts a reply token (k >= prompt
+    length - 1). The prompt (chat template, default system prompt) is context for the head but never scored: at
+    run time the head drafts only reply tokens, and the templated prompt would flatter the metric."""
     seqs = [records[i][0] for i in idx]
     t = max(len(s) for s in seqs)
     ids = torch.zeros(len(seqs), t, dtype=torch.long)
     mask = torch.zeros(len(seqs), t, dtype=torch.bool)
-    for b, s in enumerate(seqs):
+    scored = torch.zeros(len(seqs), t, dtype=torch.bool)
+    for b, i in enumerate(idx):
+        s, prompt_len = records[i]
         ids[b, : len(s)] = torch.from_numpy(s)
         mask[b, : len(s)] = True
-    return ids, mask
+        scored[b, max(prompt_len - 1, 0) : len(s)] = True
+    return ids, mask, scored
 
 
 # ------------------------------------------------------------------------------------------------------ train
@@ -230,7 +237,7 @@ def ttt_unroll(head, g1: torch.Tensor, emb: torch.Tensor, k1: torch.Tensor, v1: 
     return head.finish(x2, attn)
 
 
-def head_losses(head, teacher: Teacher, ids, mask, w_sub, feat_weight: float = 0.1):
+def head_losses(head, teacher: Teacher, ids, mask, scored, w_sub, feat_weight: float = 0.1):
     """Step one (true features) and step two (its own predictions): (loss, per-step top-1 agreement stats)."""
     f = teacher.features(ids, mask)
     with torch.no_grad():
@@ -245,7 +252,7 @@ def head_losses(head, teacher: Teacher, ids, mask, w_sub, feat_weight: float = 0
     losses, stats = [], []
     for g, shift in ((g1, 1), (g2, 2)):
         target_f = f[:, shift:]  # the true features that g predicts
-        valid = (mask[:, shift:] & mask[:, : t - shift]).float()
+        valid = (scored[:, shift:] & mask[:, : t - shift]).float()
         with torch.no_grad():
             p = (target_f.to(torch.bfloat16) @ w_sub.T).float().softmax(-1)
         logq = (g.float().to(torch.bfloat16) @ w_sub.T).float().log_softmax(-1)
@@ -264,7 +271,7 @@ def evaluate(head, teacher: Teacher, dev: list, w_sub, d2t) -> dict:
     hits, total = [0, 0], [0, 0]
     w_full = teacher.lm_w
     for i in range(0, len(dev), 16):
-        ids, mask = collate(dev, range(i, min(i + 16, len(dev))))
+        ids, mask, scored = collate(dev, range(i, min(i + 16, len(dev))))
         f = teacher.features(ids, mask)
         emb = teacher.embed(ids).float()
         t = f.shape[1]
@@ -274,7 +281,7 @@ def evaluate(head, teacher: Teacher, dev: list, w_sub, d2t) -> dict:
                                                                 is_causal=True))
             g2 = ttt_unroll(head, g1, emb, k1, v1)
         for s, (g, shift) in enumerate(((g1, 1), (g2, 2))):
-            valid = mask[:, shift:] & mask[:, : t - shift]
+            valid = scored[:, shift:] & mask[:, : t - shift]
             greedy = (f[:, shift:].to(torch.bfloat16) @ w_full.T).argmax(-1)
             mine = d2t[(g.to(torch.bfloat16) @ w_sub.T).argmax(-1)]
             hits[s] += int(((mine == greedy) & valid).sum())
@@ -283,6 +290,7 @@ def evaluate(head, teacher: Teacher, dev: list, w_sub, d2t) -> dict:
     return {"top1_step1": hits[0] / max(total[0], 1), "top1_step2": hits[1] / max(total[1], 1)}
 
 
+METRIC = "reply-only"  # what the dev top-1 scores (see `collate`)
 PAIRS = {"smollm2-135m": dict(records=smollm2_records, draft_vocab=8192),
          "shakespeare": dict(records=shakespeare_records, draft_vocab=None)}
 
@@ -326,6 +334,8 @@ def train(args) -> None:
         head.load_state_dict(ck["head"])
         opt.load_state_dict(ck["opt"])
         step, history, best = ck["step"], ck["history"], ck["best"]
+        if ck.get("metric") != METRIC:  # an older checkpoint scored prompt tokens too: its best is not comparable
+            best = -1.0
     w_sub = teacher.lm_w[d2t].to(torch.bfloat16)
     coverage = float(np.isin(np.concatenate([i[p:] for i, p in dev]), d2t.numpy()).mean())
     print(f"{args.pair}: {len(train_recs)} train records ({sum(len(r[0]) for r in train_recs):,} tokens), "
@@ -339,17 +349,17 @@ def train(args) -> None:
     def save_ckpt():
         tmp = ckpt_path.with_suffix(".tmp")
         torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "history": history,
-                    "best": best, "d2t": d2t}, tmp)
+                    "best": best, "d2t": d2t, "metric": METRIC}, tmp)
         tmp.rename(ckpt_path)
 
     while step < args.steps and time.time() < deadline:
         for idx in batches(train_recs, args.batch, rng):
             if step >= args.steps or time.time() >= deadline:
                 break
-            ids, mask = collate(train_recs, idx)
+            ids, mask, scored = collate(train_recs, idx)
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, args.steps, args.lr)
-            loss, stats = head_losses(head, teacher, ids, mask, w_sub)
+            loss, stats = head_losses(head, teacher, ids, mask, scored, w_sub)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
@@ -362,7 +372,7 @@ def train(args) -> None:
                 ev = evaluate(head, teacher, dev, w_sub, d2t)
                 row = {"step": step, "minutes": round((time.time() - t_start) / 60, 2), "loss": round(loss.item(), 4),
                        "train_top1_step1": round(agree[0][0] / max(agree[0][1], 1), 4),
-                       "train_top1_step2": round(agree[1][0] / max(agree[1][1], 1), 4)} | {
+                       "train_top1_step2": round(agree[1][0] / max(agree[1][1], 1), 4), "scored": METRIC} | {
                     k: round(v, 4) for k, v in ev.items()}
                 agree = [[0, 0], [0, 0]]
                 history.append(row)

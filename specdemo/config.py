@@ -179,17 +179,26 @@ class Limits:
     time_limit_s: int = 120  # SPECDEMO_TIME_LIMIT_S (per request)
     allow_custom: bool = True  # SPECDEMO_ALLOW_CUSTOM (custom hub ids)
     allow_local: bool = False  # SPECDEMO_ALLOW_LOCAL (custom ids may also be folders on the server's disk)
-    max_params_m: int = 3000  # SPECDEMO_MAX_PARAMS_M (millions of parameters per custom model)
+    max_params_m: int = 500  # SPECDEMO_MAX_PARAMS_M (millions of parameters per custom model)
+    MIN_CUSTOM_M = 124  # below a cap of gpt2's size, custom ids are off unless SPECDEMO_ALLOW_CUSTOM=1
 
     @classmethod
     def from_env(cls) -> Limits:
+        """The limits from the environment. Unset, the custom-model cap follows the device's memory
+        (devices.default_max_params_m), and custom ids are on only where that cap fits at least gpt2; a cap the
+        operator sets leaves them on unless SPECDEMO_ALLOW_CUSTOM=0."""
+        from .devices import default_max_params_m
+
+        set_cap = env_int("SPECDEMO_MAX_PARAMS_M", 0)
+        cap = set_cap or default_max_params_m()
+        custom_default = 1 if set_cap else int(cap >= cls.MIN_CUSTOM_M)  # an operator's cap is their choice
         return cls(
             max_new_tokens=env_int("SPECDEMO_MAX_NEW_TOKENS", cls.max_new_tokens),
             max_prompt_chars=env_int("SPECDEMO_MAX_PROMPT_CHARS", cls.max_prompt_chars),
             max_k=env_int("SPECDEMO_MAX_K", cls.max_k),
             max_samples=env_int("SPECDEMO_MAX_SAMPLES", cls.max_samples),
             time_limit_s=env_int("SPECDEMO_TIME_LIMIT_S", cls.time_limit_s),
-            allow_custom=env_int("SPECDEMO_ALLOW_CUSTOM", 1) != 0,
+            allow_custom=env_int("SPECDEMO_ALLOW_CUSTOM", custom_default) != 0,
             allow_local=env_int("SPECDEMO_ALLOW_LOCAL", 0) != 0,
-            max_params_m=env_int("SPECDEMO_MAX_PARAMS_M", cls.max_params_m),
+            max_params_m=cap,
         )

@@ -7,6 +7,7 @@ loads nothing: models.py asks it before it loads.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -103,3 +104,33 @@ def requested_dtype(role: str, explicit=None, both=None) -> torch.dtype | None:
             return dt
     return None
 
+
+
+@functools.lru_cache(maxsize=8)
+def memory_bytes(device: torch.device) -> int:
+    """The memory models on `device` can use: a GPU's own memory; on the CPU the machine's RAM, or the container's
+    cgroup limit where that is lower (a Space's 16 GB, not its host's)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(limit).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
+def default_max_params_m(device: torch.device | None = None) -> int:
+    """The largest custom model a visitor may load when SPECDEMO_MAX_PARAMS_M is not set, in millions of parameters:
+    the LRU's SPECDEMO_MAX_PAIRS pairs of two models that size must fit in half the device's memory, at 2 bytes a
+    parameter on a GPU and 4 on a CPU (where weights may pass through float32 while they load). A 16 GB CPU Space
+    gets 500 M; an 80 GB GPU 10,000 M."""
+    from .config import env_int
+
+    device = device or pick_device()
+    per_param = 2 if device.type in ("cuda", "mps") else 4
+    pairs = max(1, env_int("SPECDEMO_MAX_PAIRS", 2))
+    return int(memory_bytes(device) * 0.5 / (per_param * 2 * pairs) / 1e6)

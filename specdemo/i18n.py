@@ -147,6 +147,7 @@ EN: dict[str, str] = {
     "stats.per_call": "tokens per target call",
     "stats.base_tps": "baseline tokens/s",
     "stats.speedup": "measured speedup",
+    "stats.not_measured": "speedup not measured: the time limit ended the run before the target-only baseline",
     "stats.lossy": "Lossy run: lenience b < 1, so the output does not follow the target.",
     "status.speculative": "running speculative...",
     "status.baseline": "running the target-only baseline: {n} tokens",
@@ -335,6 +336,8 @@ EN: dict[str, str] = {
     "chart.strategy_race": "Strategy race: tokens generated over time",
     "warn.race_time_limit": "The race stopped at this server's time limit ({s} s).",
     "field.ngram": "Lookup n-gram size",
+    "ui.ngram": "Lookup n-gram size",
+    "ui.ngram_info": "prompt lookup finds the last n tokens (or fewer) earlier in the text and copies what followed them",
     "err.strategy": "Strategy must be one of {choices}, got {value}.",
 }
 
@@ -448,6 +451,7 @@ ZH: dict[str, str] = {
     "stats.per_call": "每次调用目标模型得到的 token 数",
     "stats.base_tps": "基线 token/s",
     "stats.speedup": "实测加速比",
+    "stats.not_measured": "未测加速比：运行在只用目标模型的基线开始前已到时间上限",
     "stats.lossy": "有损运行：宽松系数 b < 1，输出不服从目标模型的分布。",
     "status.speculative": "投机采样运行中…",
     "status.baseline": "只用目标模型的基线运行中：已生成 {n} 个 token",
@@ -607,6 +611,8 @@ ZH: dict[str, str] = {
     "chart.strategy_race": "策略赛跑：生成的 token 数随时间的变化",
     "warn.race_time_limit": "已到本服务器的时间上限（{s} 秒），赛跑已停止。",
     "field.ngram": "查找的 n-gram 长度",
+    "ui.ngram": "查找的 n-gram 长度",
+    "ui.ngram_info": "提示查找：在前文中找到最后 n 个（或更少）token，复制它们后面的内容",
     "err.strategy": "起草策略只能是 {choices} 之一，收到的是 {value}。",
 }
 

@@ -405,7 +405,8 @@ def attach_head(pair: ModelPair, folder: Path) -> None:
 
 
 _CACHE: OrderedDict[tuple, ModelPair] = OrderedDict()
-_CACHE_LOCK = threading.Lock()
+_CACHE_LOCK = threading.Lock()  # guards _CACHE and _LOADING, never held while loading
+_LOADING: dict[tuple, threading.Lock] = {}  # a lock per pair being loaded
 
 
 def _fresh_locks_after_fork() -> None:
@@ -413,6 +414,7 @@ def _fresh_locks_after_fork() -> None:
     at the fork would stay held forever. Give the child unheld locks."""
     global _CACHE_LOCK, _DEVICE_LOCKS_GUARD
     _CACHE_LOCK = threading.Lock()
+    _LOADING.clear()
     _DEVICE_LOCKS_GUARD = threading.Lock()
     _DEVICE_LOCKS.clear()  # every ModelPair asks for its device's lock afresh (ModelPair.lock)
 
@@ -430,16 +432,30 @@ def load_pair(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None =
     _, draft_id, target_id = resolve(pair)
     want = (requested_dtype("draft", draft_dtype, dtype), requested_dtype("target", target_dtype, dtype))
     key = (draft_id, target_id, str(pick_device(device)), *want)
-    with _CACHE_LOCK:
+    with _CACHE_LOCK:  # held only to look up: a download or a load never stalls other sessions' cached pairs
         if key in _CACHE:
             _CACHE.move_to_end(key)
             return _CACHE[key]
-        loaded = load_pair_uncached(pair, device, draft_dtype=want[0], target_dtype=want[1])
-        _CACHE[key] = loaded
-        while len(_CACHE) > max(1, env_int("SPECDEMO_MAX_PAIRS", 2)):
-            _CACHE.popitem(last=False)
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-        return loaded
+        loading = _LOADING.setdefault(key, threading.Lock())
+    with loading:  # one load per pair: a second session asking for the same pair waits for it, then finds it
+        with _CACHE_LOCK:
+            if key in _CACHE:
+                _CACHE.move_to_end(key)
+                return _CACHE[key]
+        try:
+            loaded = load_pair_uncached(pair, device, draft_dtype=want[0], target_dtype=want[1])
+        finally:
+            with _CACHE_LOCK:
+                _LOADING.pop(key, None)
+        with _CACHE_LOCK:
+            _CACHE[key] = loaded
+            evicted = 0
+            while len(_CACHE) > max(1, env_int("SPECDEMO_MAX_PAIRS", 2)):
+                _CACHE.popitem(last=False)
+                evicted += 1
+    if evicted:
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return loaded
 

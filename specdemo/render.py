@@ -232,6 +232,8 @@ def stats_html(spec: Trace | None, base: Trace | None = None, running: str = "",
         if spec is not None and spec.rounds and bm["tokens_per_s"] > 0:
             cards.append(card(f"{spec.metrics()['tokens_per_s'] / bm['tokens_per_s']:.2f}\u00d7",
                               tr("stats.speedup", lang)))
+    elif spec is not None and spec.settings.get("baseline") == "not measured":  # runs.run_stream: the time limit
+        cards.append(card("\u2014", tr("stats.not_measured", lang)))
     note = ""
     if spec is not None and spec.metrics()["lossy"]:
         note = f'<div class="sd-lossy">{esc(tr("stats.lossy", lang))}</div>'

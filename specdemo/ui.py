@@ -1,17 +1,25 @@
 """The Gradio Blocks: layout and event wiring only.
 
 Owns where every component sits and which handler each event calls (handlers.py), with the queue's concurrency
-settings. It computes nothing: HTML comes from render.py, figures from plots.py, runs from the engine.
+settings. It computes nothing: HTML comes from render.py, figures from plots.py, runs from runs.py. Handlers name
+the outputs they update; `named` maps those names to the components registered here under the same names.
+
+Adding a control: create it in `build_demo` as `c["name"]`; add its name to GENERATE_INPUTS (or to the inputs of
+the events that read it) and a parameter of the same meaning to the handler, after the existing ones, with a
+default; put its label (and info) under `ui.<name>` in both catalogues of i18n.py, and its field name under
+`field.<name>` if validation.py checks it.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 
 import gradio as gr
 
-from . import handlers, i18n, plots, render
-from .config import DEFAULT_PRESET, PRESETS, Limits, env_int
+from . import handlers, i18n, plots, render, views
+from .config import DEFAULT_PRESET, NGRAM_RANGE, PRESETS, Limits, env_int
 
 # Delegated click: any element with data-round inside the component selects that round (film strip rows, tokens).
 CLICK_JS = """
@@ -88,7 +96,30 @@ DOWNLOAD_JS = """
 """
 
 GENERATE_INPUTS = ("pair", "draft", "target", "prompt", "k", "temperature", "top_k", "top_p", "max_new", "seed",
-                   "baseline", "lenience", "chat", "strategy")
+                   "baseline", "lenience", "chat", "strategy")  # then lang, presenter and ngram (generate_ui's order)
+
+
+def named(fn, names: tuple[str, ...]):
+    """`fn` returns (or yields) {output name: value}; gradio takes one value per output, in order. A name left out
+    is left as it is on the page (gr.skip())."""
+
+    def order(out: dict):
+        unknown = set(out) - set(names)
+        assert not unknown, f"{fn.__name__} updates outputs it was not wired to: {sorted(unknown)}"
+        values = [out.get(name, gr.skip()) for name in names]
+        return values[0] if len(values) == 1 else values
+
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def stream(*args, **kwargs):
+            for out in fn(*args, **kwargs):
+                yield order(out)
+        return stream
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        return order(fn(*args, **kwargs))
+    return call
 
 
 def build_demo() -> gr.Blocks:
@@ -97,7 +128,7 @@ def build_demo() -> gr.Blocks:
     L = i18n.label
     with gr.Blocks(title=i18n.EN["app.title"], delete_cache=(3600, 3600)) as demo:
         state = gr.State(None)
-        sweep_state, dist_state, pair_state = gr.State(None), gr.State(None), gr.State(None)
+        sweep_state, dist_state, race_state, pair_state = gr.State(None), gr.State(None), gr.State(None), gr.State(None)
         with gr.Column(elem_id="sd-app") as app_col:  # presenter mode sets a class here (render.CSS)
             with gr.Row(equal_height=False):
                 with gr.Column(scale=5):
@@ -124,17 +155,19 @@ def build_demo() -> gr.Blocks:
                     examples = gr.Dataset(components=[c["prompt"]], samples=[[e] for e in preset.examples],
                                           label=L("ui.examples"))
                     with gr.Group(elem_id="sd-drafting"):  # K and who drafts, side by side in one box
-                        c["k"] = gr.Slider(1, limits.max_k, value=4, step=1, label=L("ui.k"))
+                        c["k"] = gr.Slider(1, limits.max_k, value=4, step=1, label=L("ui.k"), elem_id="sd-k")
                         c["strategy"] = gr.Radio(
-                            handlers.strategy_choices(DEFAULT_PRESET), value="fixed", label=L("ui.strategy"),
+                            views.strategy_choices(DEFAULT_PRESET), value="fixed", label=L("ui.strategy"),
                             info=L("ui.strategy_info"), elem_id="sd-strategy")
+                        c["ngram"] = gr.Slider(*NGRAM_RANGE, value=3, step=1, label=L("ui.ngram"),
+                                               info=L("ui.ngram_info"), visible=False, elem_id="sd-ngram")
                     c["temperature"] = gr.Slider(0, 2, value=0.8, step=0.05, label=L("ui.temperature"))
                     with gr.Row():
                         c["top_k"] = gr.Number(0, label=L("ui.top_k"), precision=0, minimum=0)
                         c["top_p"] = gr.Slider(0.01, 1, value=1, step=0.01, label=L("ui.top_p"))
                     with gr.Row():
                         c["max_new"] = gr.Slider(1, limits.max_new_tokens, value=min(128, limits.max_new_tokens), step=1,
-                                                 label=L("ui.max_new"))
+                                                 label=L("ui.max_new"), elem_id="sd-max-new")
                         c["seed"] = gr.Number(0, label=L("ui.seed"), precision=0, minimum=0)
                     c["baseline"] = gr.Checkbox(True, label=L("ui.baseline"))
                     with gr.Accordion(L("ui.lenience_box"), open=False):
@@ -194,50 +227,68 @@ def build_demo() -> gr.Blocks:
                             download_btn = gr.Button(L("ui.download"), size="sm", elem_id="sd-download")
                             trace_json = gr.JSON(label=L("ui.trace"), open=False)
 
-        view = [lang, presenter]  # every UI handler's last two inputs
-        inputs = [c[name] for name in GENERATE_INPUTS] + view
-        outputs = [tokens, stats, film, race, acc_round, hist, by_pos, theory, trace_json, state, round_sl]
-        run_args = dict(fn=handlers.generate_ui, inputs=inputs, outputs=outputs, concurrency_id="models",
+        o = dict(tokens=tokens, stats=stats, film=film, race=race, acc_round=acc_round, hist=hist, by_pos=by_pos,
+                 theory=theory, trace_json=trace_json, state=state, round_sl=round_sl, pos_sl=pos_sl,
+                 insp_plot=insp_plot, insp_reason=insp_reason, step_tokens=step_tokens, step_caption=step_caption,
+                 sweep_plot=sweep_plot, sweep_md=sweep_md, sweep_state=sweep_state, race_plot=race_plot,
+                 race_md=race_md, race_state=race_state, dist_plot=dist_plot, dist_md=dist_md, dist_state=dist_state,
+                 pair_status=pair_status, custom_box=custom_box, examples=examples, chat=c["chat"],
+                 pair_state=pair_state, legend=legend, keys=keys, tabs=tabs, tab_film=tab_film,
+                 tab_charts=tab_charts, tab_sweep=tab_sweep, tab_race=tab_race, tab_dist=tab_dist, tab_step=tab_step,
+                 tab_export=tab_export)
+
+        def wire(fn, names):
+            """The handler, adapted to its outputs by name, and the components of those names."""
+            return dict(fn=named(fn, names), outputs=[o[name] for name in names])
+
+        view = [lang, presenter]  # every UI handler's view inputs
+        inputs = [c[name] for name in GENERATE_INPUTS] + view + [c["ngram"]]
+        run_args = dict(**wire(handlers.generate_ui, handlers.RUN_OUTPUTS), inputs=inputs, concurrency_id="models",
                         api_visibility="undocumented", show_progress="minimal")
         gen_click = go_btn.click(api_name="generate_stream", **run_args)
         gen_submit = c["prompt"].submit(api_name=False, **run_args)
         for event in (gen_click, gen_submit):
-            event.success(handlers.select_round, [state, round_sl] + view, [pos_sl, insp_plot, insp_reason],
+            event.success(**wire(handlers.select_round, handlers.INSPECT_OUTPUTS), inputs=[state, round_sl] + view,
                           api_visibility="private")
+        c["strategy"].change(lambda s: gr.update(visible=s == "lookup"), c["strategy"], c["ngram"],
+                             api_visibility="private", queue=False, show_progress="hidden")
 
         common = [c["pair"], c["draft"], c["target"], c["prompt"]]
         sweep_event = sweep_btn.click(
-            handlers.k_sweep_ui, common + [c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"], k_from,
-                                           k_to, c["chat"]] + view,
-            [sweep_plot, sweep_md, sweep_state], api_name="k_sweep", concurrency_id="models")
+            **wire(handlers.k_sweep_ui, handlers.SWEEP_OUTPUTS),
+            inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"], k_from, k_to,
+                             c["chat"]] + view, api_name="k_sweep", concurrency_id="models")
         dist_event = dist_btn.click(
-            handlers.distribution_ui, common + [c["temperature"], c["top_k"], c["top_p"], c["lenience"], n_samples,
-                                                c["seed"], c["chat"]] + view,
-            [dist_plot, dist_md, dist_state], api_name="distribution_check", concurrency_id="models")
+            **wire(handlers.distribution_ui, handlers.DIST_OUTPUTS),
+            inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["lenience"], n_samples, c["seed"],
+                             c["chat"]] + view, api_name="distribution_check", concurrency_id="models")
         race_event = race_btn.click(
-            handlers.strategy_race_ui, common + [c["k"], c["temperature"], c["top_k"], c["top_p"], c["max_new"],
-                                                 c["seed"], c["chat"]] + view,
-            [race_plot, race_md], api_name="strategy_race", concurrency_id="models")
+            **wire(handlers.strategy_race_ui, handlers.RACE_OUTPUTS),
+            inputs=common + [c["k"], c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"],
+                             c["chat"]] + view, api_name="strategy_race", concurrency_id="models")
         stop_btn.click(None, None, None, cancels=[gen_click, gen_submit, sweep_event, dist_event, race_event])
-        download_btn.click(None, [trace_json], None, js=DOWNLOAD_JS, api_visibility="private")
+        download_btn.click(**wire(handlers.trace_of, ("trace_json",)), inputs=[state], api_visibility="private",
+                           queue=False).then(None, [trace_json], None, js=DOWNLOAD_JS, api_visibility="private")
 
-        round_sl.change(handlers.select_round, [state, round_sl] + view, [pos_sl, insp_plot, insp_reason],
+        round_sl.change(**wire(handlers.select_round, handlers.INSPECT_OUTPUTS), inputs=[state, round_sl] + view,
                         api_visibility="private")
-        pos_sl.release(handlers.inspect_round, [state, round_sl, pos_sl] + view, [insp_plot, insp_reason],
-                       api_visibility="private")
-        film.click(handlers.film_click, [state, lang], [round_sl, film], api_visibility="private")
-        tokens.click(handlers.film_click, [state, lang], [round_sl, film], api_visibility="private")
+        pos_sl.release(**wire(handlers.inspect_round, handlers.INSPECT_OUTPUTS[1:]),
+                       inputs=[state, round_sl, pos_sl] + view, api_visibility="private")
+        for clickable in (film, tokens):
+            clickable.click(**wire(handlers.film_click, ("round_sl", "film")), inputs=[state, lang],
+                            api_visibility="private")
 
         # one step at a time, in order, so that quick presses each read the cursor the previous one wrote
         step = dict(api_visibility="private", concurrency_id="step", concurrency_limit=1, trigger_mode="multiple")
         for btn, direction in ((reset_btn, 0), (prev_btn, -1), (next_btn, 1)):
-            btn.click(lambda s, lg, d=direction: handlers.step_round(s, d, lg), [state, lang],
-                      [state, step_tokens, step_caption], **step)
-        keys.click(handlers.step_key, [state, lang], [state, step_tokens, step_caption, tabs], **step)
+            btn.click(**wire(lambda s, lg, d=direction: handlers.step_round(s, d, lg), handlers.STEP_OUTPUTS),
+                      inputs=[state, lang], **step)
+        keys.click(**wire(handlers.step_key, handlers.STEP_OUTPUTS + ("tabs",)), inputs=[state, lang], **step)
 
-        pair_change = dict(fn=handlers.change_pair, inputs=[c["pair"], c["draft"], c["target"], lang],
-                           outputs=[pair_status, custom_box, examples, c["chat"], pair_state],
-                           api_visibility="private", concurrency_id="models")
+        # a pair change loads models, but never waits behind (or holds up) the model runs: its own queue group
+        pair_change = dict(**wire(handlers.change_pair, handlers.PAIR_OUTPUTS),
+                           inputs=[c["pair"], c["draft"], c["target"], lang], api_visibility="private",
+                           concurrency_id="pairs", concurrency_limit=env_int("SPECDEMO_CONCURRENCY", 4))
         c["pair"].change(**pair_change)
         c["pair"].change(handlers.update_strategies, [c["pair"], c["strategy"]], c["strategy"],
                          api_visibility="private", queue=False)
@@ -249,19 +300,16 @@ def build_demo() -> gr.Blocks:
         browser_lang = gr.Textbox(visible=False)  # carries navigator.language from DETECT_JS to initial_lang
         demo.load(handlers.initial_lang, [browser_lang], [lang], js=DETECT_JS, api_visibility="private").then(
             **pair_change)
-        redraw_outputs = [legend, keys, tokens, stats, film, race, acc_round, hist, by_pos, theory, insp_plot,
-                          insp_reason, step_tokens, step_caption, sweep_plot, sweep_md, dist_plot, dist_md,
-                          pair_status]
-        redraw_inputs = view + [state, round_sl, pos_sl, sweep_state, dist_state, pair_state]
+        redraw_inputs = view + [state, round_sl, pos_sl, sweep_state, dist_state, race_state, pair_state]
         lang.change(None, [lang], None, js=LOCALE_JS)
         presenter.change(handlers.presenter_layout, [presenter], [app_col], api_visibility="private",
                          show_progress="hidden")
         for switch in (lang, presenter):
-            switch.change(handlers.redraw, redraw_inputs, redraw_outputs, api_visibility="private",
-                          show_progress="hidden")
+            switch.change(**wire(handlers.redraw, handlers.REDRAW_OUTPUTS), inputs=redraw_inputs,
+                          api_visibility="private", show_progress="hidden")
         # gradio re-translates only the open tab's label on a locale change, so the server sends all of them
-        lang.change(handlers.tab_labels, [lang], [tab_film, tab_charts, tab_sweep, tab_race, tab_dist, tab_step, tab_export],
-                    api_visibility="private", show_progress="hidden")
+        lang.change(**wire(handlers.tab_labels, handlers.TAB_OUTPUTS), inputs=[lang], api_visibility="private",
+                    show_progress="hidden")
 
         gr.api(handlers.generate_api, api_name="generate", concurrency_id="models")
 

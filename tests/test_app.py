@@ -75,8 +75,9 @@ def test_strategy_race_times_every_strategy_and_keeps_the_text_at_t0(client):
     parted them."""
     job = client.submit("shakespeare", "", "", "ROMEO:\nO, she doth teach the torches to burn bright!\nROMEO:\n", 3,
                         0.0, 0, 1.0, 48, 0, None, "en", False, api_name="/strategy_race")
-    fig, table = job.result()
-    assert len(job.outputs()) == 5, "one update after each run"
+    fig, table = job.result()[:2]
+    tables = {out[1] for out in job.outputs() if isinstance(out[1], str) and out[1]}
+    assert len(tables) == 5, "one new table after each run"
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
     names = ["target only", "fixed K = 3", "adaptive", "prompt lookup", "EAGLE head = 3"]
     assert [r.split("|")[1].strip() for r in rows] == names
@@ -88,7 +89,7 @@ def test_strategy_race_times_every_strategy_and_keeps_the_text_at_t0(client):
 
 
 def test_stream_endpoint_streams_rounds(client):
-    job = client.submit("shakespeare", "", "", "JULIET:\n", 4, 0.8, 0, 1.0, 40, 1, False, 1.0, None, "fixed", "en", False,
+    job = client.submit("shakespeare", "", "", "JULIET:\n", 4, 0.8, 0, 1.0, 40, 1, False, 1.0, None, "fixed", "en", False, 3,
                         api_name="/generate_stream")
     final = job.result()
     updates = job.outputs()
@@ -102,7 +103,7 @@ def test_stream_endpoint_streams_rounds(client):
 
 @pytest.mark.parametrize("lang,message", [("zh-CN", "提示词是空的"), ("en", "The prompt is empty")])
 def test_the_pages_errors_come_in_its_language(client, lang, message):
-    job = client.submit("shakespeare", "", "", "  ", 4, 0.8, 0, 1.0, 8, 0, False, 1.0, None, "fixed", lang, False,
+    job = client.submit("shakespeare", "", "", "  ", 4, 0.8, 0, 1.0, 8, 0, False, 1.0, None, "fixed", lang, False, 3,
                         api_name="/generate_stream")
     with pytest.raises(Exception) as info:
         job.result()
@@ -180,7 +181,7 @@ def test_cancel_stops_a_long_run_and_the_next_run_is_correct(client, pair):
     from specdemo.models import load_pair
 
     loaded = load_pair("shakespeare")
-    job = client.submit("shakespeare", "", "", "ROMEO:\n", 2, 1.0, 0, 1.0, 256, 0, True, 1.0, None, "lookup", "en", False,
+    job = client.submit("shakespeare", "", "", "ROMEO:\n", 2, 1.0, 0, 1.0, 256, 0, True, 1.0, None, "lookup", "en", False, 3,
                         api_name="/generate_stream")
     t0 = time.monotonic()
     while len(job.outputs()) < 2:
@@ -241,3 +242,33 @@ def test_local_custom_paths_load_only_when_the_operator_allows_them(client, monk
     with pytest.raises(Exception, match="no such folder") as info:
         gen(client, pair="custom", draft="/no/such/model", target="/no/such/other")
     assert "/no/such" not in str(info.value)  # named local:model, not by its path
+
+
+def test_a_second_session_is_answered_while_the_race_runs_and_stop_ends_the_race(app_url):
+    """Experiments take the device lock one round at a time (runs.py): while one session races the strategies on the
+    SmolLM2 pair, a second session's short run on the Shakespeare pair is answered before the race ends, and a
+    cancel (the page's Stop) ends the race between two rounds. Asserts the order of events, not a time."""
+    from specdemo.models import load_pair
+
+    racer = Client(app_url, verbose=False)
+    race = racer.submit("smollm2-135m", "", "", "Give me three tips for a good night's sleep.", 4, 0.0, 0, 1.0, 96,
+                        0, None, "en", False, api_name="/strategy_race")
+    t0 = time.monotonic()
+    while len(race.outputs()) < 3:  # the race has loaded its pair and is running rounds
+        assert time.monotonic() - t0 < 300 and not race.done(), "the race never started"
+        time.sleep(0.05)
+    out = gen(Client(app_url, verbose=False), max_new_tokens=8, seed=5)
+    assert out["speculative"]["metrics"]["new_tokens"] == 8
+    assert not race.done(), "the second session was answered only after the whole race"
+    race.cancel()
+    lock = load_pair("shakespeare").lock  # one lock per device, shared by every pair on it
+    t0 = time.monotonic()
+    while lock.locked() and time.monotonic() - t0 < 5:
+        time.sleep(0.01)
+    time.sleep(0.5)
+    busy = []
+    for _ in range(300):  # 1.5 s: a race still running would take the device lock for its rounds
+        busy.append(lock.locked())
+        time.sleep(0.005)
+    assert not any(busy), "the cancelled race kept running"
+    assert gen(Client(app_url, verbose=False), max_new_tokens=4)["speculative"]["metrics"]["new_tokens"] == 4

@@ -249,3 +249,65 @@ def test_presenter_mode_enlarges_tokens_captions_and_charts(page):
     page.locator("#sd-presenter input").uncheck()
     page.wait_for_function("!document.querySelector('#sd-app').classList.contains('sd-present')")
     assert font_px(page, "#sd-token-view .sd-tokens") == before["#sd-token-view .sd-tokens"]
+
+
+# ------------------------------------------------------------------------------------ experiments, Stop, controls
+def set_slider(page, elem_id: str, value: int) -> None:
+    box = page.locator(f"#{elem_id} input[type=number]")
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def race_rows(page) -> list[str]:
+    return [r for r in page.inner_text("#sd-race-table").splitlines() if r.strip()]
+
+
+def test_the_race_is_redrawn_in_chinese_without_a_rerun(page):
+    page.get_by_role("tab", name="Strategy race").click()
+    set_slider(page, "sd-max-new", 48)
+    page.click("#sd-race-run")
+    page.wait_for_function("document.querySelector('#sd-race-table').innerText.includes('EAGLE head')", timeout=120000)
+    english = page.inner_text("#sd-race-table")
+    numbers = re.findall(r"\d+\.\d+x", english)
+    assert "target only" in english and "prompt lookup" in english and len(numbers) == 5, english
+    assert "Tokens over time" in page.inner_text("#sd-race-plot") or "target only" in page.inner_text("#sd-race-plot")
+    page.get_by_text("简体中文", exact=True).click()
+    page.wait_for_function("document.querySelector('#sd-race-table').innerText.includes('仅目标模型')")
+    chinese = page.inner_text("#sd-race-table")
+    assert "与仅目标模型的输出相同" in chinese and "prompt lookup" not in chinese
+    assert re.findall(r"\d+\.\d+x", chinese) == numbers, "the same race, redrawn, not run again"
+    assert "仅目标模型" in page.inner_text("#sd-race-plot") and "target only" not in page.inner_text("#sd-race-plot")
+
+
+def test_the_ngram_control_shows_for_prompt_lookup_only(page):
+    assert not page.locator("#sd-ngram").is_visible()
+    page.locator("#sd-strategy").get_by_text("prompt lookup").click()
+    page.wait_for_selector("#sd-ngram", state="visible")
+    assert "Lookup n-gram size" in page.inner_text("#sd-ngram")
+    page.get_by_text("简体中文", exact=True).click()
+    page.wait_for_function("document.querySelector('#sd-ngram').innerText.includes('查找的 n-gram 长度')")
+    page.locator("#sd-strategy").get_by_text("固定 K").click()
+    page.wait_for_selector("#sd-ngram", state="hidden")
+
+
+def test_stop_mid_run_leaves_the_inspector_and_step_through_on_the_stopped_run(page):
+    generate(page, "JULIET:\n")  # a finished run first: what must not stay behind
+    set_slider(page, "sd-max-new", 256)
+    set_slider(page, "sd-k", 1)
+    set_prompt(page, "ROMEO:\n")
+    page.click("#sd-generate")
+    page.wait_for_function("document.querySelector('#sd-token-view').innerText.startsWith('ROMEO')"
+                           " && document.querySelectorAll('#sd-token-view .sd-tok').length > 4", timeout=60000)
+    page.click("#sd-stop")
+    page.wait_for_timeout(1500)
+    assert "done" not in page.inner_text("#sd-stats"), "the run ended before Stop: nothing was tested"
+    n_rounds = page.locator("#sd-film .sd-row").count()
+    assert n_rounds >= 2
+    reason = page.inner_text("#sd-reason")
+    page.locator("#sd-film .sd-row").first.click()  # round 1 of what is on screen, opened by hand
+    page.wait_for_timeout(800)
+    assert page.inner_text("#sd-reason") == reason, "the inspector showed another run than the film strip"
+    page.get_by_role("tab", name="Step through").click()
+    page.click("#sd-next-round")
+    wait_caption(page, f"Round 1 of {n_rounds}")
+    assert page.inner_text("#sd-step-tokens").startswith("ROMEO")

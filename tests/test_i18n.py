@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specdemo import SamplingConfig, SpecConfig, handlers, i18n, plots, render, speculative_generate
+from specdemo import SamplingConfig, SpecConfig, handlers, i18n, plots, render, speculative_generate, views
 from specdemo.i18n import EN, ZH, Msg, tr
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,7 +149,7 @@ def test_step_captions_in_both_languages(run):
 
 def test_figures_follow_the_language_and_presenter_mode(run, pair):
     base = None
-    figs = handlers.charts(run, base, "zh-CN", presenter=False) + (
+    figs = tuple(views.charts(run, base, "zh-CN", presenter=False).values()) + (
         plots.inspector(run.rounds[0], 1, lang="zh-CN"), plots.inspector_empty("zh-CN"),
         plots.k_sweep([{"k": 1, "speedup": 1.2}], 0.8, 0.1, "zh-CN"),
         plots.distribution(["a", ""], [0.5, 0.5], [0.4, 0.6], [0.3, 0.7], 100, "zh-CN"))
@@ -159,8 +159,8 @@ def test_figures_follow_the_language_and_presenter_mode(run, pair):
         assert CJK.search(fig.layout.title.text), fig.layout.title.text
         english = [t for t in texts if t and re.search(r"\b(tokens|round|accepted|speedup|probability|draft)\b", t)]
         assert english == [], english
-    big = handlers.charts(run, base, "en", presenter=True)
-    small = handlers.charts(run, base, "en", presenter=False)
+    big = views.charts(run, base, "en", presenter=True).values()
+    small = views.charts(run, base, "en", presenter=False).values()
     for b, s in zip(big, small, strict=True):
         assert b.layout.font.size > s.layout.font.size and b.layout.height > s.layout.height
 
@@ -173,19 +173,19 @@ def test_redraw_keeps_a_run_and_switches_everything(run):
             "tv_ref": 0.0, "tv_pq": 0.0}
     desc = {"draft": "d", "target": "t", "draft_parameters": 1e6, "target_parameters": 1e7, "device": "cpu",
             "dtype": "float32", "context_window": 512}
-    out = handlers.redraw("zh-CN", True, state, 2, 1, sweep, dist, desc)
-    assert len(out) == 19
-    legend, keys, tokens, stats, film, *rest = out
+    out = handlers.redraw("zh-CN", True, state, 2, 1, sweep, dist, None, desc)
+    assert set(out) == set(handlers.REDRAW_OUTPUTS)
+    legend, keys, tokens, stats, film = (out[k] for k in ("legend", "keys", "tokens", "stats", "film"))
     assert run.rounds[0].tokens[0].text.strip()[:3] in tokens and "p(x) 目标模型" in tokens
     assert "完成" in stats and "第2轮" in film and "被目标模型接受" in legend
-    insp_reason, step_tokens, step_caption = rest[6], rest[7], rest[8]
-    assert "第 2 轮" in rest[5].layout.title.text and CJK.search(insp_reason)
+    insp_reason, step_tokens, step_caption = out["insp_reason"], out["step_tokens"], out["step_caption"]
+    assert "第 2 轮" in out["insp_plot"].layout.title.text and CJK.search(insp_reason)
     assert step_caption.startswith("第 2 轮（共") and 'class="sd-tok' in step_tokens
-    assert rest[10].startswith("基线 70.0 token/s") and "| K | token/s | 加速比 |" in rest[10]
-    assert "有损" in rest[12] and rest[13].startswith("**已加载**")
-    empty = handlers.redraw("en", False, None, 1, 1, None, None, None)
-    assert "Rounds appear here" in empty[4] and empty[-1] is not None  # pair status skipped, not blanked
-    assert "Generate first" in empty[13]
+    assert out["sweep_md"].startswith("基线 70.0 token/s") and "| K | token/s | 加速比 |" in out["sweep_md"]
+    assert "有损" in out["dist_md"] and out["pair_status"].startswith("**已加载**")
+    empty = handlers.redraw("en", False, None, 1, 1, None, None, None, None)
+    assert "Rounds appear here" in empty["film"] and "pair_status" not in empty  # pair status skipped, not blanked
+    assert "Generate first" in empty["insp_reason"]
 
 
 @pytest.mark.parametrize("kwargs,en,zh", [

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from specdemo.config import EMBEDDED_DRAFT, PRESETS
-from specdemo.handlers import NOT_A_REPO_ID
+from specdemo.validation import NOT_A_REPO_ID
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -136,7 +136,7 @@ def test_a_repo_id_that_names_a_local_folder_is_answered_as_a_hub_miss(client, m
 
 
 def test_repo_ids_pass_the_hub_validator_and_paths_do_not():
-    from specdemo.handlers import is_repo_id
+    from specdemo.validation import is_repo_id
 
     assert all(is_repo_id(i) for i in ("openai-community/gpt2", "HuggingFaceTB/SmolLM2-135M", "Qwen/Qwen2.5-0.5B"))
     assert not any(is_repo_id(i) for i in LOCAL_IDS + ["a//b", "a/b.git", "a--b/c", "/a/b", "a/b "])
