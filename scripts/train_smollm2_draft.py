@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -51,7 +50,6 @@ def load_target(dtype=torch.bfloat16):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from specdemo.models import preset_target
-    from specdemo.weights import save_split
 
     folder = preset_target("smollm2-135m")
     return AutoTokenizer.from_pretrained(folder), AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()

@@ -128,7 +128,8 @@ def cmd_generate(args, pair, sampling) -> int:
 
 def cmd_bench(args, pair, sampling) -> int:
     from . import SpecConfig
-    from .bench import bench_prompts, format_bench, format_strategies, run_bench, run_strategies
+    from .bench import bench_prompts, format_bench, run_bench
+    from .strategies_bench import format_strategies, run_strategies
 
     log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
     if args.strategies:

@@ -28,7 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .i18n import Translatable
+from .devices import pick_dtype
+from .i18n import Msg, Translatable
 
 ARCHITECTURE = "specdemo-eagle"
 FORMAT_VERSION = 1
@@ -313,3 +314,16 @@ def _last_llama_layer(target):
     layer = layers[-1]
     ok = all(hasattr(layer, a) for a in ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm"))
     return layer if ok and hasattr(layer.mlp, "gate_proj") else None
+
+
+def attach_head(pair, folder: Path) -> None:
+    """Load the EAGLE head in `folder` for the pair's target; a missing, damaged or mismatched head leaves the pair
+    without one (its other strategies work) and records why in one sentence."""
+    try:
+        head = load_head(folder, pair.target, pair.tokenizer, torch.float32, pair.device)
+        n_params = sum(p.numel() for p in head.parameters()) + head.lm_rows.numel()
+        dtype = pick_dtype(pair.device, "draft", n_params)
+        pair.head = head.to(dtype) if dtype != torch.float32 else head
+        pair.head_error = None
+    except HeadError as err:
+        pair.head, pair.head_error = None, Msg(err.key, **err.params)

@@ -10,6 +10,7 @@ what is on screen at every yield, so that Stop or an error never leaves the insp
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import gradio as gr
@@ -17,6 +18,7 @@ import torch
 
 from . import i18n, plots, render, runs, views
 from .config import DEFAULT_PRESET, PRESETS, ConfigError, Limits
+from .events import Trace
 from .i18n import Msg, tr
 from .models import ModelLoadError
 from .speculative import PromptError
@@ -80,11 +82,18 @@ def user_errors(fn):
 # ----------------------------------------------------------------------------------------------- the main run
 
 
+def snapshot(trace: Trace | None) -> Trace | None:
+    """The trace as it is now: the run goes on appending to its own lists after this update is sent (and, after a
+    Stop, one round that the page never shows)."""
+    return None if trace is None else dataclasses.replace(trace, rounds=list(trace.rounds), steps=list(trace.steps),
+                                                          settings=dict(trace.settings))
+
+
 def on_screen(spec, base, first: bool, lang=None, presenter=False) -> dict:
     """The run as far as it went, everywhere the page keeps it apart from the text: the state that clicks, the
     step-through, the trace download and redraws read (every update), and with the first update the inspector on
     round 1 and an empty trace view, so that nothing shows the previous run after a Stop or an error."""
-    state = {"spec": spec, "base": base, "cursor": 0}
+    state = {"spec": snapshot(spec), "base": snapshot(base), "cursor": 0}
     n = len(spec.rounds)
     out = {"state": state, "round_sl": gr.update(maximum=max(2, n), interactive=n > 1)}
     if first:

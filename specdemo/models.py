@@ -21,8 +21,7 @@ import torch
 from .config import DEFAULT_PRESET, PRESETS, env_int
 from .devices import DTypeArg, dtype_name, pick_device, pick_dtype, requested_dtype
 from .weights import (INSTALL_HINT, ModelLoadError, checked_folder, display_id, find_packaged_file, hub_offline,
-                      hub_reachable, is_local, join_split_folder, labels, load_error, offline_for, role_name,
-                      save_plain_folder)
+                      hub_reachable, labels, load_error, offline_for, preset_draft, role_name, save_plain_folder)
 from .i18n import Msg, Translatable
 
 
@@ -325,22 +324,6 @@ def resolve(pair: str | tuple[str, str]) -> tuple[str, str, str]:
     return " -> ".join(labels((draft_id, target_id))), draft_id, target_id
 
 
-def preset_draft(name: str) -> str:
-    """Where a preset's draft loads from: its id, or for a folder stored in chunks, the joined copy in the cache."""
-    p = PRESETS[name]
-    if not is_local(p.draft):
-        return p.draft
-    folder = Path(p.draft)
-    if not folder.is_dir():
-        raise ModelLoadError("err.draft_missing", name=repr(name), fallback=repr("shakespeare"))
-    try:
-        return str(join_split_folder(folder))
-    except ModelLoadError:
-        raise
-    except Exception as err:  # a full disk, a read-only cache...: the message must not carry the cache's path
-        raise ModelLoadError("err.draft_prepare", name=repr(name), error=type(err).__name__) from err
-
-
 def preset_target(name: str) -> str:
     """Where a preset's target loads from. A target shipped in a wheel loads from its cached conversion; without
     the wheel, from the hub id if the hub can be reached; otherwise the error says how to install it."""
@@ -384,24 +367,11 @@ def load_pair_uncached(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str
     loaded = ModelPair(name, draft_id, target_id, draft, target, target_tok, vocab, dev, target.dtype, draft_label,
                        target_label, chat=chat, draft_dtype=draft.dtype)
     if name in PRESETS and PRESETS[name].eagle_head:
+        from .eagle import attach_head
+
         attach_head(loaded, Path(PRESETS[name].eagle_head))
     loaded.token_text(0)  # build the token table now, not inside the first request
     return loaded
-
-
-def attach_head(pair: ModelPair, folder: Path) -> None:
-    """Load the EAGLE head in `folder` for the pair's target; a missing, damaged or mismatched head leaves the pair
-    without one (its other strategies work) and records why in one sentence."""
-    from .eagle import HeadError, load_head
-
-    try:
-        head = load_head(folder, pair.target, pair.tokenizer, torch.float32, pair.device)
-        n_params = sum(p.numel() for p in head.parameters()) + head.lm_rows.numel()
-        dtype = pick_dtype(pair.device, "draft", n_params)
-        pair.head = head.to(dtype) if dtype != torch.float32 else head
-        pair.head_error = None
-    except HeadError as err:
-        pair.head, pair.head_error = None, Msg(err.key, **err.params)
 
 
 _CACHE: OrderedDict[tuple, ModelPair] = OrderedDict()

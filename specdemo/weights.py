@@ -297,3 +297,19 @@ def join_split_folder(src: Path) -> Path:
                 shutil.copy(p, tmp / p.name)
 
     return checked_folder(f"{src.name}-{key}", src.name, join)
+
+
+def preset_draft(name: str) -> str:
+    """Where a preset's draft loads from: its id, or for a folder stored in chunks, the joined copy in the cache."""
+    p = PRESETS[name]
+    if not is_local(p.draft):
+        return p.draft
+    folder = Path(p.draft)
+    if not folder.is_dir():
+        raise ModelLoadError("err.draft_missing", name=repr(name), fallback=repr("shakespeare"))
+    try:
+        return str(join_split_folder(folder))
+    except ModelLoadError:
+        raise
+    except Exception as err:  # a full disk, a read-only cache...: the message must not carry the cache's path
+        raise ModelLoadError("err.draft_prepare", name=repr(name), error=type(err).__name__) from err

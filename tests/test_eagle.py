@@ -15,7 +15,8 @@ from specdemo.config import PRESETS
 from specdemo.drafters import EagleDrafter, make_drafter
 from specdemo.eagle import WEIGHTS_FILE, HeadError, load_head, new_head, save_head
 from specdemo.i18n import tr
-from specdemo.models import StrategyUnavailable, attach_head
+from specdemo.eagle import attach_head
+from specdemo.models import StrategyUnavailable
 from specdemo.speculative import speculative_rounds
 from test_exactness import PASS_P, chi2_pvalue, drop_k, exact_joint, speculative_samples
 

@@ -206,3 +206,55 @@ def test_the_page_shows_no_server_path_for_any_preset_a_run_or_an_error(browser,
     page.wait_for_function(f"{STATUS}.includes('owner/name')", timeout=30000)
     assert_no_server_path(page_text(page), "the page after a refused local path")
     context.close()
+
+
+# ------------------------------------------------------------------------------------ limits a visitor meets
+def test_seeds_keep_every_digit_up_to_the_stated_maximum(client):
+    from specdemo.validation import UserError, validate
+
+    args = dict(pair_name="shakespeare", draft_id="", target_id="", prompt="ROMEO:\n", k=4, temperature=0.8, top_k=0,
+                top_p=1.0, max_new_tokens=4, run_baseline=False, lenience=1.0)
+    for seed, exact in ((2**63 - 1, 2**63 - 1), (str(2**63 - 1), 2**63 - 1), (2**53 + 1, 2**53 + 1),
+                        (f" {2**53 + 1} ", 2**53 + 1), ("1e3", 1000), (7.0, 7)):
+        assert validate(seed=seed, **args).spec.seed == exact, seed
+    for seed, why in ((2**63, "between"), (str(2**63), "between"), ("1.5", "whole"), ("nan", "finite"),
+                      ("0x10", "number"), (-1, "between")):
+        with pytest.raises(UserError, match=why):
+            validate(seed=seed, **args)
+    top = call(client, seed=2**63 - 1, max_new_tokens=4, baseline=False)["speculative"]
+    assert top["settings"]["seed"] == 2**63 - 1 and top["metrics"]["new_tokens"] == 4
+    assert call(client, seed=2**53 + 1)["speculative"]["settings"]["seed"] == 2**53 + 1
+
+
+def test_the_custom_model_cap_follows_the_memory(monkeypatch):
+    import torch
+
+    from specdemo import devices
+    from specdemo.config import Limits
+
+    monkeypatch.delenv("SPECDEMO_MAX_PARAMS_M", raising=False)
+    monkeypatch.delenv("SPECDEMO_ALLOW_CUSTOM", raising=False)
+    monkeypatch.delenv("SPECDEMO_MAX_PAIRS", raising=False)
+    assert devices.memory_bytes(torch.device("cpu")) > 1e9  # this machine's memory, read for real
+    monkeypatch.setattr(devices, "memory_bytes", lambda device: 16_000_000_000)  # a CPU basic Space
+    assert devices.default_max_params_m(torch.device("cpu")) == 500
+    assert devices.default_max_params_m(torch.device("cuda")) == 1000  # 2 bytes a parameter on a GPU
+    monkeypatch.setattr(devices, "default_max_params_m", lambda device=None: 500)
+    limits = Limits.from_env()
+    assert limits.allow_custom and limits.max_params_m == 500
+    monkeypatch.setattr(devices, "default_max_params_m", lambda device=None: 60)  # a machine too small for gpt2
+    assert not Limits.from_env().allow_custom
+    monkeypatch.setenv("SPECDEMO_MAX_PARAMS_M", "60")  # an operator's own cap leaves custom ids on
+    assert Limits.from_env().allow_custom and Limits.from_env().max_params_m == 60
+
+
+def test_a_run_the_time_limit_ends_measures_no_baseline(client, monkeypatch):
+    monkeypatch.setenv("SPECDEMO_TIME_LIMIT_S", "0")
+    out = call(client, max_new_tokens=64, baseline=True)
+    assert out["baseline"] is None and out["speculative"]["settings"]["baseline"] == "not measured"
+    assert out["speculative"]["stop_reason"] == "time_limit" and out["speculative"]["metrics"]["new_tokens"] < 64
+    from specdemo.events import Trace
+    from specdemo.render import stats_html
+
+    trace = Trace("speculative", "x", [1], {"baseline": "not measured"})
+    assert "speedup not measured" in stats_html(trace, None, "", "en") and "未测加速比" in stats_html(trace, None, "", "zh-CN")

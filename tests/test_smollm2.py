@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from specdemo.config import PRESETS, SMOLLM2_DRAFT, PairPreset, SamplingConfig, SpecConfig
-from specdemo.models import ModelLoadError, gguf_folder, load_pair, preset_draft, preset_target
+from specdemo.models import ModelLoadError, gguf_folder, load_pair, preset_target
+from specdemo.weights import preset_draft
 from specdemo.speculative import PromptError, encode_prompt, speculative_generate
 from specdemo.weights import MANIFEST, SPLIT, cache_is_valid, join_split_folder
 
