@@ -97,8 +97,8 @@ def on_screen(spec, base, first: bool, lang=None, presenter=False) -> dict:
     n = len(spec.rounds)
     out = {"state": state, "round_sl": gr.update(maximum=max(2, n), interactive=n > 1)}
     if first:
-        out |= {"trace_json": None, "round_sl": views.round_slider(state)} | views.opened_round(state, 1, lang,
-                                                                                                  presenter)
+        out |= {"trace_json": None, "round_sl": views.round_slider(state)}
+        out |= views.opened_round(state, 1, lang, presenter)
     return out
 
 

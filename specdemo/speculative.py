@@ -119,6 +119,60 @@ def top_candidates(pair: ModelPair, ids: list, p_vals: list, q_vals: list, width
 
 
 @torch.inference_mode()
+def verdict_on_host(pair: ModelPair, draft_tokens, q_draft, p, v, top_m: int) -> tuple:
+    """The round's one device-to-host copy: the drafts, their per-position numbers (p, q, min(1, p/q), r, overlap),
+    the verdict (accepted count, next token and its p) and, for the inspector, the top_m candidates per position."""
+    top_tensors = []
+    if top_m > 0:
+        q_padded = torch.cat([q_draft, torch.zeros_like(p[:1])])  # the bonus position has no draft distribution
+        top_ids = candidate_ids(p, q_padded, top_m)
+        top_tensors = [top_ids, p.gather(1, top_ids), q_padded.gather(1, top_ids)]
+    host = to_host(
+        draft_tokens, v.p_of_draft, v.q_of_draft, v.accept_prob, v.r, v.overlap,
+        torch.stack([v.n_accepted, v.next_token]), p.view(-1).gather(0, v.n_accepted * p.shape[1] + v.next_token),
+        *top_tensors,
+    )
+    draft_list, p_x, q_x, acc, r, overlap, (n_acc, next_tok), (p_next,), *top_host = host
+    k = len(draft_list)
+    top = top_candidates(pair, *top_host, width=top_tensors[0].shape[1]) if top_m > 0 else [[] for _ in range(k + 1)]
+    return [int(t) for t in draft_list], (p_x, q_x, acc, r, overlap), int(n_acc), int(next_tok), p_next, top
+
+
+def kept_ids(draft_list: list[int], n_acc: int, next_tok: int, eos: int | None, remaining: int):
+    """The accepted drafts and the resampled/bonus token, cut after EOS and at the token budget: (ids, stop_reason)."""
+    new_ids = draft_list[:n_acc] + [next_tok]
+    stop_reason = None
+    if eos is not None and eos in new_ids:
+        new_ids = new_ids[: new_ids.index(eos) + 1]
+        stop_reason = "eos"
+    if len(new_ids) >= remaining:
+        new_ids = new_ids[:remaining]
+        stop_reason = stop_reason or "max_new_tokens"
+    return new_ids, stop_reason
+
+
+def round_tokens(pair: ModelPair, draft_list: list[int], rows: tuple, top: list, n_acc: int, k: int,
+                 new_ids: list[int], next_tok: int, p_next: float) -> tuple[list[DraftPosition], list[Token]]:
+    """The round as events: every drafted position (judged or not), and the tokens it kept with their labels."""
+    p_x, q_x, acc, r, overlap = rows
+    positions = [
+        DraftPosition(position=t + 1, token_id=tid, text=pair.token_text(tid), q=q_x[t], p=p_x[t], r=r[t],
+                      accept_prob=acc[t], overlap=overlap[t], checked=t <= n_acc, accepted=t < n_acc, top=top[t])
+        for t, tid in enumerate(draft_list)
+    ]
+    tokens = [
+        Token(d.token_id, d.text, "accepted", d.position, d.p, d.q, d.r, d.accept_prob)
+        for d in positions[: min(n_acc, len(new_ids))]
+    ]
+    if n_acc < k and len(new_ids) > n_acc:
+        d = positions[n_acc]
+        tokens.append(Token(d.token_id, d.text, "rejected", d.position, d.p, d.q, d.r, d.accept_prob))
+        tokens.append(Token(next_tok, pair.token_text(next_tok), "resampled", n_acc + 1, p=p_next))
+    elif len(new_ids) > n_acc:
+        tokens.append(Token(next_tok, pair.token_text(next_tok), "bonus", k + 1, p=p_next))
+    return positions, tokens
+
+
 def speculative_rounds(
     pair: ModelPair,
     prompt_ids: list[int],
@@ -164,32 +218,10 @@ def speculative_rounds(
 
         # 3. accept/reject all k at once, then copy the verdict (and the inspector's top candidates) in one sync
         v = verify(draft_tokens, q_draft, p, gen, greedy=sampling.greedy, lenience=spec.lenience)
-        top_tensors = []
-        if top_m > 0:
-            q_padded = torch.cat([q_draft, torch.zeros_like(p[:1])])  # the bonus position has no draft distribution
-            top_ids = candidate_ids(p, q_padded, top_m)
-            top_tensors = [top_ids, p.gather(1, top_ids), q_padded.gather(1, top_ids)]
-        host = to_host(
-            draft_tokens, v.p_of_draft, v.q_of_draft, v.accept_prob, v.r, v.overlap,
-            torch.stack([v.n_accepted, v.next_token]), p.view(-1).gather(0, v.n_accepted * p.shape[1] + v.next_token),
-            *top_tensors,
-        )
-        draft_list, p_x, q_x, acc, r, overlap, (n_acc, next_tok), (p_next,), *top_host = host
-        draft_list, n_acc, next_tok = [int(t) for t in draft_list], int(n_acc), int(next_tok)
-        if top_m > 0:
-            top = top_candidates(pair, *top_host, width=top_tensors[0].shape[1])
-        else:
-            top = [[] for _ in range(k + 1)]
+        draft_list, rows, n_acc, next_tok, p_next, top = verdict_on_host(pair, draft_tokens, q_draft, p, v, top_m)
 
         # 4. the tokens that stay: accepted drafts + the resampled/bonus token, cut at EOS and at the budget
-        new_ids = draft_list[:n_acc] + [next_tok]
-        stop_reason = None
-        if eos is not None and eos in new_ids:
-            new_ids = new_ids[: new_ids.index(eos) + 1]
-            stop_reason = "eos"
-        if len(new_ids) >= remaining:
-            new_ids = new_ids[:remaining]
-            stop_reason = stop_reason or "max_new_tokens"
+        new_ids, stop_reason = kept_ids(draft_list, n_acc, next_tok, eos, remaining)
         seq = torch.cat([seq, torch.tensor(new_ids, dtype=torch.long, device=dev)])
         # roll back: keep only cached tokens that are still part of seq (the last one is fed next round); the
         # drafter rolls its own cache back, and a drafter that reads features gets the target's at kept positions
@@ -201,51 +233,15 @@ def speculative_rounds(
             features = None
         drafter.observe(RoundOutcome(n_acc, k, seq.numel(), features, fed_from))
 
-        positions = [
-            DraftPosition(
-                position=t + 1,
-                token_id=tid,
-                text=pair.token_text(tid),
-                q=q_x[t],
-                p=p_x[t],
-                r=r[t],
-                accept_prob=acc[t],
-                overlap=overlap[t],
-                checked=t <= n_acc,
-                accepted=t < n_acc,
-                top=top[t],
-            )
-            for t, tid in enumerate(draft_list)
-        ]
-        tokens = [
-            Token(d.token_id, d.text, "accepted", d.position, d.p, d.q, d.r, d.accept_prob)
-            for d in positions[: min(n_acc, len(new_ids))]
-        ]
-        if n_acc < k and len(new_ids) > n_acc:
-            d = positions[n_acc]
-            tokens.append(Token(d.token_id, d.text, "rejected", d.position, d.p, d.q, d.r, d.accept_prob))
-            tokens.append(Token(next_tok, pair.token_text(next_tok), "resampled", n_acc + 1, p=p_next))
-        elif len(new_ids) > n_acc:
-            tokens.append(Token(next_tok, pair.token_text(next_tok), "bonus", k + 1, p=p_next))
+        positions, tokens = round_tokens(pair, draft_list, rows, top, n_acc, k, new_ids, next_tok, p_next)
         t3 = time.perf_counter()
         busy += t3 - t0
         yield Round(
-            index=index,
-            k=k,
-            prefix_len=seq.numel() - len(new_ids),
-            drafts=positions,
-            tokens=tokens,
-            n_accepted=n_acc,
-            draft_ms=clock.ms(m0, m1),
-            verify_ms=clock.ms(m1, m2),
-            overhead_ms=max(0.0, (t3 - t0) * 1e3 - clock.ms(m0, m2)),
-            elapsed_s=busy,
-            lossy=spec.lossy,
-            stop_reason=stop_reason,
-            bonus_top=top[k] if n_acc == k else [],
-            source=proposal.source,
-            copied_from=proposal.copied_from,
-            ngram=proposal.ngram,
+            index=index, k=k, prefix_len=seq.numel() - len(new_ids), drafts=positions, tokens=tokens,
+            n_accepted=n_acc, draft_ms=clock.ms(m0, m1), verify_ms=clock.ms(m1, m2),
+            overhead_ms=max(0.0, (t3 - t0) * 1e3 - clock.ms(m0, m2)), elapsed_s=busy, lossy=spec.lossy,
+            stop_reason=stop_reason, bonus_top=top[k] if n_acc == k else [], source=proposal.source,
+            copied_from=proposal.copied_from, ngram=proposal.ngram,
         )
         index += 1
         if stop_reason:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+from types import SimpleNamespace
 
 import gradio as gr
 
@@ -122,205 +123,215 @@ def named(fn, names: tuple[str, ...]):
     return call
 
 
-def build_demo() -> gr.Blocks:
-    limits = Limits.from_env()
+def controls(u, limits: Limits) -> None:
+    """The left column: the pair, the prompt, who drafts, sampling, and Generate / Stop (into `u`; `u.c` holds the
+    inputs a run reads, by GENERATE_INPUTS name)."""
     preset = PRESETS[DEFAULT_PRESET]
     L = i18n.label
+    c = u.c = {}
+    c["pair"] = gr.Dropdown(
+        choices=[(f"{name}: {p.draft.split('/')[-1]} \u2192 {p.target.split('/')[-1]}", name)
+                 for name, p in PRESETS.items()] + [(L("ui.pair_custom"), handlers.CUSTOM)],
+        value=DEFAULT_PRESET, label=L("ui.pair"), elem_id="sd-pair")
+    with gr.Group(visible=False) as u.custom_box:
+        c["draft"] = gr.Textbox(label=L("ui.draft_id"), placeholder=L("ui.draft_placeholder"),
+                                elem_id="sd-draft-id")
+        c["target"] = gr.Textbox(label=L("ui.target_id"), placeholder=L("ui.target_placeholder"),
+                                 elem_id="sd-target-id")
+        u.load_btn = gr.Button(L("ui.load_pair"), size="sm", elem_id="sd-load")
+    u.pair_status = gr.Markdown(elem_id="sd-pair-status")
+    c["prompt"] = gr.Textbox(label=L("ui.prompt"), lines=4, value=preset.examples[0], elem_id="sd-prompt")
+    c["chat"] = gr.Checkbox(preset.chat, label=L("ui.chat"), elem_id="sd-chat")
+    u.examples = gr.Dataset(components=[c["prompt"]], samples=[[e] for e in preset.examples],
+                            label=L("ui.examples"))
+    with gr.Group(elem_id="sd-drafting"):  # K and who drafts, side by side in one box
+        c["k"] = gr.Slider(1, limits.max_k, value=4, step=1, label=L("ui.k"), elem_id="sd-k")
+        c["strategy"] = gr.Radio(
+            views.strategy_choices(DEFAULT_PRESET), value="fixed", label=L("ui.strategy"),
+            info=L("ui.strategy_info"), elem_id="sd-strategy")
+        c["ngram"] = gr.Slider(*NGRAM_RANGE, value=3, step=1, label=L("ui.ngram"),
+                               info=L("ui.ngram_info"), visible=False, elem_id="sd-ngram")
+    c["temperature"] = gr.Slider(0, 2, value=0.8, step=0.05, label=L("ui.temperature"))
+    with gr.Row():
+        c["top_k"] = gr.Number(0, label=L("ui.top_k"), precision=0, minimum=0)
+        c["top_p"] = gr.Slider(0.01, 1, value=1, step=0.01, label=L("ui.top_p"))
+    with gr.Row():
+        c["max_new"] = gr.Slider(1, limits.max_new_tokens, value=min(128, limits.max_new_tokens), step=1,
+                                 label=L("ui.max_new"), elem_id="sd-max-new")
+        c["seed"] = gr.Number(0, label=L("ui.seed"), precision=0, minimum=0)
+    c["baseline"] = gr.Checkbox(True, label=L("ui.baseline"))
+    with gr.Accordion(L("ui.lenience_box"), open=False):
+        gr.Markdown(L("ui.lenience_note"))
+        c["lenience"] = gr.Slider(0.05, 1, value=1, step=0.05, label=L("ui.lenience"))
+    with gr.Row(elem_id="sd-run-row"):
+        u.go_btn = gr.Button(L("ui.generate"), variant="primary", elem_id="sd-generate")
+        u.stop_btn = gr.Button(L("ui.stop"), variant="stop", elem_id="sd-stop")
+
+
+def results(u, limits: Limits) -> None:
+    """The right column: the token view, the stats, two charts, and the tabs (into `u`)."""
+    L = i18n.label
+    u.legend = gr.HTML(render.legend(), elem_id="sd-legend")
+    u.keys = gr.HTML(render.keys_hint(), elem_id="sd-keys", js_on_load=KEYS_JS)
+    u.tokens = gr.HTML(render.tokens_html("", []), elem_id="sd-token-view", js_on_load=CLICK_JS,
+                       max_height=420, autoscroll=True)
+    u.stats = gr.HTML(render.stats_html(None), elem_id="sd-stats")
+    with gr.Row(elem_id="sd-charts-row"):
+        u.race = gr.Plot(plots.race(None, None), elem_id="sd-race", show_label=False)
+        u.acc_round = gr.Plot(plots.acceptance_per_round(None), elem_id="sd-acc-round", show_label=False)
+    with gr.Tabs(elem_id="sd-tabs") as u.tabs:
+        with gr.Tab(L("tab.film"), id="film") as u.tab_film:
+            u.film = gr.HTML(render.filmstrip_html([]), elem_id="sd-film", js_on_load=CLICK_JS)
+            with gr.Row():
+                u.round_sl = gr.Slider(1, 2, value=1, step=1, label=L("ui.round"), interactive=False)
+                u.pos_sl = gr.Slider(1, limits.max_k + 1, value=1, step=1, label=L("ui.position"))
+            u.insp_plot = gr.Plot(plots.inspector_empty(), elem_id="sd-inspector", show_label=False)
+            u.insp_reason = gr.HTML(elem_id="sd-reason")
+        with gr.Tab(L("tab.charts"), id="charts") as u.tab_charts:
+            with gr.Row():
+                u.hist = gr.Plot(plots.accepted_length_histogram(None), show_label=False)
+                u.by_pos = gr.Plot(plots.acceptance_by_position(None), show_label=False)
+            u.theory = gr.Plot(plots.speedup_vs_theory(None, None), show_label=False)
+        with gr.Tab(L("tab.sweep"), id="sweep") as u.tab_sweep:
+            with gr.Row():
+                u.k_from = gr.Slider(1, limits.max_k, value=1, step=1, label=L("ui.k_from"))
+                u.k_to = gr.Slider(1, limits.max_k, value=min(8, limits.max_k), step=1, label=L("ui.k_to"))
+            u.sweep_btn = gr.Button(L("ui.sweep_run"))
+            u.sweep_plot = gr.Plot(plots.k_sweep([], None, None), show_label=False)
+            u.sweep_md = gr.Markdown()
+        with gr.Tab(L("tab.race"), id="race") as u.tab_race:
+            gr.Markdown(L("race.intro"))
+            u.race_btn = gr.Button(L("race.run"), elem_id="sd-u.race-run")
+            u.race_plot = gr.Plot(plots.strategy_race({}), show_label=False, elem_id="sd-u.race-plot")
+            u.race_md = gr.Markdown(elem_id="sd-u.race-table")
+        with gr.Tab(L("tab.dist"), id="dist") as u.tab_dist:
+            u.n_samples = gr.Slider(100, limits.max_samples, value=min(2000, limits.max_samples), step=100,
+                                    label=L("ui.samples"))
+            u.dist_btn = gr.Button(L("ui.draw"))
+            u.dist_plot = gr.Plot(show_label=False)
+            u.dist_md = gr.Markdown()
+        with gr.Tab(L("tab.step"), id=handlers.STEP_TAB) as u.tab_step:
+            with gr.Row():
+                u.reset_btn = gr.Button(L("ui.step_first"), elem_id="sd-first-round")
+                u.prev_btn = gr.Button(L("ui.step_prev"), elem_id="sd-prev-round")
+                u.next_btn = gr.Button(L("ui.step_next"), variant="primary", elem_id="sd-next-round")
+            u.step_caption = gr.Markdown(render.step_caption([], 0), elem_id="sd-step-caption")
+            u.step_tokens = gr.HTML(elem_id="sd-step-tokens")
+        with gr.Tab(L("tab.export"), id="export") as u.tab_export:
+            u.download_btn = gr.Button(L("ui.download"), size="sm", elem_id="sd-download")
+            u.trace_json = gr.JSON(label=L("ui.trace"), open=False)
+
+
+def wire_events(demo: gr.Blocks, u) -> None:
+    """Which handler each event calls, with which inputs and outputs, in which queue group."""
+    c = u.c
+    o = vars(u) | {"chat": c["chat"]}  # the outputs, by the names handlers.py uses
+
+    def wire(fn, names):
+        """The handler, adapted to its outputs by name, and the components of those names."""
+        return dict(fn=named(fn, names), outputs=[o[name] for name in names])
+
+    view = [u.lang, u.presenter]  # every UI handler's view inputs
+    inputs = [c[name] for name in GENERATE_INPUTS] + view + [c["ngram"]]
+    run_args = dict(**wire(handlers.generate_ui, handlers.RUN_OUTPUTS), inputs=inputs, concurrency_id="models",
+                    api_visibility="undocumented", show_progress="minimal")
+    gen_click = u.go_btn.click(api_name="generate_stream", **run_args)
+    gen_submit = c["prompt"].submit(api_name=False, **run_args)
+    for event in (gen_click, gen_submit):
+        event.success(**wire(handlers.select_round, handlers.INSPECT_OUTPUTS), inputs=[u.state, u.round_sl] + view,
+                      api_visibility="private")
+    c["strategy"].change(lambda s: gr.update(visible=s == "lookup"), c["strategy"], c["ngram"],
+                         api_visibility="private", queue=False, show_progress="hidden")
+
+    common = [c["pair"], c["draft"], c["target"], c["prompt"]]
+    sweep_event = u.sweep_btn.click(
+        **wire(handlers.k_sweep_ui, handlers.SWEEP_OUTPUTS),
+        inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"], u.k_from, u.k_to,
+                         c["chat"]] + view, api_name="k_sweep", concurrency_id="models")
+    dist_event = u.dist_btn.click(
+        **wire(handlers.distribution_ui, handlers.DIST_OUTPUTS),
+        inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["lenience"], u.n_samples, c["seed"],
+                         c["chat"]] + view, api_name="distribution_check", concurrency_id="models")
+    race_event = u.race_btn.click(
+        **wire(handlers.strategy_race_ui, handlers.RACE_OUTPUTS),
+        inputs=common + [c["k"], c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"],
+                         c["chat"]] + view, api_name="strategy_race", concurrency_id="models")
+    u.stop_btn.click(None, None, None, cancels=[gen_click, gen_submit, sweep_event, dist_event, race_event])
+    u.download_btn.click(**wire(handlers.trace_of, ("trace_json",)), inputs=[u.state], api_visibility="private",
+                         queue=False).then(None, [u.trace_json], None, js=DOWNLOAD_JS, api_visibility="private")
+
+    u.round_sl.change(**wire(handlers.select_round, handlers.INSPECT_OUTPUTS), inputs=[u.state, u.round_sl] + view,
+                      api_visibility="private")
+    u.pos_sl.release(**wire(handlers.inspect_round, handlers.INSPECT_OUTPUTS[1:]),
+                     inputs=[u.state, u.round_sl, u.pos_sl] + view, api_visibility="private")
+    for clickable in (u.film, u.tokens):
+        clickable.click(**wire(handlers.film_click, ("round_sl", "film")), inputs=[u.state, u.lang],
+                        api_visibility="private")
+
+    # one step at a time, in order, so that quick presses each read the cursor the previous one wrote
+    step = dict(api_visibility="private", concurrency_id="step", concurrency_limit=1, trigger_mode="multiple")
+    for btn, direction in ((u.reset_btn, 0), (u.prev_btn, -1), (u.next_btn, 1)):
+        btn.click(**wire(lambda s, lg, d=direction: handlers.step_round(s, d, lg), handlers.STEP_OUTPUTS),
+                  inputs=[u.state, u.lang], **step)
+    u.keys.click(**wire(handlers.step_key, handlers.STEP_OUTPUTS + ("tabs",)), inputs=[u.state, u.lang], **step)
+
+    # a pair change loads models, but never waits behind (or holds up) the model runs: its own queue group
+    pair_change = dict(**wire(handlers.change_pair, handlers.PAIR_OUTPUTS),
+                       inputs=[c["pair"], c["draft"], c["target"], u.lang], api_visibility="private",
+                       concurrency_id="pairs", concurrency_limit=env_int("SPECDEMO_CONCURRENCY", 4))
+    c["pair"].change(**pair_change)
+    c["pair"].change(handlers.update_strategies, [c["pair"], c["strategy"]], c["strategy"],
+                     api_visibility="private", queue=False)
+    u.load_btn.click(**pair_change)
+    u.examples.click(lambda sample: sample[0] if isinstance(sample, (list, tuple)) else sample, u.examples,
+                     c["prompt"], api_visibility="private")
+
+    # language and presenter mode: the browser's language first, then the switch; both redraw in place
+    u.browser_lang = gr.Textbox(visible=False)  # carries navigator.language from DETECT_JS to initial_lang
+    demo.load(handlers.initial_lang, [u.browser_lang], [u.lang], js=DETECT_JS, api_visibility="private").then(
+        **pair_change)
+    redraw_inputs = view + [u.state, u.round_sl, u.pos_sl, u.sweep_state, u.dist_state, u.race_state, u.pair_state]
+    u.lang.change(None, [u.lang], None, js=LOCALE_JS)
+    u.presenter.change(handlers.presenter_layout, [u.presenter], [u.app_col], api_visibility="private",
+                       show_progress="hidden")
+    for switch in (u.lang, u.presenter):
+        switch.change(**wire(handlers.redraw, handlers.REDRAW_OUTPUTS), inputs=redraw_inputs,
+                      api_visibility="private", show_progress="hidden")
+    # gradio re-translates only the open tab's label on a locale change, so the server sends all of them
+    u.lang.change(**wire(handlers.tab_labels, handlers.TAB_OUTPUTS), inputs=[u.lang], api_visibility="private",
+                  show_progress="hidden")
+
+    gr.api(handlers.generate_api, api_name="generate", concurrency_id="models")
+
+
+def build_demo() -> gr.Blocks:
+    limits = Limits.from_env()
+    L = i18n.label
+    u = SimpleNamespace()  # every component, by the name the handlers use for it
     with gr.Blocks(title=i18n.EN["app.title"], delete_cache=(3600, 3600)) as demo:
-        state = gr.State(None)
-        sweep_state, dist_state, race_state, pair_state = gr.State(None), gr.State(None), gr.State(None), gr.State(None)
-        with gr.Column(elem_id="sd-app") as app_col:  # presenter mode sets a class here (render.CSS)
+        u.state = gr.State(None)
+        u.sweep_state, u.dist_state, u.race_state, u.pair_state = (gr.State(None) for _ in range(4))
+        with gr.Column(elem_id="sd-app") as u.app_col:  # presenter mode sets a class here (render.CSS)
             with gr.Row(equal_height=False):
                 with gr.Column(scale=5):
                     gr.Markdown(L("app.intro"), elem_id="sd-intro")
                 with gr.Column(scale=1, min_width=220):
-                    lang = gr.Radio(i18n.CHOICES, value=i18n.DEFAULT, label=L("ui.language"), elem_id="sd-lang")
-                    presenter = gr.Checkbox(False, label=L("ui.presenter"), elem_id="sd-presenter")
+                    u.lang = gr.Radio(i18n.CHOICES, value=i18n.DEFAULT, label=L("ui.language"), elem_id="sd-lang")
+                    u.presenter = gr.Checkbox(False, label=L("ui.presenter"), elem_id="sd-presenter")
             with gr.Row(equal_height=False, elem_id="sd-main"):
                 with gr.Column(scale=1, min_width=320, elem_id="sd-controls"):
-                    c = {}
-                    c["pair"] = gr.Dropdown(
-                        choices=[(f"{name}: {p.draft.split('/')[-1]} \u2192 {p.target.split('/')[-1]}", name)
-                                 for name, p in PRESETS.items()] + [(L("ui.pair_custom"), handlers.CUSTOM)],
-                        value=DEFAULT_PRESET, label=L("ui.pair"), elem_id="sd-pair")
-                    with gr.Group(visible=False) as custom_box:
-                        c["draft"] = gr.Textbox(label=L("ui.draft_id"), placeholder=L("ui.draft_placeholder"),
-                                                elem_id="sd-draft-id")
-                        c["target"] = gr.Textbox(label=L("ui.target_id"), placeholder=L("ui.target_placeholder"),
-                                                 elem_id="sd-target-id")
-                        load_btn = gr.Button(L("ui.load_pair"), size="sm", elem_id="sd-load")
-                    pair_status = gr.Markdown(elem_id="sd-pair-status")
-                    c["prompt"] = gr.Textbox(label=L("ui.prompt"), lines=4, value=preset.examples[0], elem_id="sd-prompt")
-                    c["chat"] = gr.Checkbox(preset.chat, label=L("ui.chat"), elem_id="sd-chat")
-                    examples = gr.Dataset(components=[c["prompt"]], samples=[[e] for e in preset.examples],
-                                          label=L("ui.examples"))
-                    with gr.Group(elem_id="sd-drafting"):  # K and who drafts, side by side in one box
-                        c["k"] = gr.Slider(1, limits.max_k, value=4, step=1, label=L("ui.k"), elem_id="sd-k")
-                        c["strategy"] = gr.Radio(
-                            views.strategy_choices(DEFAULT_PRESET), value="fixed", label=L("ui.strategy"),
-                            info=L("ui.strategy_info"), elem_id="sd-strategy")
-                        c["ngram"] = gr.Slider(*NGRAM_RANGE, value=3, step=1, label=L("ui.ngram"),
-                                               info=L("ui.ngram_info"), visible=False, elem_id="sd-ngram")
-                    c["temperature"] = gr.Slider(0, 2, value=0.8, step=0.05, label=L("ui.temperature"))
-                    with gr.Row():
-                        c["top_k"] = gr.Number(0, label=L("ui.top_k"), precision=0, minimum=0)
-                        c["top_p"] = gr.Slider(0.01, 1, value=1, step=0.01, label=L("ui.top_p"))
-                    with gr.Row():
-                        c["max_new"] = gr.Slider(1, limits.max_new_tokens, value=min(128, limits.max_new_tokens), step=1,
-                                                 label=L("ui.max_new"), elem_id="sd-max-new")
-                        c["seed"] = gr.Number(0, label=L("ui.seed"), precision=0, minimum=0)
-                    c["baseline"] = gr.Checkbox(True, label=L("ui.baseline"))
-                    with gr.Accordion(L("ui.lenience_box"), open=False):
-                        gr.Markdown(L("ui.lenience_note"))
-                        c["lenience"] = gr.Slider(0.05, 1, value=1, step=0.05, label=L("ui.lenience"))
-                    with gr.Row(elem_id="sd-run-row"):
-                        go_btn = gr.Button(L("ui.generate"), variant="primary", elem_id="sd-generate")
-                        stop_btn = gr.Button(L("ui.stop"), variant="stop", elem_id="sd-stop")
+                    controls(u, limits)
                 with gr.Column(scale=2, elem_id="sd-results"):
-                    legend = gr.HTML(render.legend(), elem_id="sd-legend")
-                    keys = gr.HTML(render.keys_hint(), elem_id="sd-keys", js_on_load=KEYS_JS)
-                    tokens = gr.HTML(render.tokens_html("", []), elem_id="sd-token-view", js_on_load=CLICK_JS,
-                                     max_height=420, autoscroll=True)
-                    stats = gr.HTML(render.stats_html(None), elem_id="sd-stats")
-                    with gr.Row(elem_id="sd-charts-row"):
-                        race = gr.Plot(plots.race(None, None), elem_id="sd-race", show_label=False)
-                        acc_round = gr.Plot(plots.acceptance_per_round(None), elem_id="sd-acc-round", show_label=False)
-                    with gr.Tabs(elem_id="sd-tabs") as tabs:
-                        with gr.Tab(L("tab.film"), id="film") as tab_film:
-                            film = gr.HTML(render.filmstrip_html([]), elem_id="sd-film", js_on_load=CLICK_JS)
-                            with gr.Row():
-                                round_sl = gr.Slider(1, 2, value=1, step=1, label=L("ui.round"), interactive=False)
-                                pos_sl = gr.Slider(1, limits.max_k + 1, value=1, step=1, label=L("ui.position"))
-                            insp_plot = gr.Plot(plots.inspector_empty(), elem_id="sd-inspector", show_label=False)
-                            insp_reason = gr.HTML(elem_id="sd-reason")
-                        with gr.Tab(L("tab.charts"), id="charts") as tab_charts:
-                            with gr.Row():
-                                hist = gr.Plot(plots.accepted_length_histogram(None), show_label=False)
-                                by_pos = gr.Plot(plots.acceptance_by_position(None), show_label=False)
-                            theory = gr.Plot(plots.speedup_vs_theory(None, None), show_label=False)
-                        with gr.Tab(L("tab.sweep"), id="sweep") as tab_sweep:
-                            with gr.Row():
-                                k_from = gr.Slider(1, limits.max_k, value=1, step=1, label=L("ui.k_from"))
-                                k_to = gr.Slider(1, limits.max_k, value=min(8, limits.max_k), step=1, label=L("ui.k_to"))
-                            sweep_btn = gr.Button(L("ui.sweep_run"))
-                            sweep_plot = gr.Plot(plots.k_sweep([], None, None), show_label=False)
-                            sweep_md = gr.Markdown()
-                        with gr.Tab(L("tab.race"), id="race") as tab_race:
-                            gr.Markdown(L("race.intro"))
-                            race_btn = gr.Button(L("race.run"), elem_id="sd-race-run")
-                            race_plot = gr.Plot(plots.strategy_race({}), show_label=False, elem_id="sd-race-plot")
-                            race_md = gr.Markdown(elem_id="sd-race-table")
-                        with gr.Tab(L("tab.dist"), id="dist") as tab_dist:
-                            n_samples = gr.Slider(100, limits.max_samples, value=min(2000, limits.max_samples), step=100,
-                                                  label=L("ui.samples"))
-                            dist_btn = gr.Button(L("ui.draw"))
-                            dist_plot = gr.Plot(show_label=False)
-                            dist_md = gr.Markdown()
-                        with gr.Tab(L("tab.step"), id=handlers.STEP_TAB) as tab_step:
-                            with gr.Row():
-                                reset_btn = gr.Button(L("ui.step_first"), elem_id="sd-first-round")
-                                prev_btn = gr.Button(L("ui.step_prev"), elem_id="sd-prev-round")
-                                next_btn = gr.Button(L("ui.step_next"), variant="primary", elem_id="sd-next-round")
-                            step_caption = gr.Markdown(render.step_caption([], 0), elem_id="sd-step-caption")
-                            step_tokens = gr.HTML(elem_id="sd-step-tokens")
-                        with gr.Tab(L("tab.export"), id="export") as tab_export:
-                            download_btn = gr.Button(L("ui.download"), size="sm", elem_id="sd-download")
-                            trace_json = gr.JSON(label=L("ui.trace"), open=False)
-
-        o = dict(tokens=tokens, stats=stats, film=film, race=race, acc_round=acc_round, hist=hist, by_pos=by_pos,
-                 theory=theory, trace_json=trace_json, state=state, round_sl=round_sl, pos_sl=pos_sl,
-                 insp_plot=insp_plot, insp_reason=insp_reason, step_tokens=step_tokens, step_caption=step_caption,
-                 sweep_plot=sweep_plot, sweep_md=sweep_md, sweep_state=sweep_state, race_plot=race_plot,
-                 race_md=race_md, race_state=race_state, dist_plot=dist_plot, dist_md=dist_md, dist_state=dist_state,
-                 pair_status=pair_status, custom_box=custom_box, examples=examples, chat=c["chat"],
-                 pair_state=pair_state, legend=legend, keys=keys, tabs=tabs, tab_film=tab_film,
-                 tab_charts=tab_charts, tab_sweep=tab_sweep, tab_race=tab_race, tab_dist=tab_dist, tab_step=tab_step,
-                 tab_export=tab_export)
-
-        def wire(fn, names):
-            """The handler, adapted to its outputs by name, and the components of those names."""
-            return dict(fn=named(fn, names), outputs=[o[name] for name in names])
-
-        view = [lang, presenter]  # every UI handler's view inputs
-        inputs = [c[name] for name in GENERATE_INPUTS] + view + [c["ngram"]]
-        run_args = dict(**wire(handlers.generate_ui, handlers.RUN_OUTPUTS), inputs=inputs, concurrency_id="models",
-                        api_visibility="undocumented", show_progress="minimal")
-        gen_click = go_btn.click(api_name="generate_stream", **run_args)
-        gen_submit = c["prompt"].submit(api_name=False, **run_args)
-        for event in (gen_click, gen_submit):
-            event.success(**wire(handlers.select_round, handlers.INSPECT_OUTPUTS), inputs=[state, round_sl] + view,
-                          api_visibility="private")
-        c["strategy"].change(lambda s: gr.update(visible=s == "lookup"), c["strategy"], c["ngram"],
-                             api_visibility="private", queue=False, show_progress="hidden")
-
-        common = [c["pair"], c["draft"], c["target"], c["prompt"]]
-        sweep_event = sweep_btn.click(
-            **wire(handlers.k_sweep_ui, handlers.SWEEP_OUTPUTS),
-            inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"], k_from, k_to,
-                             c["chat"]] + view, api_name="k_sweep", concurrency_id="models")
-        dist_event = dist_btn.click(
-            **wire(handlers.distribution_ui, handlers.DIST_OUTPUTS),
-            inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["lenience"], n_samples, c["seed"],
-                             c["chat"]] + view, api_name="distribution_check", concurrency_id="models")
-        race_event = race_btn.click(
-            **wire(handlers.strategy_race_ui, handlers.RACE_OUTPUTS),
-            inputs=common + [c["k"], c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"],
-                             c["chat"]] + view, api_name="strategy_race", concurrency_id="models")
-        stop_btn.click(None, None, None, cancels=[gen_click, gen_submit, sweep_event, dist_event, race_event])
-        download_btn.click(**wire(handlers.trace_of, ("trace_json",)), inputs=[state], api_visibility="private",
-                           queue=False).then(None, [trace_json], None, js=DOWNLOAD_JS, api_visibility="private")
-
-        round_sl.change(**wire(handlers.select_round, handlers.INSPECT_OUTPUTS), inputs=[state, round_sl] + view,
-                        api_visibility="private")
-        pos_sl.release(**wire(handlers.inspect_round, handlers.INSPECT_OUTPUTS[1:]),
-                       inputs=[state, round_sl, pos_sl] + view, api_visibility="private")
-        for clickable in (film, tokens):
-            clickable.click(**wire(handlers.film_click, ("round_sl", "film")), inputs=[state, lang],
-                            api_visibility="private")
-
-        # one step at a time, in order, so that quick presses each read the cursor the previous one wrote
-        step = dict(api_visibility="private", concurrency_id="step", concurrency_limit=1, trigger_mode="multiple")
-        for btn, direction in ((reset_btn, 0), (prev_btn, -1), (next_btn, 1)):
-            btn.click(**wire(lambda s, lg, d=direction: handlers.step_round(s, d, lg), handlers.STEP_OUTPUTS),
-                      inputs=[state, lang], **step)
-        keys.click(**wire(handlers.step_key, handlers.STEP_OUTPUTS + ("tabs",)), inputs=[state, lang], **step)
-
-        # a pair change loads models, but never waits behind (or holds up) the model runs: its own queue group
-        pair_change = dict(**wire(handlers.change_pair, handlers.PAIR_OUTPUTS),
-                           inputs=[c["pair"], c["draft"], c["target"], lang], api_visibility="private",
-                           concurrency_id="pairs", concurrency_limit=env_int("SPECDEMO_CONCURRENCY", 4))
-        c["pair"].change(**pair_change)
-        c["pair"].change(handlers.update_strategies, [c["pair"], c["strategy"]], c["strategy"],
-                         api_visibility="private", queue=False)
-        load_btn.click(**pair_change)
-        examples.click(lambda sample: sample[0] if isinstance(sample, (list, tuple)) else sample, examples,
-                       c["prompt"], api_visibility="private")
-
-        # language and presenter mode: the browser's language first, then the switch; both redraw in place
-        browser_lang = gr.Textbox(visible=False)  # carries navigator.language from DETECT_JS to initial_lang
-        demo.load(handlers.initial_lang, [browser_lang], [lang], js=DETECT_JS, api_visibility="private").then(
-            **pair_change)
-        redraw_inputs = view + [state, round_sl, pos_sl, sweep_state, dist_state, race_state, pair_state]
-        lang.change(None, [lang], None, js=LOCALE_JS)
-        presenter.change(handlers.presenter_layout, [presenter], [app_col], api_visibility="private",
-                         show_progress="hidden")
-        for switch in (lang, presenter):
-            switch.change(**wire(handlers.redraw, handlers.REDRAW_OUTPUTS), inputs=redraw_inputs,
-                          api_visibility="private", show_progress="hidden")
-        # gradio re-translates only the open tab's label on a locale change, so the server sends all of them
-        lang.change(**wire(handlers.tab_labels, handlers.TAB_OUTPUTS), inputs=[lang], api_visibility="private",
-                    show_progress="hidden")
-
-        gr.api(handlers.generate_api, api_name="generate", concurrency_id="models")
-
+                    results(u, limits)
+        wire_events(demo, u)
     demo.queue(default_concurrency_limit=env_int("SPECDEMO_CONCURRENCY", 4),
                max_size=env_int("SPECDEMO_QUEUE_SIZE", 64))
     return demo
 
 
 def launch(demo: gr.Blocks, **kwargs):
-    """Launch with specdemo's CSS, theme and message catalogue (gradio 6 takes all three at launch). Host and port follow gradio's own
-    settings (GRADIO_SERVER_NAME, GRADIO_SERVER_PORT) unless given here."""
+    """Launch with specdemo's CSS, theme and message catalogue (gradio 6 takes all three at launch). Host and port
+    follow gradio's own settings (GRADIO_SERVER_NAME, GRADIO_SERVER_PORT) unless given here."""
     kwargs.setdefault("show_error", False)
     # system fonts only: the page makes no request outside the server (works offline, no third-party font host)
     theme = gr.themes.Soft(font=["ui-sans-serif", "system-ui", "sans-serif"],

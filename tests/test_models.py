@@ -63,3 +63,40 @@ def test_tokenizer_mismatch_is_refused(toy_dirs):
 def test_unfetchable_models_fail_with_a_message_naming_them(pair_arg, message):
     with pytest.raises(ModelLoadError, match=message):
         load_pair(pair_arg)
+
+
+def test_a_slow_load_never_stalls_sessions_on_cached_pairs(monkeypatch):
+    """A custom pair being downloaded holds no lock that a cached pair needs: load_pair holds the cache's lock only
+    to look up and to insert, and a second request for the pair being loaded waits for that one load."""
+    import threading
+
+    from specdemo import models
+
+    cached = models.load_pair("shakespeare")
+    started, release, calls = threading.Event(), threading.Event(), []
+
+    def slow_download(pair, *args, **kwargs):
+        calls.append(pair)
+        started.set()
+        release.wait(30)
+        raise models.ModelLoadError("err.both_needed")
+
+    monkeypatch.setattr(models, "load_pair_uncached", slow_download)
+    errors = []
+
+    def visitor():
+        try:
+            models.load_pair(("someone/draft", "someone/target"))
+        except models.ModelLoadError as err:
+            errors.append(err)
+
+    slow = [threading.Thread(target=visitor) for _ in range(2)]
+    for t in slow:
+        t.start()
+    assert started.wait(10)
+    assert models.load_pair("shakespeare") is cached  # answered while the download is still under way
+    assert all(t.is_alive() for t in slow)
+    release.set()
+    for t in slow:
+        t.join(10)
+    assert len(errors) == 2 and len(calls) == 2  # the failed load was not cached: the second visitor tried again
