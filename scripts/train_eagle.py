@@ -251,16 +251,15 @@ def head_losses(head, teacher: Teacher, ids, mask, scored, w_sub, feat_weight: f
         g2 = ttt_unroll(head, g1, emb, k1, v1)
     losses, stats = [], []
     for g, shift in ((g1, 1), (g2, 2)):
-        target_f = f[:, shift:]  # the true features that g predicts
-        valid = (scored[:, shift:] & mask[:, : t - shift]).float()
+        valid = scored[:, shift:] & mask[:, : t - shift]  # only the scored positions: no prompt, no padding
+        target_f, mine = f[:, shift:][valid], g[valid]  # [N, H]: the true features that g predicts, and g
         with torch.no_grad():
             p = (target_f.to(torch.bfloat16) @ w_sub.T).float().softmax(-1)
-        logq = (g.float().to(torch.bfloat16) @ w_sub.T).float().log_softmax(-1)
+        logq = (mine.float().to(torch.bfloat16) @ w_sub.T).float().log_softmax(-1)
         ce = -(p * logq).sum(-1)
-        sl1 = F.smooth_l1_loss(g.float(), target_f, reduction="none").mean(-1)
-        n = valid.sum().clamp(min=1)
-        losses.append(((ce + feat_weight * sl1) * valid).sum() / n)
-        stats.append((((logq.argmax(-1) == p.argmax(-1)).float() * valid).sum().item(), n.item()))
+        sl1 = F.smooth_l1_loss(mine.float(), target_f, reduction="none").mean(-1)
+        losses.append((ce + feat_weight * sl1).mean())
+        stats.append(((logq.argmax(-1) == p.argmax(-1)).sum().item(), float(valid.sum())))
     return losses[0] + 0.5 * losses[1], stats
 
 
