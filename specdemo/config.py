@@ -111,6 +111,7 @@ class PairPreset:
     chat: bool = False  # an instruct target: prompts are chat messages, wrapped with its chat template by default
     target_wheel: tuple[str, str] | None = None  # (package, GGUF file) that ships the target for offline use
     eagle_head: str | None = None  # a folder holding an EAGLE head trained for this target (strategy "eagle")
+    strategy: str = "fixed"  # the strategy the page opens with when this pair is the default
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -165,7 +166,10 @@ PRESETS: dict[str, PairPreset] = {
         examples=("Speculative decoding works by", "The three laws of thermodynamics are"),
     ),
 }
-DEFAULT_PRESET = "shakespeare"
+SHIPPED_DEFAULT = "shakespeare"  # the pair the app opens on; an operator may choose another (SPECDEMO_DEFAULT_PAIR)
+DEFAULT_PRESET = os.environ.get("SPECDEMO_DEFAULT_PAIR", "").strip() or SHIPPED_DEFAULT
+if DEFAULT_PRESET not in PRESETS:
+    raise ValueError(f"SPECDEMO_DEFAULT_PAIR={DEFAULT_PRESET!r} is not a preset; choose one of {', '.join(PRESETS)}")
 
 
 @dataclass(frozen=True)

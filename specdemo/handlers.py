@@ -145,8 +145,8 @@ def trace_of(state) -> dict:
 
 @gpu
 @user_errors
-def generate_api(pair: str = DEFAULT_PRESET, prompt: str = "ROMEO:\n", k: int = 4, temperature: float = 0.8,
-                 top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
+def generate_api(pair: str = DEFAULT_PRESET, prompt: str = PRESETS[DEFAULT_PRESET].examples[0], k: int = 4,
+                 temperature: float = 0.8, top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
                  baseline: bool = True, lenience: float = 1.0, draft: str = "", target: str = "",
                  chat: bool | None = None, strategy: str = "fixed", ngram: int = 3) -> dict:
     """Run speculative sampling (and the target-only baseline) and return the full trace as JSON.

@@ -147,10 +147,11 @@ def controls(u, limits: Limits) -> None:
     with gr.Group(elem_id="sd-drafting"):  # K and who drafts, side by side in one box
         c["k"] = gr.Slider(1, limits.max_k, value=4, step=1, label=L("ui.k"), elem_id="sd-k")
         c["strategy"] = gr.Radio(
-            views.strategy_choices(DEFAULT_PRESET), value="fixed", label=L("ui.strategy"),
+            views.strategy_choices(DEFAULT_PRESET), value=preset.strategy, label=L("ui.strategy"),
             info=L("ui.strategy_info"), elem_id="sd-strategy")
         c["ngram"] = gr.Slider(*NGRAM_RANGE, value=3, step=1, label=L("ui.ngram"),
-                               info=L("ui.ngram_info"), visible=False, elem_id="sd-ngram")
+                               info=L("ui.ngram_info"), visible=preset.strategy == "lookup",
+                               elem_id="sd-ngram")
     c["temperature"] = gr.Slider(0, 2, value=0.8, step=0.05, label=L("ui.temperature"))
     with gr.Row():
         c["top_k"] = gr.Number(0, label=L("ui.top_k"), precision=0, minimum=0)
