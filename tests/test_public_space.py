@@ -258,3 +258,16 @@ def test_a_run_the_time_limit_ends_measures_no_baseline(client, monkeypatch):
 
     trace = Trace("speculative", "x", [1], {"baseline": "not measured"})
     assert "speedup not measured" in stats_html(trace, None, "", "en") and "未测加速比" in stats_html(trace, None, "", "zh-CN")
+
+
+def test_the_default_pair_is_the_operators_choice_and_a_typo_stops_the_start():
+    import subprocess
+    import sys
+
+    code = "from specdemo.config import DEFAULT_PRESET; print(DEFAULT_PRESET)"
+    env = os.environ | {"SPECDEMO_DEFAULT_PAIR": "smollm2-135m"}
+    ok = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and ok.stdout.strip() == "smollm2-135m"
+    env["SPECDEMO_DEFAULT_PAIR"] = "shakespear"
+    bad = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "SPECDEMO_DEFAULT_PAIR='shakespear' is not a preset" in bad.stderr
