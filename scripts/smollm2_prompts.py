@@ -65,6 +65,47 @@ TASKS = [
     "Give me a quiz question about {t}, with the answer.",
 ]
 
+# A second family, appended after the first (so that the shards already written keep their prompts): other task
+# shapes and everyday topics. None of them is a held-out task or topic.
+MORE_TOPICS = """
+knitting; camping stoves; houseplants; origami; skateboarding; board games; yoga; jazz; podcasts; the violin;
+birdwatching; pottery; rock climbing; fishing; sourdough; smoothies; a city park; a farmers market; a train station;
+an airport; a hospital; a fire station; a zoo; an aquarium; a bookshop; a bakery at dawn; a snowy village;
+a summer festival; a science museum; a rainforest canopy; the deep sea; a coral island; a mountain hut;
+recycling plastic bottles; composting; saving water at home; walking to work; learning to swim; riding a horse;
+building a sandcastle; planting a tree; writing a diary; keeping a budget; cooking rice; making tea; doing laundry;
+moving to a new city; starting a club; organising a bookshelf; cleaning a bicycle; teaching a dog a trick;
+the internet of things; cloud computing; spreadsheets; passwords; email etiquette; online shopping; smartphones;
+3D printing; electric scooters; self-driving cars; drones; satellites; weather forecasts; earthquake drills;
+the human eye; the lungs; muscles; teeth; vitamins; hydration; stretching; posture; laughter; curiosity; patience;
+teamwork; leadership; honesty; creativity; gratitude; courage; a village well; a windmill; a canal boat;
+a lighthouse storm; a mountain railway; a desert oasis; a snow leopard; a sea turtle; a hummingbird; a beaver dam;
+a hedgehog; an old map; a message in a bottle; a secret garden; a friendly ghost; a clumsy wizard; a brave mouse
+"""
+
+MORE_TASKS = [
+    "Give me some practical advice about {t}.",
+    "Write a short speech about {t}.",
+    "Create a short checklist about {t}.",
+    "What would happen if {t} suddenly disappeared?",
+    "Write a diary entry about {t}.",
+    "Give me three discussion questions about {t}.",
+    "Write a news headline and a one-paragraph summary about {t}.",
+    "Explain {t} using a metaphor.",
+    "What are two myths and two facts about {t}?",
+    "Write a riddle about {t} and give the answer.",
+    "Write a short lesson plan for teaching {t}.",
+    "Write a children's rhyme about {t}.",
+    "Describe a day in the life of someone who works with {t}.",
+    "Argue for and against {t} in two short paragraphs.",
+    "Write a short FAQ about {t} with three questions and answers.",
+    "Explain {t} to someone from the year 1800.",
+    "Write an advertisement slogan about {t}.",
+    "What is the most surprising thing about {t}?",
+    "Write a four-line poem about {t} that rhymes.",
+    "Give me a short list of beginner mistakes with {t}, and how to avoid them.",
+]
+
 # Held out: none of these tasks or topics is in the lists above.
 HELD_OUT = [
     "What is the capital of France?",
@@ -94,14 +135,19 @@ HELD_OUT = [
 ]
 
 
-def training_prompts(seed: int = 0) -> list[str]:
-    """Every task x topic, shuffled with a fixed seed."""
-    topics = [t.strip() for t in TOPICS.replace("\n", " ").split(";") if t.strip()]
-    prompts = [task.format(t=topic) for task in TASKS for topic in topics]
-    held = set(HELD_OUT)
-    prompts = [p for p in prompts if p not in held]
+def crossed(tasks: list[str], topics: str, seed: int, skip: set[str]) -> list[str]:
+    """Every task x topic, minus `skip`, shuffled with a fixed seed."""
+    names = [t.strip() for t in topics.replace("\n", " ").split(";") if t.strip()]
+    prompts = [task.format(t=topic) for task in tasks for topic in names]
+    prompts = [p for p in prompts if p not in skip]
     random.Random(seed).shuffle(prompts)
     return prompts
+
+
+def training_prompts(seed: int = 0) -> list[str]:
+    """The first family (shards 0-82 hold its replies), then the second, appended so the first keeps its order."""
+    first = crossed(TASKS, TOPICS, seed, set(HELD_OUT))
+    return first + crossed(MORE_TASKS, MORE_TOPICS, seed + 1, set(HELD_OUT) | set(first))
 
 
 if __name__ == "__main__":
