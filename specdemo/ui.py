@@ -202,9 +202,9 @@ def results(u, limits: Limits) -> None:
             u.sweep_md = gr.Markdown()
         with gr.Tab(L("tab.race"), id="race") as u.tab_race:
             gr.Markdown(L("race.intro"))
-            u.race_btn = gr.Button(L("race.run"), elem_id="sd-u.race-run")
-            u.race_plot = gr.Plot(plots.strategy_race({}), show_label=False, elem_id="sd-u.race-plot")
-            u.race_md = gr.Markdown(elem_id="sd-u.race-table")
+            u.race_btn = gr.Button(L("race.run"), elem_id="sd-race-run")
+            u.race_plot = gr.Plot(plots.strategy_race({}), show_label=False, elem_id="sd-race-plot")
+            u.race_md = gr.Markdown(elem_id="sd-race-table")
         with gr.Tab(L("tab.dist"), id="dist") as u.tab_dist:
             u.n_samples = gr.Slider(100, limits.max_samples, value=min(2000, limits.max_samples), step=100,
                                     label=L("ui.samples"))
