@@ -40,7 +40,7 @@ PAIR_OUTPUTS = ("pair_status", "custom_box", "examples", "chat", "pair_state")
 REDRAW_OUTPUTS = ("legend", "keys", "tokens", "stats", "film", *views.CHARTS, "insp_plot", "insp_reason",
                   "step_tokens", "step_caption", "sweep_plot", "sweep_md", "dist_plot", "dist_md", "race_plot",
                   "race_md", "pair_status")
-TAB_OUTPUTS = tuple(f"tab_{key.split('.')[1]}" for key in views.TAB_KEYS)
+TAB_OUTPUTS = tuple(views.TABS)
 
 
 def user_errors(fn):
@@ -94,11 +94,9 @@ def on_screen(spec, base, first: bool, lang=None, presenter=False) -> dict:
     step-through, the trace download and redraws read (every update), and with the first update the inspector on
     round 1 and an empty trace view, so that nothing shows the previous run after a Stop or an error."""
     state = {"spec": snapshot(spec), "base": snapshot(base), "cursor": 0}
-    n = len(spec.rounds)
-    out = {"state": state, "round_sl": gr.update(maximum=max(2, n), interactive=n > 1)}
+    out = {"state": state, "round_sl": views.round_slider(state, reset=first)}
     if first:
-        out |= {"trace_json": None, "round_sl": views.round_slider(state)}
-        out |= views.opened_round(state, 1, lang, presenter)
+        out |= {"trace_json": None} | views.opened_round(state, 1, lang, presenter)
     return out
 
 

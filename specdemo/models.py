@@ -392,6 +392,14 @@ def _fresh_locks_after_fork() -> None:
 os.register_at_fork(after_in_child=_fresh_locks_after_fork)
 
 
+def _cached(key: tuple) -> ModelPair | None:
+    """The loaded pair for `key`, marked most recently used; call with _CACHE_LOCK held."""
+    if key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
+    return None
+
+
 def load_pair(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None = None, dtype: DTypeArg = None,
               draft_dtype: DTypeArg = None, target_dtype: DTypeArg = None) -> ModelPair:
     """Load (or fetch from the LRU) a draft/target pair. The LRU holds SPECDEMO_MAX_PAIRS pairs (default 2).
@@ -403,22 +411,22 @@ def load_pair(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None =
     want = (requested_dtype("draft", draft_dtype, dtype), requested_dtype("target", target_dtype, dtype))
     key = (draft_id, target_id, str(pick_device(device)), *want)
     with _CACHE_LOCK:  # held only to look up: a download or a load never stalls other sessions' cached pairs
-        if key in _CACHE:
-            _CACHE.move_to_end(key)
-            return _CACHE[key]
+        if (hit := _cached(key)) is not None:
+            return hit
         loading = _LOADING.setdefault(key, threading.Lock())
     with loading:  # one load per pair: a second session asking for the same pair waits for it, then finds it
         with _CACHE_LOCK:
-            if key in _CACHE:
-                _CACHE.move_to_end(key)
-                return _CACHE[key]
+            if (hit := _cached(key)) is not None:
+                return hit
         try:
             loaded = load_pair_uncached(pair, device, draft_dtype=want[0], target_dtype=want[1])
-        finally:
+        except BaseException:
             with _CACHE_LOCK:
                 _LOADING.pop(key, None)
-        with _CACHE_LOCK:
+            raise
+        with _CACHE_LOCK:  # published and no longer loading in one step: nobody starts a second load in between
             _CACHE[key] = loaded
+            _LOADING.pop(key, None)
             evicted = 0
             while len(_CACHE) > max(1, env_int("SPECDEMO_MAX_PAIRS", 2)):
                 _CACHE.popitem(last=False)

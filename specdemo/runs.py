@@ -16,7 +16,7 @@ import torch
 
 from .autoregressive import baseline_steps
 from .config import Limits, SpecConfig
-from .events import Round, Step, Trace
+from .events import Trace
 from .models import ModelPair
 from .sampling import first_token_samples, warp
 from .speculative import encode_prompt, finish, run_settings, speculative_rounds
@@ -78,21 +78,13 @@ def run_stream(req: Request, pair: ModelPair, limits: Limits) -> Iterator[tuple[
 # after each finished run, and TIME_LIMIT if the deadline ends it. `yield from` runs one timed run of the pair.
 
 
-def timed_target_only(pair: ModelPair, ids: list[int], req: Request, deadline: float):
-    steps: list[Step] = []
-    for step in one_at_a_time(pair, baseline_steps(pair, ids, req.sampling, req.spec.max_new_tokens, req.spec.seed),
-                              deadline):
-        steps.append(step)
+def collected(pair: ModelPair, events: Iterator, deadline: float):
+    """Run an engine generator one locked event at a time, yielding None after each; returns the events."""
+    out = []
+    for event in one_at_a_time(pair, events, deadline):
+        out.append(event)
         yield None
-    return steps
-
-
-def timed_speculative(pair: ModelPair, ids: list[int], req: Request, spec: SpecConfig, deadline: float):
-    rounds: list[Round] = []
-    for rnd in one_at_a_time(pair, speculative_rounds(pair, ids, req.sampling, spec), deadline):
-        rounds.append(rnd)
-        yield None
-    return rounds
+    return out
 
 
 def cut_short(events: list) -> bool:
@@ -103,7 +95,8 @@ def experiment_start(pair: ModelPair, req: Request, limits: Limits):
     """The prompt's ids, the deadline, and a timed target-only run to compare against (None if the time ran out)."""
     ids = encode_prompt(pair, req.prompt, req.spec.max_new_tokens, req.chat)
     deadline = time.monotonic() + limits.time_limit_s
-    base = yield from timed_target_only(pair, ids, req, deadline)
+    steps = baseline_steps(pair, ids, req.sampling, req.spec.max_new_tokens, req.spec.seed)
+    base = yield from collected(pair, steps, deadline)
     return ids, deadline, (None if cut_short(base) else base)
 
 
@@ -118,7 +111,7 @@ def k_sweep(pair: ModelPair, req: Request, limits: Limits, k_from: int, k_to: in
     results, all_rounds = [], []
     for k in range(k_from, k_to + 1):
         spec = SpecConfig(k=k, max_new_tokens=req.spec.max_new_tokens, seed=req.spec.seed, top_candidates=0)
-        rounds = yield from timed_speculative(pair, ids, req, spec, deadline)
+        rounds = yield from collected(pair, speculative_rounds(pair, ids, req.sampling, spec), deadline)
         if cut_short(rounds):
             yield TIME_LIMIT
             return
@@ -149,7 +142,7 @@ def strategy_race(pair: ModelPair, req: Request, limits: Limits) -> Iterator:
             continue
         spec = SpecConfig(k=req.spec.k, max_new_tokens=req.spec.max_new_tokens, seed=req.spec.seed,
                           top_candidates=0, strategy=strategy)
-        rounds = yield from timed_speculative(pair, ids, req, spec, deadline)
+        rounds = yield from collected(pair, speculative_rounds(pair, ids, req.sampling, spec), deadline)
         if cut_short(rounds):
             yield TIME_LIMIT
             return

@@ -16,6 +16,7 @@ from .validation import has_head
 
 CHARTS = ("race", "acc_round", "hist", "by_pos", "theory")  # the run's five charts, in ui.py's order
 TAB_KEYS = ("tab.film", "tab.charts", "tab.sweep", "tab.race", "tab.dist", "tab.step", "tab.export")  # ui.py's order
+TABS = {f"tab_{key.split('.')[1]}": key for key in TAB_KEYS}  # output name -> label key
 
 
 def shown_prompt(trace: Trace) -> str:
@@ -47,9 +48,11 @@ def run_view(spec: Trace | None, base: Trace | None, status: str | None = None, 
             "stats": render.stats_html(spec, base, status, lang), "film": render.filmstrip_html(spec.rounds, lang=lang)}
 
 
-def round_slider(state) -> dict:
+def round_slider(state, reset: bool = True) -> dict:
+    """The round slider for the run in `state`: as many stops as rounds (a slider needs max > min), back on round 1
+    unless reset is False."""
     n = len(rounds_of(state))
-    return gr.update(maximum=max(2, n), value=1, interactive=n > 1)  # a slider needs max > min
+    return gr.update(maximum=max(2, n), interactive=n > 1, **({"value": 1} if reset else {}))
 
 
 # ------------------------------------------------------------------------------------------------ inspection
@@ -191,7 +194,7 @@ def pair_info(desc: dict, lang=None) -> str:
 
 def tab_labels(lang) -> dict:
     """The tabs' labels in `lang`, as plain text (gradio does not re-translate a closed tab's label by itself)."""
-    return {f"tab_{key.split('.')[1]}": gr.Tab(label=tr(key, lang)) for key in TAB_KEYS}
+    return {name: gr.Tab(label=tr(key, lang)) for name, key in TABS.items()}
 
 
 def everything(lang, presenter, state, round_no, position, sweep, dist, race, pair_desc) -> dict:
