@@ -18,8 +18,8 @@ arXiv:2408.15766; truncated vocabulary as in FR-Spec arXiv:2502.14856):
     every batch. Nothing but ids is stored on disk.
   * the head reads (f_i, embedding of x_{i+1}) and predicts f_{i+1}; loss = forward KL from the target's
     distribution at i+1 (renormalised on the head's vocabulary) + 0.1 * smooth-L1(f_hat, f), scored on reply
-    positions only (the prompt is context). One more unroll step feeds the head its own predicted features
-    (training-time test), so it learns to continue from them.
+    positions only (the prompt is context). Two more unroll steps feed the head its own predicted features
+    (training-time test, `ttt_unroll`), so it learns to continue from them as it does when it drafts.
   * the layer starts as the identity (output projections zero) and fc passes the feature through; for a Llama
     target its weights start from the target's last layer.
 Checkpoints: data/eagle/<pair>/ckpt.pt (every few minutes); the exported head is written when the held-out
@@ -247,38 +247,60 @@ class FeatureCache:
         return out.float()
 
 
-def ttt_unroll(head, g1: torch.Tensor, emb: torch.Tensor, k1: torch.Tensor, v1: torch.Tensor) -> torch.Tensor:
-    """Training-time test (EAGLE-3 / HASS): the second draft step, fed the head's own predicted features.
+def ttt_unroll(head, g_prev: torch.Tensor, emb: torch.Tensor, ks: list, vs: list) -> torch.Tensor:
+    """Training-time test (EAGLE-3 / HASS): draft step s = len(ks) + 1, fed step s-1's predicted features.
 
-    The query at position j (inputs: predicted f_j, embedding of x_{j+1}) sees the first step's keys at positions
-    < j (built from true features, as in drafting, where accepted positions carry the target's features) and its
-    own key at j. g1 [B, T-1, H] are step one's predictions (g1[:, j-1] predicts f_j)."""
-    t = g1.shape[1] - 1
-    positions = torch.arange(1, t + 1, device=g1.device)
-    x2, q2, k2, v2 = head.project(g1[:, :-1], emb[:, 2:], positions)
+    Step s's query i sits at position p = i + s - 1; its inputs are the prediction of f_p and the embedding of
+    x_{p+1}. As in drafting, it sees step one's keys at positions <= i (true features: accepted positions), then
+    one key from each later step along the diagonal (steps 2..s-1, at positions i + 1 .. p - 1), then its own.
+    Every step's keys are indexed from its first position, so all of those are `[:, :, :t]` slices. `ks`/`vs` hold
+    the earlier steps' keys and values (already expanded for grouped-query attention); this step's are appended.
+    g_prev [B, t + 1, H]: step s-1's predictions; its row i predicts f_{i+s-1}."""
+    s = len(ks) + 1
+    t = g_prev.shape[1] - 1
+    positions = torch.arange(s - 1, s - 1 + t, device=g_prev.device)
+    x, q, k, v = head.project(g_prev[:, :t], emb[:, s:], positions)
+    k, v = head.expand_kv(k), head.expand_kv(v)
     scale = 1.0 / math.sqrt(head.cfg.head_dim)
-    k_prev, v_prev = head.expand_kv(k1[:, :, :-1]), head.expand_kv(v1[:, :, :-1])
-    s_prev = (q2 @ k_prev.transpose(-1, -2)) * scale  # [B, nh, t, t]; key i allowed for query j = a + 1 iff i <= a
-    s_prev = s_prev.masked_fill(~torch.ones(t, t, dtype=torch.bool, device=g1.device).tril(), float("-inf"))
-    s_self = (q2 * head.expand_kv(k2)).sum(-1, keepdim=True) * scale
-    probs = torch.cat([s_prev, s_self], dim=-1).float().softmax(-1).to(q2.dtype)
-    attn = probs[..., :-1] @ v_prev + probs[..., -1:] * head.expand_kv(v2)
-    return head.finish(x2, attn)
+    s_prev = (q @ ks[0][:, :, :t].transpose(-1, -2)) * scale  # [B, nh, t, t]: key i' allowed for query i iff i' <= i
+    s_prev = s_prev.masked_fill(~torch.ones(t, t, dtype=torch.bool, device=q.device).tril(), float("-inf"))
+    diag_k, diag_v = [km[:, :, :t] for km in ks[1:]] + [k], [vm[:, :, :t] for vm in vs[1:]] + [v]
+    s_diag = [(q * km).sum(-1, keepdim=True) * scale for km in diag_k]
+    probs = torch.cat([s_prev, *s_diag], dim=-1).float().softmax(-1).to(q.dtype)
+    attn = probs[..., :t] @ vs[0][:, :, :t]
+    for j, vm in enumerate(diag_v):
+        attn = attn + probs[..., t + j : t + j + 1] * vm
+    ks.append(k)
+    vs.append(v)
+    return head.finish(x, attn)
+
+
+UNROLL_WEIGHTS = (1.0, 0.6, 0.4)  # loss weight of draft steps 1, 2, 3 (steps 2 and 3 read predicted features)
+
+
+def unrolled(head, f: torch.Tensor, emb: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    """Predicted features of draft steps 1..steps: step one reads the true features f, step s > 1 reads step s-1's
+    predictions. Row i of step s predicts f_{i+s}."""
+    t = f.shape[1]
+    x1, q1, k1, v1 = head.project(f[:, :-1], emb[:, 1:], torch.arange(t - 1))
+    k1, v1 = head.expand_kv(k1), head.expand_kv(v1)
+    gs = [head.finish(x1, F.scaled_dot_product_attention(q1, k1, v1, is_causal=True))]
+    ks, vs = [k1], [v1]
+    for _ in range(1, steps):
+        gs.append(ttt_unroll(head, gs[-1], emb, ks, vs))
+    return gs
 
 
 def head_losses(head, teacher: Teacher, f, ids, mask, scored, w_sub, feat_weight: float = 0.1):
-    """Step one (true features f) and step two (its own predictions): (loss, per-step top-1 agreement stats)."""
+    """Draft steps 1..len(UNROLL_WEIGHTS), the first on true features f, the rest on their own predictions:
+    (weighted loss, per-step top-1 agreement stats)."""
     with torch.no_grad():
         emb = teacher.embed(ids).float()
-    b, t, _ = f.shape
-    positions = torch.arange(t - 1)
+    t = f.shape[1]
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        x1, q1, k1, v1 = head.project(f[:, :-1], emb[:, 1:], positions)
-        attn = F.scaled_dot_product_attention(q1, head.expand_kv(k1), head.expand_kv(v1), is_causal=True)
-        g1 = head.finish(x1, attn)
-        g2 = ttt_unroll(head, g1, emb, k1, v1)
-    losses, stats = [], []
-    for g, shift in ((g1, 1), (g2, 2)):
+        gs = unrolled(head, f, emb, len(UNROLL_WEIGHTS))
+    loss, stats = 0.0, []
+    for shift, (g, weight) in enumerate(zip(gs, UNROLL_WEIGHTS), start=1):
         valid = scored[:, shift:] & mask[:, : t - shift]  # only the scored positions: no prompt, no padding
         target_f, mine = f[:, shift:][valid], g[valid]  # [N, H]: the true features that g predicts, and g
         with torch.no_grad():
@@ -286,16 +308,17 @@ def head_losses(head, teacher: Teacher, f, ids, mask, scored, w_sub, feat_weight
         logq = (mine.float().to(torch.bfloat16) @ w_sub.T).float().log_softmax(-1)
         ce = -(p * logq).sum(-1)
         sl1 = F.smooth_l1_loss(mine.float(), target_f, reduction="none").mean(-1)
-        losses.append((ce + feat_weight * sl1).mean())
+        loss = loss + weight * (ce + feat_weight * sl1).mean()
         stats.append(((logq.argmax(-1) == p.argmax(-1)).sum().item(), float(valid.sum())))
-    return losses[0] + 0.5 * losses[1], stats
+    return loss, stats
 
 
 @torch.no_grad()
 def evaluate(head, teacher: Teacher, dev: list, dev_feats: FeatureCache, w_sub, d2t) -> dict:
-    """Teacher-forced top-1 agreement with the target's greedy token over the FULL vocabulary, steps one and two."""
+    """Teacher-forced top-1 agreement with the target's greedy token over the FULL vocabulary, per draft step."""
     head.eval()
-    hits, total = [0, 0], [0, 0]
+    n = len(UNROLL_WEIGHTS)
+    hits, total = [0] * n, [0] * n
     w_full = teacher.lm_w
     for i in range(0, len(dev), 16):
         idx = range(i, min(i + 16, len(dev)))
@@ -304,18 +327,16 @@ def evaluate(head, teacher: Teacher, dev: list, dev_feats: FeatureCache, w_sub, 
         emb = teacher.embed(ids).float()
         t = f.shape[1]
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            x1, q1, k1, v1 = head.project(f[:, :-1], emb[:, 1:], torch.arange(t - 1))
-            g1 = head.finish(x1, F.scaled_dot_product_attention(q1, head.expand_kv(k1), head.expand_kv(v1),
-                                                                is_causal=True))
-            g2 = ttt_unroll(head, g1, emb, k1, v1)
-        for s, (g, shift) in enumerate(((g1, 1), (g2, 2))):
+            gs = unrolled(head, f, emb, n)
+        for s, g in enumerate(gs):
+            shift = s + 1
             valid = scored[:, shift:] & mask[:, : t - shift]
             greedy = (f[:, shift:].to(torch.bfloat16) @ w_full.T).argmax(-1)
             mine = d2t[(g.to(torch.bfloat16) @ w_sub.T).argmax(-1)]
             hits[s] += int(((mine == greedy) & valid).sum())
             total[s] += int(valid.sum())
     head.train()
-    return {"top1_step1": hits[0] / max(total[0], 1), "top1_step2": hits[1] / max(total[1], 1)}
+    return {f"top1_step{s + 1}": hits[s] / max(total[s], 1) for s in range(n)}
 
 
 METRIC = "reply-only"  # what the dev top-1 scores (see `collate`)
@@ -372,7 +393,7 @@ def train(args) -> None:
     rng = np.random.default_rng(step)
     t_start, last_save = time.time(), time.time()
     deadline = t_start + args.minutes * 60
-    agree = [[0, 0], [0, 0]]
+    agree = [[0, 0] for _ in UNROLL_WEIGHTS]
     head.train()
 
     def save_ckpt():
@@ -394,16 +415,16 @@ def train(args) -> None:
             torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
             opt.step()
             step += 1
-            for s in range(2):
-                agree[s][0] += stats[s][0]
-                agree[s][1] += stats[s][1]
+            for s, (hit, count) in enumerate(stats):
+                agree[s][0] += hit
+                agree[s][1] += count
             if step % args.eval_every == 0 or step == args.steps:
                 ev = evaluate(head, teacher, dev, dev_feats, w_sub, d2t)
                 row = {"step": step, "minutes": round((time.time() - t_start) / 60, 2), "loss": round(loss.item(), 4),
-                       "train_top1_step1": round(agree[0][0] / max(agree[0][1], 1), 4),
-                       "train_top1_step2": round(agree[1][0] / max(agree[1][1], 1), 4), "scored": METRIC} | {
+                       "scored": METRIC} | {f"train_top1_step{s + 1}": round(a / max(count, 1), 4)
+                                             for s, (a, count) in enumerate(agree)} | {
                     k: round(v, 4) for k, v in ev.items()}
-                agree = [[0, 0], [0, 0]]
+                agree = [[0, 0] for _ in UNROLL_WEIGHTS]
                 history.append(row)
                 print(json.dumps(row), flush=True)
                 if ev["top1_step1"] > best:
@@ -426,7 +447,7 @@ def export_head(head, pair: str, history: list, coverage: float, n_records: int,
     out = copy.deepcopy(head)
     out.cfg = type(head.cfg)(**{**head.cfg.__dict__, "training": {
         "recipe": "teacher forcing on the target's features; forward KL to its next-token distribution on the "
-                  "draft vocabulary + 0.1 smooth-L1 on the feature; one training-time-test unroll (weight 0.5)",
+                  "draft vocabulary + 0.1 smooth-L1 on the feature; training-time-test unroll to draft step " + str(len(UNROLL_WEIGHTS)) + " (step weights " + str(UNROLL_WEIGHTS) + ")",
         "records": n_records, "draft_vocab_coverage_dev": round(coverage, 4), "batch": args.batch,
         "peak_lr": args.lr, "planned_steps": args.steps, "threads": args.threads, "torch": torch.__version__,
         "history": history}})

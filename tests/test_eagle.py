@@ -214,3 +214,32 @@ def test_save_and_load_round_trip(toy_pair, tmp_path):
     # stored in bf16: the round trip keeps the weights to bf16 precision
     torch.testing.assert_close(back(x, x), head.to(torch.bfloat16).float()(x, x), atol=1e-4, rtol=1e-4)
     assert Counter(back.d2t.tolist()) == Counter([0, 2, 3, 5, 7])
+
+
+def test_training_time_test_reads_what_drafting_reads(toy_pair):
+    """The training script's unroll (steps 2 and 3 fed the head's own predictions) computes exactly what the
+    drafter computes when it drafts three tokens from a fixed prefix: a wrong mask or shift there would train the
+    head for a different model than the one that drafts."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from train_eagle import UNROLL_WEIGHTS, unrolled
+
+    from specdemo.eagle import HeadCache
+
+    head = random_head(toy_pair, torch.arange(toy_pair.vocab_size), seed=1)
+    ids = torch.randint(0, toy_pair.vocab_size, (16,), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        feats = toy_pair.target.base_model(input_ids=ids[None]).last_hidden_state.float()
+        emb = toy_pair.target.get_input_embeddings()(ids[None]).float()
+        steps = unrolled(head, feats, emb, len(UNROLL_WEIGHTS))
+        assert len(steps) == 3
+        for j0 in (0, 3, ids.numel() - 4):  # true features at positions 0..j0, then three drafting steps
+            cache = HeadCache(head.cfg, ids.numel(), toy_pair.device, torch.float32)
+            g = head.step(feats[0, : j0 + 1], emb[0, 1 : j0 + 2], cache)[-1:]
+            for s, g_train in enumerate(steps):
+                # row j0 of step s+1 predicts f_{j0+s+1}; the drafter's next step reads token x_{j0+s+2}
+                torch.testing.assert_close(g[0], g_train[0, j0], atol=1e-4, rtol=1e-4)
+                if s + 1 < len(steps):
+                    g = head.step(g, emb[0, j0 + s + 2 : j0 + s + 3], cache)
