@@ -184,10 +184,17 @@ def run_bench(
     """spec.strategy against target-only decoding in each dtype (and transformers' assisted generation with the
     pair's draft model), interleaved prompt by prompt."""
     prompts = prompts or BENCH_PROMPTS
-    targets = target_variants(pair)
     own = dtype_name(pair.dtype)
-    naive = {("naive" if d == own else f"naive {d}"): p for d, p in targets.items()}
+    naive = {("naive" if d == own else f"naive {d}"): p for d, p in target_variants(pair).items()}
     methods = [*naive, "speculative"] + (["hf_assisted"] if include_hf else [])
+    totals, rounds, steps = interleaved_runs(pair, naive, methods, prompts, sampling, spec, log)
+    return summarize(pair, sampling, spec, len(prompts), naive, totals, rounds, steps)
+
+
+def interleaved_runs(pair: ModelPair, naive: dict, methods: list[str], prompts: list[str], sampling: SamplingConfig,
+                     spec: SpecConfig, log) -> tuple[dict, list, list]:
+    """Every method on every prompt, prompt by prompt (so that a machine's slow minute hurts all methods alike),
+    after one warm-up call each: -> (tokens and seconds per method, the speculative rounds, the naive steps)."""
     totals = {m: {"tokens": 0, "seconds": 0.0} for m in methods}
     rounds, steps = [], []
 
@@ -214,7 +221,13 @@ def run_bench(
                 steps += tr.steps
         log(f"  prompt {i + 1}/{len(prompts)}: " + ", ".join(
             f"{m} {totals[m]['tokens'] / totals[m]['seconds']:.1f} tok/s" for m in methods))
+    return totals, rounds, steps
 
+
+def summarize(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig, n_prompts: int, naive: dict,
+              totals: dict, rounds: list, steps: list) -> dict:
+    """The bench's figures: rates, speedups, the paper's quantities (alpha, c, the verify's cost) and ceilings."""
+    methods, include_hf = list(totals), "hf_assisted" in totals
     tps = {m: totals[m]["tokens"] / totals[m]["seconds"] for m in methods}
     fastest = max((m for m in naive), key=tps.get)
     k_full = spec.k if spec.strategy != "adaptive" else None
@@ -231,7 +244,7 @@ def run_bench(
         "pair": pair.describe(),
         "settings": {"k": spec.k, "strategy": spec.strategy, "max_new_tokens": spec.max_new_tokens,
                      "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
-                     "prompts": len(prompts), "threads": torch.get_num_threads()},
+                     "prompts": n_prompts, "threads": torch.get_num_threads()},
         "tokens_per_s": tps,
         "speedup_vs_naive": speedup,
         "fastest_naive": fastest,

@@ -44,31 +44,9 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
     targets = target_variants(pair)
     own = dtype_name(pair.dtype)
     ks = list(range(1, 9)) if k_search else [k]
-    methods = [f"target-only {name}" for name in targets]
-    methods += [f"fixed K={kk}" for kk in ks] + ["adaptive", f"lookup K={lookup_k}"]
-    if pair.head is not None:
-        methods.append(f"eagle K={k}")
-    if include_hf:
-        methods += [f"hf assisted K={k}", "hf assisted default", f"hf prompt lookup K={lookup_k}"]
+    methods = method_names(pair, targets, ks, k, lookup_k, include_hf)
     counter = CallCounter(pair.target)
-
-    def run(method: str, prompt: str, s: int):
-        """-> (tokens, seconds, target calls, trace or None)"""
-        if method.startswith("target-only"):
-            tr = baseline_generate(targets[method.split()[-1]], prompt, sampling, max_new_tokens, s)
-            return len(tr.output_ids), tr.wall_s, len(tr.steps), tr
-        if method.startswith("hf"):
-            mode = "lookup" if "lookup" in method else "default" if "default" in method else "constant"
-            spec = SpecConfig(k=lookup_k if mode == "lookup" else k, max_new_tokens=max_new_tokens, seed=s)
-            before = counter.n
-            n, secs = assisted_generate(pair, prompt, sampling, spec, mode)
-            return n, secs, counter.n - before, None
-        strategy = method.split()[0]
-        kk = int(method.split("=")[1]) if "=" in method else k
-        spec = SpecConfig(k=kk, max_new_tokens=max_new_tokens, seed=s, strategy=strategy, ngram=ngram,
-                          top_candidates=0)
-        tr = speculative_generate(pair, prompt, sampling, spec)
-        return len(tr.output_ids), tr.wall_s, len(tr.rounds), tr
+    run = method_runner(pair, targets, sampling, k, max_new_tokens, ngram, lookup_k, counter)
 
     for m in methods:  # warm-up: first calls pay for allocation, kernels, lazily built tables
         run(m, general[0], seed)
@@ -98,6 +76,42 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
         "copy_prompts": len(copy), "threads": torch.get_num_threads(), "target_dtype": own,
         "draft_dtype": dtype_name(pair.draft_dtype)},
         "isolated": iso, "groups": {g: summarise(tot, own, iso) for g, tot in groups.items()}}
+
+
+def method_names(pair: ModelPair, targets: dict, ks: list[int], k: int, lookup_k: int, include_hf: bool) -> list[str]:
+    """The race's entrants: target-only in each dtype, fixed K for each K searched, adaptive, lookup, eagle (if the
+    pair has a head), and transformers' three assisted modes."""
+    methods = [f"target-only {name}" for name in targets]
+    methods += [f"fixed K={kk}" for kk in ks] + ["adaptive", f"lookup K={lookup_k}"]
+    if pair.head is not None:
+        methods.append(f"eagle K={k}")
+    if include_hf:
+        methods += [f"hf assisted K={k}", "hf assisted default", f"hf prompt lookup K={lookup_k}"]
+    return methods
+
+
+def method_runner(pair: ModelPair, targets: dict, sampling: SamplingConfig, k: int, max_new_tokens: int, ngram: int,
+                  lookup_k: int, counter: CallCounter):
+    """run(method, prompt, seed) -> (tokens, seconds, target calls, trace or None), for any of `method_names`."""
+
+    def run(method: str, prompt: str, s: int):
+        if method.startswith("target-only"):
+            tr = baseline_generate(targets[method.split()[-1]], prompt, sampling, max_new_tokens, s)
+            return len(tr.output_ids), tr.wall_s, len(tr.steps), tr
+        if method.startswith("hf"):
+            mode = "lookup" if "lookup" in method else "default" if "default" in method else "constant"
+            spec = SpecConfig(k=lookup_k if mode == "lookup" else k, max_new_tokens=max_new_tokens, seed=s)
+            before = counter.n
+            n, secs = assisted_generate(pair, prompt, sampling, spec, mode)
+            return n, secs, counter.n - before, None
+        strategy = method.split()[0]
+        kk = int(method.split("=")[1]) if "=" in method else k
+        spec = SpecConfig(k=kk, max_new_tokens=max_new_tokens, seed=s, strategy=strategy, ngram=ngram,
+                          top_candidates=0)
+        tr = speculative_generate(pair, prompt, sampling, spec)
+        return len(tr.output_ids), tr.wall_s, len(tr.rounds), tr
+
+    return run
 
 
 def summarise(tot: dict, own: str, iso: dict) -> dict:

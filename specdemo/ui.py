@@ -225,14 +225,22 @@ def results(u, limits: Limits) -> None:
 
 def wire_events(demo: gr.Blocks, u) -> None:
     """Which handler each event calls, with which inputs and outputs, in which queue group."""
-    c = u.c
-    o = vars(u) | {"chat": c["chat"]}  # the outputs, by the names handlers.py uses
+    o = vars(u) | {"chat": u.c["chat"]}  # the outputs, by the names handlers.py uses
 
     def wire(fn, names):
         """The handler, adapted to its outputs by name, and the components of those names."""
         return dict(fn=named(fn, names), outputs=[o[name] for name in names])
 
     view = [u.lang, u.presenter]  # every UI handler's view inputs
+    wire_runs(u, wire, view)
+    wire_browsing(u, wire, view)
+    wire_page(demo, u, wire, view)
+    gr.api(handlers.generate_api, api_name="generate", concurrency_id="models")
+
+
+def wire_runs(u, wire, view: list) -> None:
+    """The model runs (Generate, the K sweep, the distribution check, the race), Stop, and the trace download."""
+    c = u.c
     inputs = [c[name] for name in GENERATE_INPUTS] + view + [c["ngram"]]
     run_args = dict(**wire(handlers.generate_ui, handlers.RUN_OUTPUTS), inputs=inputs, concurrency_id="models",
                     api_visibility="undocumented", show_progress="minimal")
@@ -261,6 +269,9 @@ def wire_events(demo: gr.Blocks, u) -> None:
     u.download_btn.click(**wire(handlers.trace_of, ("trace_json",)), inputs=[u.state], api_visibility="private",
                          queue=False).then(None, [u.trace_json], None, js=DOWNLOAD_JS, api_visibility="private")
 
+
+def wire_browsing(u, wire, view: list) -> None:
+    """Moving through a finished run: the round and position sliders, the film strip, the step-through keys."""
     u.round_sl.change(**wire(handlers.select_round, handlers.INSPECT_OUTPUTS), inputs=[u.state, u.round_sl] + view,
                       api_visibility="private")
     u.pos_sl.release(**wire(handlers.inspect_round, handlers.INSPECT_OUTPUTS[1:]),
@@ -276,6 +287,10 @@ def wire_events(demo: gr.Blocks, u) -> None:
                   inputs=[u.state, u.lang], **step)
     u.keys.click(**wire(handlers.step_key, handlers.STEP_OUTPUTS + ("tabs",)), inputs=[u.state, u.lang], **step)
 
+
+def wire_page(demo: gr.Blocks, u, wire, view: list) -> None:
+    """The pair (its status, its strategies), the example prompts, the language and presenter mode."""
+    c = u.c
     # a pair change loads models, but never waits behind (or holds up) the model runs: its own queue group
     pair_change = dict(**wire(handlers.change_pair, handlers.PAIR_OUTPUTS),
                        inputs=[c["pair"], c["draft"], c["target"], u.lang], api_visibility="private",
@@ -301,8 +316,6 @@ def wire_events(demo: gr.Blocks, u) -> None:
     # gradio re-translates only the open tab's label on a locale change, so the server sends all of them
     u.lang.change(**wire(handlers.tab_labels, handlers.TAB_OUTPUTS), inputs=[u.lang], api_visibility="private",
                   show_progress="hidden")
-
-    gr.api(handlers.generate_api, api_name="generate", concurrency_id="models")
 
 
 def build_demo() -> gr.Blocks:

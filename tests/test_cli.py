@@ -98,3 +98,31 @@ def test_terminal_output_stays_coloured_with_every_round_inline(trace):
     inline = "".join(t["text"] for r in trace["rounds"] for t in r["tokens"])
     assert ANSI.sub("", body) == PROMPT + inline
     assert "legend: " in out
+
+
+def bench(*args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "specdemo", "bench", "--pair", "shakespeare", "--prompts", "1",
+                          "--max-new-tokens", "8", *args], cwd=ROOT, env=env(), check=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True, timeout=300)
+    return out.stdout
+
+
+def test_bench_times_every_method_side_by_side_and_its_figures_agree():
+    """`bench --json` runs the strategy, target-only in each dtype and transformers' assisted generation in one
+    process, and its ratios are the ratios of the rates it printed (no figure is taken from elsewhere)."""
+    res = json.loads(bench("--k", "3", "--temperature", "0", "--strategy", "eagle", "--json"))
+    tps = res["tokens_per_s"]
+    assert {"naive", "speculative", "hf_assisted"} <= set(tps) and all(v > 0 for v in tps.values())
+    assert res["settings"] == res["settings"] | {"k": 3, "strategy": "eagle", "prompts": 1, "max_new_tokens": 8}
+    assert res["speedup_vs_naive"] == pytest.approx(tps["speculative"] / tps["naive"])
+    assert res["speedup_vs_fastest_naive"] == pytest.approx(tps["speculative"] / max(
+        v for m, v in tps.items() if m.startswith("naive")))
+    assert 0 <= res["alpha_empirical"] <= 1 and res["c_isolated"] > 0
+
+
+def test_bench_strategies_lists_every_strategy_of_the_pair():
+    table = bench("--strategies", "--no-k-search", "--no-hf", "--k", "2")
+    rows = {line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")}
+    assert {"fixed K=2", "adaptive", "lookup K=8", "eagle K=2"} <= rows
+    assert not any(row.startswith("hf") for row in rows)  # --no-hf leaves transformers' modes out
+    assert "general prompts" in table and "copy prompts" in table
