@@ -243,3 +243,31 @@ def test_training_time_test_reads_what_drafting_reads(toy_pair):
                 torch.testing.assert_close(g[0], g_train[0, j0], atol=1e-4, rtol=1e-4)
                 if s + 1 < len(steps):
                     g = head.step(g, emb[0, j0 + s + 2 : j0 + s + 3], cache)
+
+
+def test_a_saved_feature_cache_is_reused_only_for_the_same_records(tmp_path):
+    """train_eagle.FeatureCache saves the teacher's features; a resumed run reads them back bit for bit, and a run
+    over other records recomputes them (a stale cache would train the head on the wrong features)."""
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from train_eagle import FeatureCache, Teacher
+
+    teacher = Teacher("shakespeare")
+    rng = np.random.default_rng(0)
+    records = [(rng.integers(0, 4096, n), 2) for n in (5, 9, 7)]
+    path = tmp_path / "features.pt"
+    first = FeatureCache(teacher, records, path=path)
+    assert path.exists()
+    again = FeatureCache(teacher, records, path=path)
+    for a, b in zip(first.rows, again.rows):
+        assert torch.equal(a, b)
+    with torch.no_grad():
+        fresh = teacher.features(torch.from_numpy(records[1][0])[None], torch.ones(1, 9, dtype=torch.bool))[0]
+    torch.testing.assert_close(again.rows[1].float(), fresh, atol=0.05, rtol=0.02)  # stored in bf16
+    other = [(r[0][::-1].copy(), 2) for r in records]
+    changed = FeatureCache(teacher, other, path=path)
+    assert not torch.equal(changed.rows[1], first.rows[1])
