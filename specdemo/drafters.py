@@ -251,6 +251,7 @@ class EagleDrafter(Drafter):
         """Head positions for (feat [n, H], tokens [n]) -> the last one's predicted feature [1, H]."""
         return self.head.step(feat.to(self.dtype), self.embed(tokens).to(self.dtype), self.cache)[-1:]
 
+    @torch.inference_mode()  # the embedding is the target's, whose weights may require grad: record no graph
     def propose(self, seq: torch.Tensor, k_max: int, gen: torch.Generator) -> Proposal:
         empty = torch.empty(0, self.vocab_size, device=seq.device)
         if not self.pending and self.cache.length == 0:  # round one: the target has not read the prompt yet

@@ -271,3 +271,27 @@ def test_a_saved_feature_cache_is_reused_only_for_the_same_records(tmp_path):
     other = [(r[0][::-1].copy(), 2) for r in records]
     changed = FeatureCache(teacher, other, path=path)
     assert not torch.equal(changed.rows[1], first.rows[1])
+
+
+def test_eagle_drafts_after_a_head_timing_and_records_no_autograd_graph(pair32):
+    """The bench times a head step under inference mode before any run (evaluate_smollm2.py did exactly that): the
+    head's fused weights and RoPE tables, built there, must serve later runs. Drafting records no autograd graph,
+    although it reads the target's embedding, whose weights require grad."""
+    from specdemo.bench import head_step_ms
+    from specdemo.drafters import make_drafter
+
+    head = pair32.head
+    head.__dict__.pop("_fused", None)
+    head._rope = None
+    assert head_step_ms(pair32, context=16, reps=2) > 0
+    tr = speculative_generate(pair32, "ROMEO:\n", GREEDY, SpecConfig(k=3, max_new_tokens=12, strategy="eagle"))
+    assert len(tr.output_ids) == 12
+    drafter = make_drafter(SpecConfig(k=3, strategy="eagle"), SamplingConfig(1.0), pair32)
+    spec = SpecConfig(k=3, max_new_tokens=8, strategy="eagle")
+    seq = pair32.encode("ROMEO:\n")
+    for rnd in speculative_rounds(pair32, seq, SamplingConfig(1.0), spec, drafter=drafter):
+        seq = seq + [t.token_id for t in rnd.output]
+        if rnd.source == "eagle":
+            break
+    proposal = drafter.propose(torch.tensor(seq), 3, torch.Generator().manual_seed(0))
+    assert not proposal.q.requires_grad and proposal.q.grad_fn is None
