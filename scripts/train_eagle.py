@@ -227,7 +227,7 @@ def records_digest(teacher: Teacher, records: list) -> str:
     for ids, prompt_len in records:
         h.update(np.asarray(ids, dtype=np.int64).tobytes() + str(prompt_len).encode())
     for name, tensor in sorted(teacher.model.state_dict().items())[:8]:
-        h.update(name.encode() + tensor.float().flatten()[:4096].numpy().tobytes())
+        h.update(name.encode() + tensor.flatten()[:4096].float().numpy().tobytes())
     return h.hexdigest()[:24]
 
 

@@ -216,17 +216,25 @@ def test_save_and_load_round_trip(toy_pair, tmp_path):
     assert Counter(back.d2t.tolist()) == Counter([0, 2, 3, 5, 7])
 
 
-def test_training_time_test_reads_what_drafting_reads(toy_pair):
-    """The training script's unroll (steps 2 and 3 fed the head's own predictions) computes exactly what the
-    drafter computes when it drafts three tokens from a fixed prefix: a wrong mask or shift there would train the
-    head for a different model than the one that drafts."""
+@pytest.fixture(scope="module")
+def train_eagle():
+    """scripts/train_eagle.py, imported as a module."""
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    from train_eagle import UNROLL_WEIGHTS, unrolled
+    import train_eagle
 
+    return train_eagle
+
+
+def test_training_time_test_reads_what_drafting_reads(toy_pair, train_eagle):
+    """The training script's unroll (steps 2 and 3 fed the head's own predictions) computes exactly what the
+    drafter computes when it drafts three tokens from a fixed prefix: a wrong mask or shift there would train the
+    head for a different model than the one that drafts."""
     from specdemo.eagle import HeadCache
+
+    UNROLL_WEIGHTS, unrolled = train_eagle.UNROLL_WEIGHTS, train_eagle.unrolled
 
     head = random_head(toy_pair, torch.arange(toy_pair.vocab_size), seed=1)
     ids = torch.randint(0, toy_pair.vocab_size, (16,), generator=torch.Generator().manual_seed(0))
@@ -245,16 +253,12 @@ def test_training_time_test_reads_what_drafting_reads(toy_pair):
                     g = head.step(g, emb[0, j0 + s + 2 : j0 + s + 3], cache)
 
 
-def test_a_saved_feature_cache_is_reused_only_for_the_same_records(tmp_path):
+def test_a_saved_feature_cache_is_reused_only_for_the_same_records(tmp_path, train_eagle):
     """train_eagle.FeatureCache saves the teacher's features; a resumed run reads them back bit for bit, and a run
     over other records recomputes them (a stale cache would train the head on the wrong features)."""
-    import sys
-    from pathlib import Path
-
     import numpy as np
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    from train_eagle import FeatureCache, Teacher
+    FeatureCache, Teacher = train_eagle.FeatureCache, train_eagle.Teacher
 
     teacher = Teacher("shakespeare")
     rng = np.random.default_rng(0)
