@@ -7,7 +7,10 @@ evaluation and `python -m specdemo bench --pair smollm2-135m` use them.
 
 from __future__ import annotations
 
+import json
 import random
+import re
+from pathlib import Path
 
 TOPICS = """
 the water cycle; volcanoes; the moon; photosynthesis; the human heart; honeybees; the Roman Empire; the printing press;
@@ -133,6 +136,45 @@ HELD_OUT = [
     "Why do leaves change color in autumn?",
     "Write the opening paragraph of a mystery novel set on a train.",
 ]
+
+
+# A third family, written by the target itself (self-instruct, Wang et al. 2023, arXiv:2212.10560): shown a few
+# training prompts as a list, it continues the list (`python scripts/train_eagle.py prompts`). Its messages have
+# shapes and topics that no template above has, which is what a head trained on templated prompts lacks. They are
+# kept as written (plain text, committed), minus the lines `clean_prompt` rejects.
+SELF_PROMPTS = Path(__file__).resolve().parents[1] / "assets" / "training" / "smollm2-135m" / "self_prompts.json"
+
+
+def normalized(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", " ", text.lower()).strip()
+
+
+def clean_prompt(line: str, seen: set[str]) -> str | None:
+    """A line the target wrote as a list item -> a prompt, or None: too short or long, not ending as a sentence,
+    a repeat (of an earlier one or a training prompt, both in `seen`) or close to a held-out prompt (half its words or
+    more in common: HELD_OUT stays unseen, in substance as well as verbatim)."""
+    text = line.strip().lstrip("-*0123456789. ").strip()
+    words = text.split()
+    if not 3 <= len(words) <= 40 or text[-1] not in ".?!\"" or "http" in text or "@" in text:
+        return None
+    key = normalized(text)
+    if key in seen or any(similar(key, h) for h in HELD_OUT_KEYS):
+        return None
+    return text
+
+
+def similar(a: str, b: str, limit: float = 0.5) -> bool:
+    """Word-set overlap (Jaccard) of two normalized texts reaches `limit`, or one contains the other."""
+    wa, wb = set(a.split()), set(b.split())
+    return a in b or b in a or len(wa & wb) / max(1, len(wa | wb)) >= limit
+
+
+def self_prompts() -> list[str]:
+    """The target's own prompts, in the order it wrote them (empty before `train_eagle.py prompts` has run)."""
+    return json.loads(SELF_PROMPTS.read_text()) if SELF_PROMPTS.exists() else []
+
+
+HELD_OUT_KEYS = [normalized(h) for h in HELD_OUT]
 
 
 def crossed(tasks: list[str], topics: str, seed: int, skip: set[str]) -> list[str]:

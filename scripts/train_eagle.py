@@ -1,6 +1,8 @@
 """Train the EAGLE heads (specdemo/eagle.py) that draft from the target's own features. Resumable at any point.
 
     python scripts/train_eagle.py replies --minutes 30        # smollm2-135m: the target writes chat replies (ids)
+    python scripts/train_eagle.py prompts --count 3000        # ... and its own prompts (self-instruct, text)
+    python scripts/train_eagle.py replies --family self       # ... and replies to those
     python scripts/train_eagle.py train --pair smollm2-135m --minutes 60 --steps 550 --eval-every 50
     python scripts/train_eagle.py train --pair shakespeare --minutes 30 --steps 800 --eval-every 50
 
@@ -43,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from smollm2_prompts import training_prompts  # noqa: E402
+from smollm2_prompts import SELF_PROMPTS, clean_prompt, normalized, self_prompts, training_prompts  # noqa: E402
 
 REPLIES = ROOT / "assets" / "training" / "smollm2-135m"
 TEMPS = (0.0, 0.7, 1.0)  # shard i is written at TEMPS[i % 3]
@@ -69,17 +71,64 @@ def save_shard(path: Path, records: list[tuple[list[int], list[int]]], temp: flo
 
 
 @torch.inference_mode()
-def replies(args) -> None:
-    """The target writes replies to the training prompts, a batch per shard; existing shards are skipped."""
+def write_prompts(args) -> None:
+    """The target writes new user prompts (smollm2_prompts.py's third family, self-instruct): shown four earlier
+    prompts as a list, two templated and two of its own once it has some, it continues the list at T = 0.8, and
+    every clean new item is kept. Appends to self_prompts.json after every batch, up to --count; resumable."""
+    import random
+
     torch.set_num_threads(args.threads)
     tok, model = load_target("smollm2-135m")
     tok.padding_side = "left"
-    prompts = training_prompts()
+    templated, written = training_prompts(), self_prompts()
+    seen = {normalized(p) for p in templated + written}
+    deadline = time.time() + args.minutes * 60
+    while len(written) < args.count and time.time() < deadline:
+        t0, before = time.time(), len(written)
+        rng = random.Random(before)
+        metas = []
+        for _ in range(args.batch):
+            shown = rng.sample(templated, 2) + rng.sample(written or templated, 2)
+            rng.shuffle(shown)
+            metas.append("Messages that people sent to a helpful AI assistant, one per line:\n"
+                         + "".join(f"- {m}\n" for m in shown) + "-")
+        enc = tok(metas, padding=True, return_tensors="pt")
+        torch.manual_seed(before)
+        out = model.generate(**enc, do_sample=True, temperature=0.8, top_k=0, top_p=1.0, max_new_tokens=64,
+                             pad_token_id=tok.eos_token_id)
+        for row in out[:, enc["input_ids"].shape[1] :]:
+            lines = ("-" + tok.decode(row, skip_special_tokens=True)).split("\n")
+            for line in lines[:-1]:  # the last line may be cut off by the token budget
+                if not line.startswith("-"):
+                    break  # the list ended
+                prompt = clean_prompt(line, seen)
+                if prompt is not None:
+                    seen.add(normalized(prompt))
+                    written.append(prompt)
+        written = written[: args.count]
+        tmp = SELF_PROMPTS.with_suffix(".tmp")
+        tmp.write_text(json.dumps(written, ensure_ascii=False, indent=0) + "\n")
+        tmp.rename(SELF_PROMPTS)
+        print(f"{len(written)} prompts (+{len(written) - before} in {time.time() - t0:.0f}s)", flush=True)
+
+
+def shard_paths(family: str) -> tuple[list[str], str]:
+    """The prompts of a family and its shard names' prefix: "templated" (shard_*) or "self" (self_*)."""
+    return (training_prompts(), "shard") if family == "templated" else (self_prompts(), "self")
+
+
+@torch.inference_mode()
+def replies(args) -> None:
+    """The target writes replies to a family's prompts, a batch per shard; existing shards are skipped."""
+    torch.set_num_threads(args.threads)
+    tok, model = load_target("smollm2-135m")
+    tok.padding_side = "left"
+    prompts, prefix = shard_paths(args.family)
     REPLIES.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + args.minutes * 60
-    n_batches = math.ceil(len(prompts) / args.batch)
+    n_batches = len(prompts) // args.batch if args.family == "self" else math.ceil(len(prompts) / args.batch)
     for b in range(n_batches):
-        path = REPLIES / f"shard_{b:05d}.npz"
+        path = REPLIES / f"{prefix}_{b:05d}.npz"
         if path.exists():
             continue
         if time.time() > deadline:
@@ -157,11 +206,13 @@ def shakespeare_records(block: int = 256) -> tuple[list, list]:
 
 
 def smollm2_records(max_len: int = 256) -> tuple[list, list]:
-    """The committed replies; every 20th shard is held out for the dev metric."""
+    """The committed replies; every 20th templated shard is held out for the dev metric (the replies to the
+    target's own prompts, self_*, all train: the dev set stays the one earlier heads were scored on)."""
     train, dev = [], []
-    for path in sorted(REPLIES.glob("shard_*.npz")):
+    for path in sorted(REPLIES.glob("shard_*.npz")) + sorted(REPLIES.glob("self_*.npz")):
         recs = [(ids[:max_len], pl) for ids, pl in load_shards_file(path)]
-        (dev if int(path.stem.split("_")[1]) % 20 == 0 else train).extend(recs)
+        held = path.stem.startswith("shard_") and int(path.stem.split("_")[1]) % 20 == 0
+        (dev if held else train).extend(recs)
     return train, dev[:128]
 
 
@@ -219,50 +270,57 @@ class Teacher:
         return out.last_hidden_state.float()
 
 
-def records_digest(teacher: Teacher, records: list) -> str:
-    """Which records, in which order, under which teacher: a saved feature cache is reused only on a match."""
+def teacher_digest(teacher: Teacher) -> str:
+    """Which teacher: saved features are reused only under the weights that computed them."""
     import hashlib
 
     h = hashlib.sha256()
-    for ids, prompt_len in records:
-        h.update(np.asarray(ids, dtype=np.int64).tobytes() + str(prompt_len).encode())
     for name, tensor in sorted(teacher.model.state_dict().items())[:8]:
         h.update(name.encode() + tensor.flatten()[:4096].float().numpy().tobytes())
     return h.hexdigest()[:24]
 
 
+def record_key(ids, prompt_len: int) -> str:
+    """Which record: a digest of its token ids (and prompt length)."""
+    import hashlib
+
+    return hashlib.sha256(np.asarray(ids, dtype=np.int64).tobytes() + str(prompt_len).encode()).hexdigest()[:24]
+
+
 class FeatureCache:
     """The teacher's features for every record, computed once and kept in memory (bf16, about 1.2 kB a token):
     teacher forcing is then paid once, not once per epoch. With `path` (under data/, never committed) they are also
-    saved, keyed by a digest of the records' ids and of the teacher's weights, so that a resumed run on the same
-    machine skips the recomputation (about 15 minutes for a million tokens on 2 cores). Rows are computed in
-    batches of similar length, right-padded; a position's feature does not depend on the padding."""
+    saved, record by record, keyed by a digest of each record's ids, under a digest of the teacher's weights: a
+    resumed run on the same machine reads them back, and new records (more shards) are the only ones computed
+    (about 15 minutes a million tokens on 2 cores). Rows are computed in batches of similar length, right-padded;
+    a position's feature does not depend on the padding."""
 
     def __init__(self, teacher: Teacher, records: list, batch: int = 32, what: str = "records",
                  path: Path | None = None):
         t0 = time.time()
-        key = records_digest(teacher, records)
+        tkey, keys = teacher_digest(teacher), [record_key(ids, pl) for ids, pl in records]
+        saved = {}
         if path is not None and path.exists():
-            saved = torch.load(path, weights_only=True)
-            if saved.get("key") == key:
-                self.rows = list(saved["flat"].split(saved["lengths"].tolist()))
-                print(f"teacher features of {len(records)} {what} read from {path.name} in {time.time() - t0:.0f}s",
-                      flush=True)
-                return
-        self.rows: list[torch.Tensor | None] = [None] * len(records)
-        order = sorted(range(len(records)), key=lambda i: len(records[i][0]))
-        for b in range(0, len(order), batch):
-            idx = order[b : b + batch]
+            z = torch.load(path, weights_only=True)
+            if z.get("teacher") == tkey:
+                saved = dict(zip(z["keys"], z["flat"].split(z["lengths"].tolist())))
+        self.rows: list[torch.Tensor | None] = [saved.get(k) for k in keys]
+        del saved
+        todo = sorted((i for i, r in enumerate(self.rows) if r is None), key=lambda i: len(records[i][0]))
+        self.computed = len(todo)
+        for b in range(0, len(todo), batch):
+            idx = todo[b : b + batch]
             ids, mask, _ = collate(records, idx)
             f = teacher.features(ids, mask).to(torch.bfloat16)
             for j, i in enumerate(idx):
                 self.rows[i] = f[j, : len(records[i][0])].clone()
-        n = sum(len(r[0]) for r in records)
-        print(f"teacher features of {len(records)} {what} ({n:,} tokens) in {time.time() - t0:.0f}s "
-              f"({n / max(time.time() - t0, 1e-9):.0f} tok/s)", flush=True)
-        if path is not None:
+        n = sum(len(records[i][0]) for i in todo)
+        print(f"teacher features of {len(records)} {what}: {len(records) - len(todo)} read"
+              f"{f' from {path.name}' if path else ''}, {len(todo)} computed ({n:,} tokens) in "
+              f"{time.time() - t0:.0f}s", flush=True)
+        if path is not None and todo:
             tmp = path.with_suffix(".tmp")
-            torch.save({"key": key, "flat": torch.cat(self.rows),
+            torch.save({"teacher": tkey, "keys": keys, "flat": torch.cat(self.rows),
                         "lengths": torch.tensor([r.shape[0] for r in self.rows])}, tmp)
             tmp.rename(path)
 
@@ -492,6 +550,13 @@ def main() -> None:
     r.add_argument("--batch", type=int, default=64)
     r.add_argument("--max-new-tokens", type=int, default=160)
     r.add_argument("--threads", type=int, default=2)
+    r.add_argument("--family", choices=("templated", "self"), default="templated",
+                   help="templated: the task x topic prompts (shard_*); self: the target's own prompts (self_*)")
+    w = sub.add_parser("prompts", help="the smollm2-135m target writes new user prompts (self-instruct, committed)")
+    w.add_argument("--count", type=int, default=3000)
+    w.add_argument("--minutes", type=float, default=15)
+    w.add_argument("--batch", type=int, default=32)
+    w.add_argument("--threads", type=int, default=2)
     t = sub.add_parser("train", help="train (or resume) a head by teacher forcing; exports when dev top-1 improves")
     t.add_argument("--pair", choices=sorted(PAIRS), default="smollm2-135m")
     t.add_argument("--minutes", type=float, default=60)
@@ -501,7 +566,7 @@ def main() -> None:
     t.add_argument("--eval-every", type=int, default=100)
     t.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    {"replies": replies, "train": train}[args.cmd](args)
+    {"prompts": write_prompts, "replies": replies, "train": train}[args.cmd](args)
 
 
 if __name__ == "__main__":

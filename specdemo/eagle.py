@@ -316,13 +316,13 @@ def _last_llama_layer(target):
     return layer if ok and hasattr(layer.mlp, "gate_proj") else None
 
 
-def attach_head(pair, folder: Path) -> None:
-    """Load the EAGLE head in `folder` for the pair's target; a missing, damaged or mismatched head leaves the pair
-    without one (its other strategies work) and records why in one sentence."""
+def attach_head(pair, folder: Path, dtype: torch.dtype | None = None) -> None:
+    """Load the EAGLE head in `folder` for the pair's target, in `dtype` (None: pick_dtype's choice for a head); a
+    missing, damaged or mismatched head leaves the pair without one (its other strategies work) and records why in
+    one sentence."""
     try:
         head = load_head(folder, pair.target, pair.tokenizer, torch.float32, pair.device)
-        n_params = sum(p.numel() for p in head.parameters()) + head.lm_rows.numel()
-        dtype = pick_dtype(pair.device, "draft", n_params)
+        dtype = dtype or pick_dtype(pair.device, "head")
         pair.head = head.to(dtype) if dtype != torch.float32 else head
         pair.head_error = None
     except HeadError as err:

@@ -369,7 +369,7 @@ def load_pair_uncached(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str
     if name in PRESETS and PRESETS[name].eagle_head:
         from .eagle import attach_head
 
-        attach_head(loaded, Path(PRESETS[name].eagle_head))
+        attach_head(loaded, Path(PRESETS[name].eagle_head), want_d)  # a draft dtype asked for holds for the head
     loaded.token_text(0)  # build the token table now, not inside the first request
     return loaded
 

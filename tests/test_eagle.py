@@ -136,6 +136,16 @@ def test_eagle_greedy_identity_on_the_shipped_head(pair32):
             assert [r.source for r in got.rounds][:2] == ["prefill", "eagle"]
 
 
+def test_the_head_runs_in_the_dtype_picked_for_a_head_unless_a_draft_dtype_is_asked(pair, pair32):
+    """Auto: bf16 where the CPU has bf16 (pick_dtype's "head" role, at any size); a draft dtype asked for (pair32
+    asks float32 for both models) holds for the head as well, so a float32 pair is float32 throughout."""
+    from specdemo.devices import cpu_has_bf16
+
+    assert pair.head.lm_rows.dtype == (torch.bfloat16 if cpu_has_bf16() else torch.float32)
+    assert pair.head.fc.weight.dtype == pair.head.lm_rows.dtype
+    assert pair32.head.lm_rows.dtype == pair32.head.fc.weight.dtype == torch.float32
+
+
 def test_the_shipped_heads_load_and_every_file_is_small():
     for name in ("shakespeare", "smollm2-135m"):
         folder = PRESETS[name].eagle_head
@@ -254,8 +264,9 @@ def test_training_time_test_reads_what_drafting_reads(toy_pair, train_eagle):
 
 
 def test_a_saved_feature_cache_is_reused_only_for_the_same_records(tmp_path, train_eagle):
-    """train_eagle.FeatureCache saves the teacher's features; a resumed run reads them back bit for bit, and a run
-    over other records recomputes them (a stale cache would train the head on the wrong features)."""
+    """train_eagle.FeatureCache saves the teacher's features; a resumed run reads them back bit for bit, a run with
+    more records computes only the new ones, and a run over other records recomputes them (a stale cache would
+    train the head on the wrong features)."""
     import numpy as np
 
     FeatureCache, Teacher = train_eagle.FeatureCache, train_eagle.Teacher
@@ -267,14 +278,18 @@ def test_a_saved_feature_cache_is_reused_only_for_the_same_records(tmp_path, tra
     first = FeatureCache(teacher, records, path=path)
     assert path.exists()
     again = FeatureCache(teacher, records, path=path)
+    assert (first.computed, again.computed) == (3, 0)
     for a, b in zip(first.rows, again.rows):
         assert torch.equal(a, b)
+    more = FeatureCache(teacher, records + [(rng.integers(0, 4096, 6), 2)], path=path)
+    assert more.computed == 1 and all(torch.equal(a, b) for a, b in zip(first.rows, more.rows[:3]))
+    assert FeatureCache(teacher, records[::-1], path=path).computed == 0  # keyed by record, not by position
     with torch.no_grad():
         fresh = teacher.features(torch.from_numpy(records[1][0])[None], torch.ones(1, 9, dtype=torch.bool))[0]
     torch.testing.assert_close(again.rows[1].float(), fresh, atol=0.05, rtol=0.02)  # stored in bf16
     other = [(r[0][::-1].copy(), 2) for r in records]
     changed = FeatureCache(teacher, other, path=path)
-    assert not torch.equal(changed.rows[1], first.rows[1])
+    assert changed.computed == 3 and not torch.equal(changed.rows[1], first.rows[1])
 
 
 def test_eagle_drafts_after_a_head_timing_and_records_no_autograd_graph(pair32):
