@@ -211,3 +211,23 @@ def test_eagle_on_the_readable_pair_is_greedy_exact_in_float32():
                                    SpecConfig(k=4, max_new_tokens=24, top_candidates=0, strategy="eagle"))
         assert got.output_ids == reference[: len(got.output_ids)] and len(got.output_ids) == len(reference)
         assert any(r.source == "eagle" and r.n_accepted > 0 for r in got.rounds)  # the head's drafts were kept
+
+
+def test_no_training_prompt_is_a_held_out_prompt_or_close_to_one():
+    """The bench's prompts are held out: no templated training prompt is one of them, and no prompt the target wrote
+    itself (scripts/smollm2_prompts.py's third family) shares half its words with one. The filter that kept them
+    refuses a held-out prompt, a light rewording of it, a repeat and a fragment, and keeps an ordinary message."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from smollm2_prompts import HELD_OUT, HELD_OUT_KEYS, clean_prompt, normalized, self_prompts, similar, training_prompts
+
+    templated, written = training_prompts(), self_prompts()
+    assert len(written) >= 2000 and len(set(map(normalized, written))) == len(written)
+    assert not set(HELD_OUT) & set(templated)
+    assert not [p for p in written if any(similar(normalized(p), h) for h in HELD_OUT_KEYS)]
+    seen = {normalized("How do I keep my bike chain clean?")}
+    assert clean_prompt("- What is the capital of France?", set()) is None
+    assert clean_prompt("- So what is the capital city of France?", set()) is None
+    assert clean_prompt("- How do I keep my bike chain clean?", seen) is None
+    assert clean_prompt("- and then the", set()) is None
+    assert clean_prompt("- How do I keep a sourdough starter alive?", seen) == "How do I keep a sourdough starter alive?"
+    assert HELD_OUT[0] == "What is the capital of France?"
