@@ -527,6 +527,20 @@ def train(args) -> None:
     print(f"stopped at step {step}; best dev top-1 (step one) {best:.4f}", flush=True)
 
 
+def export(args) -> None:
+    """Export the head of the last checkpoint (data/eagle/<pair>/ckpt.pt), whatever its dev score: the end of a run
+    whose dev set no longer scores what it trained for. --steps, --batch, --lr, --threads: the run's, for the card."""
+    from specdemo.eagle import new_head
+
+    teacher = Teacher(args.pair)
+    ck = torch.load(ROOT / "data" / "eagle" / args.pair / "ckpt.pt", weights_only=False)
+    head = new_head(teacher.model, teacher.tok, ck["d2t"], name=args.pair)
+    head.load_state_dict(ck["head"])
+    train_recs, dev = PAIRS[args.pair]["records"]()
+    coverage = float(np.isin(np.concatenate([i[p:] for i, p in dev]), ck["d2t"].numpy()).mean())
+    export_head(head, args.pair, ck["history"], coverage, len(train_recs), args)
+
+
 def export_head(head, pair: str, history: list, coverage: float, n_records: int, args) -> None:
     from specdemo.eagle import save_head
 
@@ -566,8 +580,12 @@ def main() -> None:
     t.add_argument("--lr", type=float, default=5e-4)
     t.add_argument("--eval-every", type=int, default=100)
     t.add_argument("--threads", type=int, default=2)
+    e = sub.add_parser("export", help="export the last checkpoint's head, whatever its dev score")
+    e.add_argument("--pair", choices=sorted(PAIRS), default="smollm2-135m")
+    for name, default in (("--steps", 3000), ("--batch", 16), ("--lr", 5e-4), ("--threads", 2)):
+        e.add_argument(name, type=type(default), default=default, help="the run's, recorded in the card")
     args = ap.parse_args()
-    {"prompts": write_prompts, "replies": replies, "train": train}[args.cmd](args)
+    {"prompts": write_prompts, "replies": replies, "train": train, "export": export}[args.cmd](args)
 
 
 if __name__ == "__main__":
