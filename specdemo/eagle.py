@@ -321,9 +321,8 @@ def attach_head(pair, folder: Path, dtype: torch.dtype | None = None) -> None:
     missing, damaged or mismatched head leaves the pair without one (its other strategies work) and records why in
     one sentence."""
     try:
-        head = load_head(folder, pair.target, pair.tokenizer, torch.float32, pair.device)
-        dtype = dtype or pick_dtype(pair.device, "head")
-        pair.head = head.to(dtype) if dtype != torch.float32 else head
+        pair.head = load_head(folder, pair.target, pair.tokenizer, dtype or pick_dtype(pair.device, "head"),
+                              pair.device)
         pair.head_error = None
     except HeadError as err:
         pair.head, pair.head_error = None, Msg(err.key, **err.params)
