@@ -127,6 +127,7 @@ def replies(args) -> None:
     prompts, prefix = family_prompts(args.family)
     REPLIES.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + args.minutes * 60
+    # the self family grows by appending: write only full shards, so a later, longer list keeps every shard's prompts
     n_batches = len(prompts) // args.batch if args.family == "self" else math.ceil(len(prompts) / args.batch)
     for b in range(n_batches):
         path = REPLIES / f"{prefix}_{b:05d}.npz"
@@ -440,6 +441,11 @@ def draft_vocab(records: list, size: int | None, vocab: int) -> torch.Tensor:
     return torch.from_numpy(np.sort(top)).long()
 
 
+def dev_coverage(dev: list, d2t: torch.Tensor) -> float:
+    """The share of the dev records' reply tokens that the draft vocabulary holds (the card's coverage)."""
+    return float(np.isin(np.concatenate([ids[pl:] for ids, pl in dev]), d2t.numpy()).mean())
+
+
 def lr_at(step: int, total: int, peak: float, warmup: int = 30) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -473,7 +479,7 @@ def train(args) -> None:
         if ck.get("metric") != METRIC:  # an older checkpoint scored prompt tokens too: its best is not comparable
             best = -1.0
     w_sub = teacher.lm_w[d2t].to(torch.bfloat16)
-    coverage = float(np.isin(np.concatenate([i[p:] for i, p in dev]), d2t.numpy()).mean())
+    coverage = dev_coverage(dev, d2t)
     print(f"{args.pair}: {len(train_recs)} train records ({sum(len(r[0]) for r in train_recs):,} tokens), "
           f"{len(dev)} dev; draft vocab {d2t.numel()} (dev coverage {coverage:.3f}); resuming at step {step}", flush=True)
     feats = FeatureCache(teacher, train_recs, path=folder / "features.pt")
@@ -537,8 +543,7 @@ def export(args) -> None:
     head = new_head(teacher.model, teacher.tok, ck["d2t"], name=args.pair)
     head.load_state_dict(ck["head"])
     train_recs, dev = PAIRS[args.pair]["records"]()
-    coverage = float(np.isin(np.concatenate([i[p:] for i, p in dev]), ck["d2t"].numpy()).mean())
-    export_head(head, args.pair, ck["history"], coverage, len(train_recs), args)
+    export_head(head, args.pair, ck["history"], dev_coverage(dev, ck["d2t"]), len(train_recs), args)
 
 
 def export_head(head, pair: str, history: list, coverage: float, n_records: int, args) -> None:
