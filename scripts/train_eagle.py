@@ -25,8 +25,9 @@ arXiv:2408.15766; truncated vocabulary as in FR-Spec arXiv:2502.14856):
     (training-time test, `ttt_unroll`), so it learns to continue from them as it does when it drafts.
   * the layer starts as the identity (output projections zero) and fc passes the feature through; for a Llama
     target its weights start from the target's last layer.
-Checkpoints: data/eagle/<pair>/ckpt.pt (every few minutes); the exported head is written when the held-out
-top-1 agreement improves.
+Checkpoints: data/eagle/<pair>/ckpt.pt (every few minutes; a machine without one resumes from the committed head,
+see `exported_checkpoint`); the exported head is written when the held-out
+top-1 agreement of the first dev set improves.
 """
 
 from __future__ import annotations
@@ -204,18 +205,22 @@ def shakespeare_records(block: int = 256) -> tuple[list, list]:
         (dev if rel in HELD_OUT else train).extend(blocks)
     onpolicy = shakespeare_onpolicy(train)
     train += onpolicy * max(1, len(train) // len(onpolicy))  # the same number of records as the plays
-    return train, dev[:128]
+    return train, {"": dev[:128]}
 
 
-def smollm2_records(max_len: int = 256) -> tuple[list, list]:
-    """The committed replies; every 20th templated shard is held out for the dev metric (the replies to the
-    target's own prompts, self_*, all train: the dev set stays the one earlier heads were scored on)."""
-    train, dev = [], []
+SELF_DEV = ("self_00059", "self_00079")  # replies to the target's own prompts that no head was trained on (step
+# 6,500 trained on self_00000-00039): the second dev set, "self_", closer to the bench's hand-written questions
+
+
+def smollm2_records(max_len: int = 256) -> tuple[list, dict]:
+    """The committed replies. Dev sets: "" (the selection metric, scored for every head since the first), every
+    20th templated shard; "self_", the SELF_DEV shards of replies to the target's own prompts."""
+    train, dev, self_dev = [], [], []
     for path in sorted(REPLIES.glob("shard_*.npz")) + sorted(REPLIES.glob("self_*.npz")):
         recs = [(ids[:max_len], pl) for ids, pl in load_shards_file(path)]
         held = path.stem.startswith("shard_") and int(path.stem.split("_")[1]) % 20 == 0
-        (dev if held else train).extend(recs)
-    return train, dev[:128]
+        (dev if held else self_dev if path.stem in SELF_DEV else train).extend(recs)
+    return train, {"": dev[:128], "self_": self_dev}
 
 
 def load_shards_file(path: Path) -> list:
@@ -441,9 +446,9 @@ def draft_vocab(records: list, size: int | None, vocab: int) -> torch.Tensor:
     return torch.from_numpy(np.sort(top)).long()
 
 
-def dev_coverage(dev: list, d2t: torch.Tensor) -> float:
-    """The share of the dev records' reply tokens that the draft vocabulary holds (the card's coverage)."""
-    return float(np.isin(np.concatenate([ids[pl:] for ids, pl in dev]), d2t.numpy()).mean())
+def dev_coverage(dev: dict, d2t: torch.Tensor) -> float:
+    """The share of the (first) dev set's reply tokens that the draft vocabulary holds (the card's coverage)."""
+    return float(np.isin(np.concatenate([ids[pl:] for ids, pl in dev[""]]), d2t.numpy()).mean())
 
 
 def lr_at(step: int, total: int, peak: float, warmup: int = 30) -> float:
@@ -464,26 +469,34 @@ def train(args) -> None:
     teacher = Teacher(args.pair)
     train_recs, dev = PAIRS[args.pair]["records"]()
     vocab = len(teacher.tok.get_vocab())
+    exported = ROOT / "assets" / "models" / f"{args.pair}-eagle"
     if ckpt_path.exists():
         ck = torch.load(ckpt_path, weights_only=False)
-        d2t = ck["d2t"]
+    elif (exported / "config.json").exists() and not args.from_scratch:
+        ck = exported_checkpoint(exported, teacher)
+        print(f"no checkpoint in {folder}: warm start from the committed head {exported.name} (step {ck['step']}, "
+              "fresh optimizer state)", flush=True)
     else:
-        ck, d2t = None, draft_vocab(train_recs, PAIRS[args.pair]["draft_vocab"], vocab)
+        ck = None
+    d2t = ck["d2t"] if ck is not None else draft_vocab(train_recs, PAIRS[args.pair]["draft_vocab"], vocab)
     head = new_head(teacher.model, teacher.tok, d2t, name=args.pair)
     opt = torch.optim.AdamW([p for n, p in head.named_parameters()], lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
     step, history, best = 0, [], -1.0
     if ck is not None:
         head.load_state_dict(ck["head"])
-        opt.load_state_dict(ck["opt"])
+        if ck["opt"] is not None:
+            opt.load_state_dict(ck["opt"])
         step, history, best = ck["step"], ck["history"], ck["best"]
         if ck.get("metric") != METRIC:  # an older checkpoint scored prompt tokens too: its best is not comparable
             best = -1.0
     w_sub = teacher.lm_w[d2t].to(torch.bfloat16)
     coverage = dev_coverage(dev, d2t)
     print(f"{args.pair}: {len(train_recs)} train records ({sum(len(r[0]) for r in train_recs):,} tokens), "
-          f"{len(dev)} dev; draft vocab {d2t.numel()} (dev coverage {coverage:.3f}); resuming at step {step}", flush=True)
+          f"dev {' + '.join(str(len(d)) for d in dev.values())}; draft vocab {d2t.numel()} "
+          f"(dev coverage {coverage:.3f}); resuming at step {step}", flush=True)
     feats = FeatureCache(teacher, train_recs, path=folder / "features.pt")
-    dev_feats = FeatureCache(teacher, dev, what="dev records", path=folder / "dev_features.pt")
+    dev_feats = {name: FeatureCache(teacher, d, what=f"{name}dev records", path=folder / f"{name}dev_features.pt")
+                 for name, d in dev.items() if d}
     rng = np.random.default_rng(step)
     t_start, last_save = time.time(), time.time()
     deadline = t_start + args.minutes * 60
@@ -513,7 +526,8 @@ def train(args) -> None:
                 agree[s][0] += hit
                 agree[s][1] += count
             if step % args.eval_every == 0 or step == args.steps:
-                ev = evaluate(head, teacher, dev, dev_feats, w_sub, d2t)
+                ev = {f"{name}{k}": v for name, cache in dev_feats.items()
+                      for k, v in evaluate(head, teacher, dev[name], cache, w_sub, d2t).items()}
                 row = {"step": step, "minutes": round((time.time() - t_start) / 60, 2), "loss": round(loss.item(), 4),
                        "scored": METRIC} | {f"train_top1_step{s + 1}": round(a / max(count, 1), 4)
                                              for s, (a, count) in enumerate(agree)} | {
@@ -531,6 +545,18 @@ def train(args) -> None:
                 last_save = time.time()
     save_ckpt()
     print(f"stopped at step {step}; best dev top-1 (step one) {best:.4f}", flush=True)
+
+
+def exported_checkpoint(folder: Path, teacher: Teacher) -> dict:
+    """A committed head as a checkpoint to resume from, on a machine without data/ (its weights were stored in bf16;
+    the optimizer's moments were not stored). Its training history says where the run stood."""
+    from specdemo.eagle import load_head
+
+    head = load_head(folder, teacher.model, teacher.tok, torch.float32, "cpu")
+    history = head.cfg.training.get("history", [])
+    scored = [row["top1_step1"] for row in history if row.get("scored") == METRIC]
+    return {"head": head.state_dict(), "opt": None, "step": history[-1]["step"] if history else 0,
+            "history": history, "best": max(scored, default=-1.0), "d2t": head.d2t.clone(), "metric": METRIC}
 
 
 def export(args) -> None:
@@ -585,6 +611,8 @@ def main() -> None:
     t.add_argument("--lr", type=float, default=5e-4)
     t.add_argument("--eval-every", type=int, default=100)
     t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--from-scratch", action="store_true",
+                   help="without a checkpoint in data/, start a new head instead of the committed one")
     e = sub.add_parser("export", help="export the last checkpoint's head, whatever its dev score")
     e.add_argument("--pair", choices=sorted(PAIRS), default="smollm2-135m")
     for name, default in (("--steps", 3000), ("--batch", 16), ("--lr", 5e-4), ("--threads", 2)):

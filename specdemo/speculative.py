@@ -284,6 +284,8 @@ def run_settings(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig | N
                 "strategy": spec.strategy}
         if spec.strategy == "lookup":
             out["ngram"] = spec.ngram
+        if spec.strategy == "eagle" and pair.head is not None:  # the head drafts; the draft model sits idle
+            out["head_dtype"] = dtype_name(pair.head.lm_rows.dtype)
     return out
 
 

@@ -144,6 +144,12 @@ def test_the_head_runs_in_the_dtype_picked_for_a_head_unless_a_draft_dtype_is_as
     assert pair.head.lm_rows.dtype == (torch.bfloat16 if cpu_has_bf16() else torch.float32)
     assert pair.head.fc.weight.dtype == pair.head.lm_rows.dtype
     assert pair32.head.lm_rows.dtype == pair32.head.fc.weight.dtype == torch.float32
+    for p in (pair, pair32):  # and a trace says which: its settings travel with a shared run
+        trace = speculative_generate(p, "ROMEO:\n", SamplingConfig(0.0), SpecConfig(k=2, max_new_tokens=4,
+                                                                                   strategy="eagle"))
+        assert trace.settings["head_dtype"] == str(p.head.lm_rows.dtype).removeprefix("torch.")
+    assert "head_dtype" not in speculative_generate(pair, "ROMEO:\n", SamplingConfig(0.0),
+                                                    SpecConfig(k=2, max_new_tokens=4)).settings
 
 
 def test_the_shipped_heads_load_and_every_file_is_small():
@@ -290,6 +296,24 @@ def test_a_saved_feature_cache_is_reused_only_for_the_same_records(tmp_path, tra
     other = [(r[0][::-1].copy(), 2) for r in records]
     changed = FeatureCache(teacher, other, path=path)
     assert changed.computed == 3 and not torch.equal(changed.rows[1], first.rows[1])
+
+
+def test_training_resumes_from_the_committed_head_where_there_is_no_checkpoint(train_eagle):
+    """A fresh clone has no data/ checkpoint: train_eagle resumes from the committed head, whose weights, draft
+    vocabulary and place in the learning curve it takes over (not a new head that would start from step 0)."""
+    from specdemo.config import SHAKESPEARE_HEAD as folder
+    from specdemo.eagle import load_head, new_head
+
+    teacher = train_eagle.Teacher("shakespeare")
+    ck = train_eagle.exported_checkpoint(folder, teacher)
+    shipped = load_head(folder, teacher.model, teacher.tok, torch.float32, "cpu")
+    history = shipped.cfg.training["history"]
+    assert ck["step"] == history[-1]["step"] > 0 and ck["opt"] is None
+    head = new_head(teacher.model, teacher.tok, ck["d2t"], name="shakespeare")
+    head.load_state_dict(ck["head"])
+    assert torch.equal(head.d2t, shipped.d2t)
+    for name, t in shipped.state_dict().items():
+        assert torch.equal(head.state_dict()[name], t), name
 
 
 def test_eagle_drafts_after_a_head_timing_and_records_no_autograd_graph(pair32):
