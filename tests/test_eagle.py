@@ -12,6 +12,7 @@ import torch
 
 from specdemo import SamplingConfig, SpecConfig, baseline_generate, speculative_generate
 from specdemo.config import PRESETS
+from specdemo.devices import dtype_name
 from specdemo.drafters import EagleDrafter, make_drafter
 from specdemo.eagle import WEIGHTS_FILE, HeadError, load_head, new_head, save_head
 from specdemo.i18n import tr
@@ -147,7 +148,7 @@ def test_the_head_runs_in_the_dtype_picked_for_a_head_unless_a_draft_dtype_is_as
     for p in (pair, pair32):  # and a trace says which: its settings travel with a shared run
         trace = speculative_generate(p, "ROMEO:\n", SamplingConfig(0.0), SpecConfig(k=2, max_new_tokens=4,
                                                                                    strategy="eagle"))
-        assert trace.settings["head_dtype"] == str(p.head.lm_rows.dtype).removeprefix("torch.")
+        assert trace.settings["head_dtype"] == dtype_name(p.head.lm_rows.dtype)
     assert "head_dtype" not in speculative_generate(pair, "ROMEO:\n", SamplingConfig(0.0),
                                                     SpecConfig(k=2, max_new_tokens=4)).settings
 
@@ -298,22 +299,25 @@ def test_a_saved_feature_cache_is_reused_only_for_the_same_records(tmp_path, tra
     assert changed.computed == 3 and not torch.equal(changed.rows[1], first.rows[1])
 
 
-def test_training_resumes_from_the_committed_head_where_there_is_no_checkpoint(train_eagle):
-    """A fresh clone has no data/ checkpoint: train_eagle resumes from the committed head, whose weights, draft
-    vocabulary and place in the learning curve it takes over (not a new head that would start from step 0)."""
-    from specdemo.config import SHAKESPEARE_HEAD as folder
-    from specdemo.eagle import load_head, new_head
+def test_training_resumes_from_the_committed_head_where_there_is_no_checkpoint(tmp_path, train_eagle):
+    """Where a run starts: data/'s checkpoint if there is one; on a fresh clone (none) the committed head, its
+    weights, draft vocabulary and step (not a new head at step 0); with --from-scratch, a new head."""
+    from specdemo.config import SHAKESPEARE_HEAD as exported
+    from specdemo.eagle import new_head
 
     teacher = train_eagle.Teacher("shakespeare")
-    ck = train_eagle.exported_checkpoint(folder, teacher)
-    shipped = load_head(folder, teacher.model, teacher.tok, torch.float32, "cpu")
-    history = shipped.cfg.training["history"]
-    assert ck["step"] == history[-1]["step"] > 0 and ck["opt"] is None
+    ckpt = tmp_path / "ckpt.pt"
+    ck = train_eagle.starting_checkpoint(ckpt, exported, teacher)
+    assert ck["step"] > 0 and ck["opt"] is None and ck["best"] is None  # best: scored afresh on today's dev set
     head = new_head(teacher.model, teacher.tok, ck["d2t"], name="shakespeare")
-    head.load_state_dict(ck["head"])
-    assert torch.equal(head.d2t, shipped.d2t)
-    for name, t in shipped.state_dict().items():
-        assert torch.equal(head.state_dict()[name], t), name
+    fresh = {name: t.clone() for name, t in head.state_dict().items()}
+    head.load_state_dict(ck["head"])  # strict: the committed head fits a new head's shapes
+    for name in ("fc.weight", "o_proj.weight"):  # trained, not the new head's identity start
+        assert not torch.equal(head.state_dict()[name], fresh[name])
+    assert train_eagle.starting_checkpoint(ckpt, exported, teacher, from_scratch=True) is None
+    assert train_eagle.starting_checkpoint(ckpt, tmp_path / "no-head", teacher) is None
+    torch.save({"step": 7, "opt": {}, "head": {}}, ckpt)
+    assert train_eagle.starting_checkpoint(ckpt, exported, teacher)["step"] == 7  # data/'s checkpoint comes first
 
 
 def test_eagle_drafts_after_a_head_timing_and_records_no_autograd_graph(pair32):
