@@ -137,6 +137,53 @@ HELD_OUT = [
     "Write the opening paragraph of a mystery novel set on a train.",
 ]
 
+# Held out as well, for choosing among a training run's exports (`train_eagle.py select`), so that HELD_OUT, the
+# bench's prompts, stays a test that no choice was made on. Forty of them: ten bench prompts judge about 700
+# positions, a standard error near 0.02 on alpha, too coarse to rank heads 0.01 apart. No training prompt, templated
+# or self-written, shares half its words with one of them.
+SELECTION = [
+    "How do bees make honey?",
+    "Compose four lines of verse about snowfall at night.",
+    "Which African peak is the highest, and how tall is it?",
+    "Give me three ways to save money on groceries.",
+    "Explain why the sky looks blue during the day.",
+    "Write a short poem for my grandmother's ninetieth birthday.",
+    "What does a project manager do all day?",
+    "Translate \"good morning, how are you?\" into Spanish.",
+    "Why do cats purr?",
+    "Suggest a name for a friendly robot in a children's book.",
+    "What is the main job of the kidneys?",
+    "Write two sentences that describe a busy city market.",
+    "How can I stop my glasses from fogging up in winter?",
+    "Which artist painted The Starry Night?",
+    "Explain compound interest with a simple example.",
+    "Write a polite email asking a neighbour to turn down their music.",
+    "What are three signs that a houseplant needs more water?",
+    "Describe a sunset over the ocean in one paragraph.",
+    "How does a bicycle stay upright when it moves?",
+    "Tell me something surprising about octopuses.",
+    "How are viruses unlike bacteria?",
+    "A dragon asks a librarian for a book: write their conversation.",
+    "What should I do if I burn my finger while cooking?",
+    "How would you explain an API to a child?",
+    "List four board games that a family of five can play together.",
+    "Why is the Dead Sea so salty?",
+    "Write a product description for a reusable water bottle.",
+    "How long does it take light from the Sun to reach Earth?",
+    "What are the rules of tic-tac-toe?",
+    "Give me a simple stretching routine for after a long run.",
+    "What causes thunder?",
+    "Write an invitation to a picnic in the park on Saturday.",
+    "How do I politely say no to extra work from my boss?",
+    "What language is spoken in Brazil, and why?",
+    "Walk me through how rain forms, step by step.",
+    "Write a riddle whose answer is a shadow.",
+    "What is a good first pet for a small apartment?",
+    "Why do we have leap seconds?",
+    "Describe how to make a paper airplane that flies far.",
+    "What is one habit that helps people sleep better?",
+]
+
 
 # A third family, written by the target itself (self-instruct, Wang et al. 2023, arXiv:2212.10560): shown a few
 # training prompts as a list, it continues the list (`python scripts/train_eagle.py prompts`). Its messages have
@@ -152,7 +199,7 @@ def normalized(text: str) -> str:
 def clean_prompt(line: str, seen: set[str]) -> str | None:
     """A line the target wrote as a list item -> a prompt, or None: too short or long, not ending as a sentence,
     a repeat (of an earlier one or a training prompt, both in `seen`) or close to a held-out prompt (half its words or
-    more in common: HELD_OUT stays unseen, in substance as well as verbatim)."""
+    more in common: HELD_OUT and SELECTION stay unseen, in substance as well as verbatim)."""
     text = line.strip().lstrip("-*0123456789. ").strip()
     words = text.split()
     if not 3 <= len(words) <= 40 or text[-1] not in ".?!\"" or "http" in text or "@" in text:
@@ -174,7 +221,7 @@ def self_prompts() -> list[str]:
     return json.loads(SELF_PROMPTS.read_text()) if SELF_PROMPTS.exists() else []
 
 
-HELD_OUT_KEYS = [normalized(h) for h in HELD_OUT]
+HELD_OUT_KEYS = [normalized(h) for h in HELD_OUT + SELECTION]  # what no training prompt may be close to
 
 
 def crossed(tasks: list[str], topics: str, seed: int, skip: set[str]) -> list[str]:

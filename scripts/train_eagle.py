@@ -580,6 +580,29 @@ def export(args) -> None:
     export_head(head, args.pair, ck["history"], dev_coverage(dev, ck["d2t"]), len(train_recs), args)
 
 
+def select(args) -> None:
+    """Greedy alpha in the loop (T = 0, K = 4) of each head folder on the SELECTION prompts, none of them trained on
+    nor in the bench: the number to choose a run's export by, so the bench's prompts are never chosen on."""
+    from smollm2_prompts import SELECTION
+
+    from specdemo import SamplingConfig, SpecConfig, load_pair, speculative_generate
+    from specdemo.eagle import attach_head
+    from specdemo.events import acceptance
+
+    torch.set_num_threads(args.threads)
+    pair = load_pair("smollm2-135m")
+    spec = SpecConfig(k=4, max_new_tokens=args.max_new_tokens, strategy="eagle")
+    for folder in args.heads:
+        attach_head(pair, Path(folder))
+        if pair.head is None:
+            raise SystemExit(f"{folder}: {pair.head_error}")
+        rounds = [r for p in SELECTION for r in speculative_generate(pair, p, SamplingConfig(0.0), spec).rounds]
+        a = acceptance(rounds)
+        step = pair.head.cfg.training.get("history", [{}])[-1].get("step")
+        print(f"{folder} (step {step}): alpha {a['alpha_empirical']:.4f} over {a['judged']} judged positions "
+              f"({len(SELECTION)} selection prompts x {args.max_new_tokens} tokens)", flush=True)
+
+
 def export_head(head, pair: str, history: list, coverage: float, n_records: int, args) -> None:
     from specdemo.eagle import save_head
 
@@ -626,8 +649,12 @@ def main() -> None:
     e.add_argument("--pair", choices=sorted(PAIRS), default="smollm2-135m")
     for name, default in (("--steps", 3000), ("--batch", 16), ("--lr", 5e-4), ("--threads", 2)):
         e.add_argument(name, type=type(default), default=default, help="the run's, recorded in the card")
+    c = sub.add_parser("select", help="greedy alpha of head folders on the SELECTION prompts (choose exports by it)")
+    c.add_argument("heads", nargs="+", help="head folders (config.json + head.safetensors)")
+    c.add_argument("--max-new-tokens", type=int, default=64)
+    c.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    {"prompts": write_prompts, "replies": replies, "train": train, "export": export}[args.cmd](args)
+    {"prompts": write_prompts, "replies": replies, "train": train, "export": export, "select": select}[args.cmd](args)
 
 
 if __name__ == "__main__":

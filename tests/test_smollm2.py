@@ -214,16 +214,22 @@ def test_eagle_on_the_readable_pair_is_greedy_exact_in_float32():
 
 
 def test_no_training_prompt_is_a_held_out_prompt_or_close_to_one():
-    """The bench's prompts are held out: no templated training prompt is one of them, and no prompt the target wrote
-    itself (scripts/smollm2_prompts.py's third family) shares half its words with one. The filter that kept them
+    """The bench's prompts (HELD_OUT) and those heads are chosen on (SELECTION) are held out: no templated training
+    prompt is one of them (nor, for SELECTION, close to one), and no prompt the target wrote itself
+    (scripts/smollm2_prompts.py's third family) shares half its words with one. The filter that kept them
     refuses a held-out prompt, a light rewording of it, a repeat and a fragment, and keeps an ordinary message."""
     sys.path.insert(0, str(ROOT / "scripts"))
-    from smollm2_prompts import HELD_OUT, HELD_OUT_KEYS, clean_prompt, normalized, self_prompts, similar, training_prompts
+    from smollm2_prompts import (HELD_OUT, HELD_OUT_KEYS, SELECTION, clean_prompt, normalized, self_prompts, similar,
+                                 training_prompts)
 
     templated, written = training_prompts(), self_prompts()
     assert len(written) >= 2000 and len(set(map(normalized, written))) == len(written)
     assert not set(HELD_OUT) & set(templated)
     assert not [p for p in written if any(similar(normalized(p), h) for h in HELD_OUT_KEYS)]
+    assert len(SELECTION) == len(set(map(normalized, SELECTION))) == 40 and not set(SELECTION) & set(HELD_OUT)
+    selection = [normalized(s) for s in SELECTION]  # the set heads are chosen on: unseen in substance, both families
+    assert not [p for p in templated if any(similar(normalized(p), s) for s in selection)]
+    assert clean_prompt("- Which artist painted The Starry Night?", set()) is None
     seen = {normalized("How do I keep my bike chain clean?")}
     assert clean_prompt("- What is the capital of France?", set()) is None
     assert clean_prompt("- So what is the capital city of France?", set()) is None
