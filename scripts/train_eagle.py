@@ -27,7 +27,7 @@ arXiv:2408.15766; truncated vocabulary as in FR-Spec arXiv:2502.14856):
     target its weights start from the target's last layer.
 Checkpoints: data/eagle/<pair>/ckpt.pt (every few minutes; a machine without one resumes from the committed head,
 see `starting_checkpoint`); the exported head is written when the held-out
-top-1 agreement of the first dev set improves.
+top-1 agreement on the templated dev set ("") improves. `select` compares exports on prompts of their own.
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ SELF_DEV = ("self_00059", "self_00079")  # replies to the target's own prompts t
 
 
 def smollm2_records(max_len: int = 256) -> tuple[list, dict]:
-    """The committed replies. Dev sets: "" (the selection metric, scored for every head since the first), every
+    """The committed replies. Dev sets: "" (the export rule's metric, scored for every head since the first), every
     20th templated shard; "self_", the SELF_DEV shards of replies to the target's own prompts."""
     train, dev, self_dev = [], [], []
     for path in sorted(REPLIES.glob("shard_*.npz")) + sorted(REPLIES.glob("self_*.npz")):
@@ -449,7 +449,7 @@ def draft_vocab(records: list, size: int | None, vocab: int) -> torch.Tensor:
 
 
 def dev_coverage(dev: dict, d2t: torch.Tensor) -> float:
-    """The share of the "" (selection) dev set's reply tokens that the draft vocabulary holds (the card's coverage)."""
+    """The share of the "" (templated) dev set's reply tokens that the draft vocabulary holds (the card's coverage)."""
     return float(np.isin(np.concatenate([ids[pl:] for ids, pl in dev[""]]), d2t.numpy()).mean())
 
 
