@@ -583,23 +583,21 @@ def export(args) -> None:
 def select(args) -> None:
     """Greedy alpha in the loop (T = 0, K = 4) of each head folder on the SELECTION prompts, none of them trained on
     nor in the bench: the number to choose a run's export by, so the bench's prompts are never chosen on."""
+    from evaluate_pair import alpha_on
     from smollm2_prompts import SELECTION
 
-    from specdemo import SamplingConfig, SpecConfig, load_pair, speculative_generate
+    from specdemo import load_pair
     from specdemo.eagle import attach_head
-    from specdemo.events import acceptance
 
     torch.set_num_threads(args.threads)
     pair = load_pair("smollm2-135m")
-    spec = SpecConfig(k=4, max_new_tokens=args.max_new_tokens, strategy="eagle")
     for folder in args.heads:
         attach_head(pair, Path(folder))
         if pair.head is None:
             raise SystemExit(f"{folder}: {pair.head_error}")
-        rounds = [r for p in SELECTION for r in speculative_generate(pair, p, SamplingConfig(0.0), spec).rounds]
-        a = acceptance(rounds)
+        a = alpha_on(pair, SELECTION, 0.0, 4, args.max_new_tokens, strategy="eagle")
         step = pair.head.cfg.training.get("history", [{}])[-1].get("step")
-        print(f"{folder} (step {step}): alpha {a['alpha_empirical']:.4f} over {a['judged']} judged positions "
+        print(f"{folder} (step {step}): alpha {a['alpha_empirical']:.4f} over {a['judged_positions']} judged positions "
               f"({len(SELECTION)} selection prompts x {args.max_new_tokens} tokens)", flush=True)
 
 
