@@ -274,9 +274,33 @@ class Teacher:
         self.lm_w = self.model.get_output_embeddings().weight  # [V, H]
 
     @torch.no_grad()
-    def features(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        out = self.model.base_model(input_ids=ids, attention_mask=mask.long())
-        return out.last_hidden_state.float()
+    def features(self, ids: torch.Tensor, mask: torch.Tensor, layers: tuple[int, ...] = ()) -> torch.Tensor:
+        """The last hidden states [B, T, H]; with `layers`, the outputs of those decoder layers instead, side by side
+        [B, T, len(layers) H], and the forward stops after the highest of them."""
+        if not layers:
+            return self.model.base_model(input_ids=ids, attention_mask=mask.long()).last_hidden_state.float()
+        base = self.model.base_model
+        got, blocks = {}, base.layers if hasattr(base, "layers") else base.h  # Llama-style or GPT-2
+
+        class Enough(Exception):
+            pass
+
+        def keep(i):
+            def hook(_module, _args, out):
+                got[i] = out[0] if isinstance(out, tuple) else out
+                if len(got) == len(layers):
+                    raise Enough
+            return hook
+
+        handles = [blocks[i].register_forward_hook(keep(i)) for i in layers]
+        try:
+            self.model.base_model(input_ids=ids, attention_mask=mask.long())
+        except Enough:
+            pass
+        finally:
+            for h in handles:
+                h.remove()
+        return torch.cat([got[i] for i in layers], dim=-1).float()
 
 
 def teacher_digest(teacher: Teacher) -> str:
@@ -305,9 +329,9 @@ class FeatureCache:
     a position's feature does not depend on the padding."""
 
     def __init__(self, teacher: Teacher, records: list, batch: int = 32, what: str = "records",
-                 path: Path | None = None):
+                 path: Path | None = None, layers: tuple[int, ...] = ()):
         t0 = time.time()
-        tkey, keys = teacher_digest(teacher), [record_key(ids, pl) for ids, pl in records]
+        tkey, keys = teacher_digest(teacher) + "".join(f"-{i}" for i in layers), [record_key(*r) for r in records]
         saved = {}
         if path is not None and path.exists():
             z = torch.load(path, weights_only=True)
@@ -320,11 +344,11 @@ class FeatureCache:
         for b in range(0, len(todo), batch):
             idx = todo[b : b + batch]
             ids, mask, _ = collate(records, idx)
-            f = teacher.features(ids, mask).to(torch.bfloat16)
+            f = teacher.features(ids, mask, layers).to(torch.bfloat16)
             for j, i in enumerate(idx):
                 self.rows[i] = f[j, : len(records[i][0])].clone()
         n = sum(len(records[i][0]) for i in todo)
-        print(f"teacher features of {len(records)} {what}: {len(records) - len(todo)} read"
+        print(f"teacher features{f' (layers {layers})' if layers else ''} of {len(records)} {what}: {len(records) - len(todo)} read"
               f"{f' from {path.name}' if path else ''}, {len(todo)} computed ({n:,} tokens) in "
               f"{time.time() - t0:.0f}s", flush=True)
         if path is not None and todo:
@@ -340,6 +364,19 @@ class FeatureCache:
         for j, r in enumerate(rows):
             out[j, : r.shape[0]] = r
         return out.float()
+
+
+class HeadFeatures:
+    """What a head reads for a set of records, [B, t, (L+1) H] in the layout of CachedLM.feed_features: the outputs
+    of its feature layers (a FeatureCache of their own, saved beside `path`), then the last hidden states."""
+
+    def __init__(self, teacher: Teacher, records: list, path: Path, layers: tuple[int, ...], what: str = "records"):
+        lower = path.with_name(f"{path.stem}-L{'-'.join(map(str, layers))}.pt")
+        self.parts = [FeatureCache(teacher, records, what=what, path=lower, layers=layers)] if layers else []
+        self.parts.append(FeatureCache(teacher, records, what=what, path=path))
+
+    def batch(self, idx, t: int) -> torch.Tensor:
+        return torch.cat([c.batch(idx, t) for c in self.parts], dim=-1)
 
 
 def ttt_unroll(head, g_prev: torch.Tensor, emb: torch.Tensor, ks: list, vs: list) -> torch.Tensor:
@@ -374,10 +411,10 @@ UNROLL_WEIGHTS = (1.0, 0.6, 0.4)  # loss weight of draft steps 1, 2, 3 (steps 2 
 
 
 def unrolled(head, f: torch.Tensor, emb: torch.Tensor, steps: int) -> list[torch.Tensor]:
-    """Predicted features of draft steps 1..steps: step one reads the true features f, step s > 1 reads step s-1's
-    predictions. Row i of step s predicts f_{i+s}."""
+    """Predicted features of draft steps 1..steps: step one reads the true features f (with the feature layers'
+    outputs, see HeadFeatures), step s > 1 reads step s-1's predictions. Row i of step s predicts f_{i+s}."""
     t = f.shape[1]
-    x1, q1, k1, v1 = head.project(f[:, :-1], emb[:, 1:], torch.arange(t - 1))
+    x1, q1, k1, v1 = head.project(head.true_feature(f[:, :-1]), emb[:, 1:], torch.arange(t - 1))
     k1, v1 = head.expand_kv(k1), head.expand_kv(v1)
     gs = [head.finish(x1, F.scaled_dot_product_attention(q1, k1, v1, is_causal=True))]
     ks, vs = [k1], [v1]
@@ -394,6 +431,7 @@ def head_losses(head, teacher: Teacher, f, ids, mask, scored, w_sub, feat_weight
     t = f.shape[1]
     with torch.autocast("cpu", dtype=torch.bfloat16):
         gs = unrolled(head, f, emb, len(UNROLL_WEIGHTS))
+    f = f[..., -head.cfg.hidden_size :]  # the last hidden states: what the steps predict
     loss, stats = 0.0, []
     for shift, (g, weight) in enumerate(zip(gs, UNROLL_WEIGHTS), start=1):
         valid = scored[:, shift:] & mask[:, : t - shift]  # only the scored positions: no prompt, no padding
@@ -423,6 +461,7 @@ def evaluate(head, teacher: Teacher, dev: list, dev_feats: FeatureCache, w_sub, 
         t = f.shape[1]
         with torch.autocast("cpu", dtype=torch.bfloat16):
             gs = unrolled(head, f, emb, n)
+        f = f[..., -head.cfg.hidden_size :]
         for s, g in enumerate(gs):
             shift = s + 1
             valid = scored[:, shift:] & mask[:, : t - shift]
@@ -475,12 +514,19 @@ def train(args) -> None:
     if ck is not None and ck["step"] >= args.steps:
         raise SystemExit(f"the run already stands at step {ck['step']}: pass --steps above it (the schedule's length)")
     d2t = ck["d2t"] if ck is not None else draft_vocab(train_recs, PAIRS[args.pair]["draft_vocab"], vocab)
-    head = new_head(teacher.model, teacher.tok, d2t, name=args.pair)
+    had = tuple(ck.get("feature_layers", ())) if ck is not None else ()
+    layers = had if args.feature_layers is None else tuple(args.feature_layers)
+    if had and layers != had:
+        raise SystemExit(f"the run reads feature layers {had}: a head cannot drop or change them")
+    head = new_head(teacher.model, teacher.tok, d2t, name=args.pair, feature_layers=layers)
     opt = torch.optim.AdamW([p for n, p in head.named_parameters()], lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
-    step, history, best, rewarm = 0, [], -1.0, None
+    step, history, best, rewarm, phase = 0, [], -1.0, None, 0
     if ck is not None:
-        head.load_state_dict(ck["head"])
-        step, history, best = ck["step"], ck["history"], ck["best"]
+        head.load_state_dict(ck["head"], strict=not layers or layers == had)
+        step, history, best, phase = ck["step"], ck["history"], ck["best"], ck.get("phase", 0)
+        if layers != had:  # the head grows feature layers (mix starts at zero): a new phase with its own schedule
+            print(f"the head at step {step} grows feature layers {layers}", flush=True)
+            ck["opt"], best, phase = None, None, step
         if ck["opt"] is not None:
             opt.load_state_dict(ck["opt"])
         else:  # fresh Adam moments: the first updates would be as large as the lr itself, so warm it up again
@@ -492,8 +538,8 @@ def train(args) -> None:
     print(f"{args.pair}: {len(train_recs)} train records ({sum(len(r[0]) for r in train_recs):,} tokens), "
           f"dev {' + '.join(str(len(d)) for d in dev.values())}; draft vocab {d2t.numel()} "
           f"(dev coverage {coverage:.3f}); resuming at step {step}", flush=True)
-    feats = FeatureCache(teacher, train_recs, path=folder / "features.pt")
-    dev_feats = {name: FeatureCache(teacher, d, what=f"{name}dev records", path=folder / f"{name}dev_features.pt")
+    feats = HeadFeatures(teacher, train_recs, folder / "features.pt", layers)
+    dev_feats = {name: HeadFeatures(teacher, d, folder / f"{name}dev_features.pt", layers, what=f"{name}dev records")
                  for name, d in dev.items() if d}
     if best is None:  # a warm start: the committed head sets the bar on today's dev set
         best = evaluate(head, teacher, dev[""], dev_feats[""], w_sub, d2t)["top1_step1"]
@@ -507,7 +553,7 @@ def train(args) -> None:
     def save_ckpt():
         tmp = ckpt_path.with_suffix(".tmp")
         torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "history": history,
-                    "best": best, "d2t": d2t, "metric": METRIC}, tmp)
+                    "best": best, "d2t": d2t, "metric": METRIC, "feature_layers": layers, "phase": phase}, tmp)
         tmp.rename(ckpt_path)
 
     while step < args.steps and time.time() < deadline:
@@ -517,7 +563,7 @@ def train(args) -> None:
             ids, mask, scored = collate(train_recs, idx)
             ramp = 1.0 if rewarm is None else min(1.0, (step - rewarm + 1) / 100)
             for g in opt.param_groups:
-                g["lr"] = lr_at(step, args.steps, args.lr) * ramp
+                g["lr"] = lr_at(step - phase, args.steps - phase, args.lr) * ramp
             loss, stats = head_losses(head, teacher, feats.batch(idx, ids.shape[1]), ids, mask, scored, w_sub)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -564,7 +610,8 @@ def starting_checkpoint(ckpt_path: Path, exported: Path, teacher: Teacher, from_
     history = head.cfg.training.get("history", [])
     print(f"no checkpoint at {ckpt_path}: warm start from the committed head {exported.name}", flush=True)
     return {"head": head.state_dict(), "opt": None, "step": history[-1]["step"] if history else 0,
-            "history": history, "best": None, "d2t": head.d2t.clone(), "metric": METRIC}
+            "history": history, "best": None, "d2t": head.d2t.clone(), "metric": METRIC,
+            "feature_layers": head.cfg.feature_layers}
 
 
 def export(args) -> None:
@@ -574,7 +621,8 @@ def export(args) -> None:
 
     teacher = Teacher(args.pair)
     ck = torch.load(ROOT / "data" / "eagle" / args.pair / "ckpt.pt", weights_only=False)
-    head = new_head(teacher.model, teacher.tok, ck["d2t"], name=args.pair)
+    head = new_head(teacher.model, teacher.tok, ck["d2t"], name=args.pair,
+                    feature_layers=tuple(ck.get("feature_layers", ())))
     head.load_state_dict(ck["head"])
     train_recs, dev = PAIRS[args.pair]["records"]()
     export_head(head, args.pair, ck["history"], dev_coverage(dev, ck["d2t"]), len(train_recs), args)
@@ -641,6 +689,9 @@ def main() -> None:
     t.add_argument("--lr", type=float, default=5e-4)
     t.add_argument("--eval-every", type=int, default=100)
     t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--feature-layers", type=int, nargs="*", default=None,
+                   help="decoder layers (0-based) whose outputs the head also reads (EAGLE-3); a run that has none "
+                        "grows them, starting a new phase of the lr schedule; default: the run's own")
     t.add_argument("--from-scratch", action="store_true",
                    help="without a checkpoint in data/, start a new head instead of the committed one")
     e = sub.add_parser("export", help="export the last checkpoint's head, whatever its dev score")

@@ -159,8 +159,8 @@ def head_step_ms(pair: ModelPair, context: int = 128, reps: int = 30) -> float:
     drafter = EagleDrafter(pair.head, pair.target, SamplingConfig(0.0), pair.vocab_size, context + reps + 8)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(pair.vocab_size, (context + 1,), generator=gen).to(pair.device)
-    _, feats = CachedLM(pair.target, pair.vocab_size).feed_features(ids[:-1])
-    g = drafter.step(feats, ids[1:])
+    _, feats = CachedLM(pair.target, pair.vocab_size).feed_features(ids[:-1], layers=drafter.feature_layers)
+    g = drafter.read(feats, ids[1:])
     times = []
     for _ in range(reps):
         device_sync(pair.device)

@@ -81,17 +81,19 @@ class RoundOutcome:
     n_accepted: int  # drafts the target kept
     k: int  # drafts proposed
     seq_len: int  # tokens fixed now (prompt + output); the last one is the round's new token, unseen by the target
-    features: torch.Tensor | None = None  # [m, H]: the target's last hidden states at positions start..seq_len-2
+    features: torch.Tensor | None = None  # [m, (L+1) H]: the target's features at positions start..seq_len-2
     start: int = 0  # the position of features[0]
 
 
 class Drafter:
     """The interface. `propose` may read the fixed sequence `seq` [N] and draw from `gen`; `observe` hears how the
     round ended and rolls the drafter's own caches back. `wants_features`: the loop passes the target's hidden
-    states in `observe` (they cost nothing extra, but are only kept when asked for)."""
+    states in `observe` (they cost nothing extra, but are only kept when asked for), with the outputs of its decoder
+    layers `feature_layers` (0-based) before the last hidden state."""
 
     name = "base"
     wants_features = False
+    feature_layers: tuple[int, ...] = ()
 
     def propose(self, seq: torch.Tensor, k_max: int, gen: torch.Generator) -> Proposal:
         raise NotImplementedError
@@ -244,12 +246,17 @@ class EagleDrafter(Drafter):
         self.embed = target.get_input_embeddings()
         self.dtype, self.device = head.lm_rows.dtype, head.lm_rows.device
         self.cache = HeadCache(head.cfg, capacity, self.device, self.dtype)
+        self.feature_layers = head.cfg.feature_layers  # the target layers it reads besides the last
         self.pending: list[torch.Tensor] = []  # true features not yet read by the head, from position cache.length
         self.true_len = 0  # head positions that carry true features (the rest of a round is cropped off)
 
     def step(self, feat: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """Head positions for (feat [n, H], tokens [n]) -> the last one's predicted feature [1, H]."""
         return self.head.step(feat.to(self.dtype), self.embed(tokens).to(self.dtype), self.cache)[-1:]
+
+    def read(self, feats: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """As `step`, at accepted positions: from the target's features (with its feature layers' outputs)."""
+        return self.step(self.head.true_feature(feats.to(self.dtype)), tokens)
 
     @torch.inference_mode()  # the embedding is the target's, whose weights may require grad: record no graph
     def propose(self, seq: torch.Tensor, k_max: int, gen: torch.Generator) -> Proposal:
@@ -261,7 +268,7 @@ class EagleDrafter(Drafter):
         # 1. read the true features of the newly fixed positions j with their next tokens x_{j+1}, in one step
         feats, start = torch.cat(self.pending), self.cache.length
         assert start + feats.shape[0] == seq.numel() - 1, (start, feats.shape, seq.numel())
-        g = self.step(feats, seq[start + 1 :])
+        g = self.read(feats, seq[start + 1 :])
         self.pending, self.true_len = [], self.cache.length
         # 2. draft: predicted feature -> q over the draft vocabulary -> token; then go on from the prediction
         tokens, rows = [], []

@@ -10,8 +10,13 @@ fc(2H -> H) and one decoder layer, which predicts the next feature f_{j+1}. The 
 a draft vocabulary (FR-Spec, arXiv:2502.14856), turns that prediction into q for x_{j+2}. Drafting goes on from
 the head's predicted features; accepted positions are then re-read with the target's true features.
 
-Files (a folder, every file < 9.5 MB): config.json (shapes, the draft vocabulary's size, and which target the head
-belongs to: model type, hidden size, vocabulary size and a digest of the tokenizer's vocabulary) and
+Richer features (EAGLE-3, Li et al. 2025, arXiv:2503.01840): a head with `feature_layers` also reads, at accepted
+positions, the outputs of a low and a middle layer of the target. Each is RMS-normalised and a zero-initialised
+`mix` (2H -> H) adds them to f_j, so a grown head starts as the head it grew from. Drafted positions have no
+target layers; they read the head's predicted feature alone, as before.
+
+Files (a folder, every file < 9.5 MB): config.json (shapes, the draft vocabulary's size, the feature layers, and
+which target the head belongs to: model type, hidden size, vocabulary size and a digest of the tokenizer's vocabulary) and
 head.safetensors (fc, the layer, and `d2t`, the target id of every draft-vocabulary row). The LM-head rows are
 not stored: they are the target's own, taken at load time.
 """
@@ -32,7 +37,8 @@ from .devices import pick_dtype
 from .i18n import Msg, Translatable
 
 ARCHITECTURE = "specdemo-eagle"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2 added feature_layers; a version-1 file reads as a head without them
+READABLE_VERSIONS = (1, 2)
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "head.safetensors"
 
 
@@ -50,6 +56,7 @@ class HeadConfig:
     draft_vocab_size: int
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-5
+    feature_layers: tuple[int, ...] = ()  # decoder layers (0-based) whose outputs the head also reads (EAGLE-3)
     target: dict = field(default_factory=dict)  # model_type, hidden_size, vocab_size, vocab_sha256, name
     training: dict = field(default_factory=dict)  # the recipe and the learning curve (the card reads it)
 
@@ -107,6 +114,9 @@ class EagleHead(nn.Module):
         self.cfg = cfg
         h, nh, nkv, hd = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.fc = nn.Linear(2 * h, h, bias=False)
+        if cfg.feature_layers:
+            self.layer_norms = nn.ModuleList(RMSNorm(h, cfg.rms_norm_eps) for _ in cfg.feature_layers)
+            self.mix = nn.Linear(len(cfg.feature_layers) * h, h, bias=False)
         self.input_norm = RMSNorm(h, cfg.rms_norm_eps)
         self.q_proj = nn.Linear(h, nh * hd, bias=False)
         self.k_proj = nn.Linear(h, nkv * hd, bias=False)
@@ -138,6 +148,15 @@ class EagleHead(nn.Module):
         return cached
 
     # ------------------------------------------------------------------------------------------- building blocks
+    def true_feature(self, feats: torch.Tensor) -> torch.Tensor:
+        """What the head reads at an accepted position: the target's outputs [..., (L+1) H] (the L feature_layers',
+        then its last hidden state f) -> [..., H]: f, plus the mixed, normalised lower layers if the head has any."""
+        if not self.cfg.feature_layers:
+            return feats
+        parts = feats.split(self.cfg.hidden_size, dim=-1)
+        lower = torch.cat([norm(x) for norm, x in zip(self.layer_norms, parts[:-1])], dim=-1)
+        return parts[-1] + self.mix(lower)
+
     def rope_tables(self, n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin [n, head_dim] for positions 0..n-1 (grown on demand, kept in float32)."""
         if self._rope is None or self._rope[0].shape[0] < n or self._rope[0].device != torch.device(device):
@@ -231,10 +250,11 @@ def read_config(folder: Path) -> HeadConfig:
         raise HeadError("err.head_missing") from err
     except (OSError, ValueError) as err:
         raise HeadError("err.head_damaged", error=type(err).__name__) from err
-    if meta.get("architecture") != ARCHITECTURE or meta.get("format_version") != FORMAT_VERSION:
+    if meta.get("architecture") != ARCHITECTURE or meta.get("format_version") not in READABLE_VERSIONS:
         raise HeadError("err.head_damaged", error="architecture")
     try:
         fields = {k: meta[k] for k in HeadConfig.__dataclass_fields__ if k in meta}
+        fields["feature_layers"] = tuple(int(i) for i in fields.get("feature_layers", ()))
         return HeadConfig(**fields)
     except TypeError as err:
         raise HeadError("err.head_damaged", error=type(err).__name__) from err
@@ -271,10 +291,11 @@ def load_head(folder: Path, target, tokenizer, dtype: torch.dtype, device) -> Ea
     return head.attach(target, dtype, device)
 
 
-def new_head(target, tokenizer, d2t: torch.Tensor, name: str = "", intermediate_size: int | None = None
-             ) -> EagleHead:
+def new_head(target, tokenizer, d2t: torch.Tensor, name: str = "", intermediate_size: int | None = None,
+             feature_layers: tuple[int, ...] = ()) -> EagleHead:
     """A fresh head for `target` that starts as the identity on the feature: fc passes f_j through, the layer's
-    output projections are zero, and for a Llama-style target the rest of the layer is its last layer's."""
+    output projections and `mix` (the lower feature layers', if any) are zero, and for a Llama-style target the rest
+    of the layer is its last layer's."""
     cfg_t = target.config
     hidden = target.get_output_embeddings().weight.shape[1]
     layer = _last_llama_layer(target)
@@ -288,7 +309,10 @@ def new_head(target, tokenizer, d2t: torch.Tensor, name: str = "", intermediate_
     else:
         nh = getattr(cfg_t, "num_attention_heads", None) or getattr(cfg_t, "n_head", 4)
         nkv, hd, inter, theta, eps = nh, hidden // nh, intermediate_size or 2 * hidden, 10000.0, 1e-5
-    cfg = HeadConfig(hidden, nh, nkv, hd, inter, int(d2t.numel()), theta, eps,
+    n_layers = getattr(cfg_t, "num_hidden_layers", None) or getattr(cfg_t, "n_layer", 0)
+    if any(not 0 <= i < n_layers - 1 for i in feature_layers):
+        raise ValueError(f"feature layers {feature_layers} must be below the last of the target's {n_layers} layers")
+    cfg = HeadConfig(hidden, nh, nkv, hd, inter, int(d2t.numel()), theta, eps, tuple(feature_layers),
                      target=target_signature(target, tokenizer, name))
     head = EagleHead(cfg)
     with torch.no_grad():
@@ -301,6 +325,8 @@ def new_head(target, tokenizer, d2t: torch.Tensor, name: str = "", intermediate_
         head.o_proj.weight.zero_()
         head.down_proj.weight.zero_()
         head.fc.weight.zero_()
+        if feature_layers:
+            head.mix.weight.zero_()
         head.fc.weight[:, hidden:].copy_(torch.eye(hidden))
         nn.init.normal_(head.fc.weight[:, :hidden], std=0.02 / math.sqrt(2))
     head.d2t = d2t.long()

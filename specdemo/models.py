@@ -70,17 +70,21 @@ class CachedLM:
         return self.feed_features(ids, keep_logits)[0]
 
     @torch.inference_mode()
-    def feed_features(self, ids: torch.Tensor, keep_logits: int = 1) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """As `feed`, and also the last hidden states of all n fed positions [n, H] (the features an EAGLE head
-        reads; None for a model that keeps its own forward)."""
+    def feed_features(self, ids: torch.Tensor, keep_logits: int = 1, layers: tuple[int, ...] = ()
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """As `feed`, and also the features an EAGLE head reads at all n fed positions: the outputs of decoder
+        `layers` (0-based) and then the last hidden state, side by side, [n, (len(layers) + 1) H]; None for a model
+        that keeps its own forward."""
         assert ids.dim() == 1 and ids.numel() >= keep_logits >= 1, (ids.shape, keep_logits)
         self.calls += 1
         if self.head32 is None:
             out = self.model(input_ids=ids.view(1, -1), past_key_values=self.cache, use_cache=True,
                              logits_to_keep=keep_logits)
             return out.logits[0, -keep_logits:, : self.vocab_size].float(), None
-        hidden = self.model.base_model(input_ids=ids.view(1, -1), past_key_values=self.cache,
-                                       use_cache=True).last_hidden_state[0]
+        out = self.model.base_model(input_ids=ids.view(1, -1), past_key_values=self.cache, use_cache=True,
+                                    output_hidden_states=bool(layers))
+        hidden = out.last_hidden_state[0]
+        features = torch.cat([out.hidden_states[i + 1][0] for i in layers] + [hidden], -1) if layers else hidden
         weight, bias = self.head32
         h = hidden[-keep_logits:]
         if weight.dtype == torch.float32:
@@ -92,7 +96,7 @@ class CachedLM:
             if bias is not None:
                 exact = exact + bias[top].float()
             logits.scatter_(1, top, exact)
-        return logits[:, : self.vocab_size], hidden
+        return logits[:, : self.vocab_size], features
 
 
 REFINE_TOP = 8  # logits recomputed in float32 per position: where argmax ties live, far beyond bf16 rounding

@@ -212,7 +212,8 @@ def speculative_rounds(
 
         # 2. verify: one target forward over its unseen tokens + the k drafts -> p_1..p_{k+1} (and its features)
         fed_from = target.length
-        logits, features = target.feed_features(torch.cat([seq[fed_from:], draft_tokens]), keep_logits=k + 1)
+        logits, features = target.feed_features(torch.cat([seq[fed_from:], draft_tokens]), keep_logits=k + 1,
+                                                layers=drafter.feature_layers)
         p = warp(logits, sampling)  # [k+1, V]
         m2 = clock.mark()
 

@@ -24,10 +24,10 @@ from test_exactness import PASS_P, chi2_pvalue, drop_k, exact_joint, speculative
 GREEDY = SamplingConfig(temperature=0.0)
 
 
-def random_head(pair, d2t: torch.Tensor, seed: int = 0, scale: float = 0.3):
+def random_head(pair, d2t: torch.Tensor, seed: int = 0, scale: float = 0.3, feature_layers: tuple[int, ...] = ()):
     """A head for `pair`'s target with random weights (exactness must not depend on what the head learnt)."""
     torch.manual_seed(seed)
-    head = new_head(pair.target, pair.tokenizer, d2t)
+    head = new_head(pair.target, pair.tokenizer, d2t, feature_layers=feature_layers)
     with torch.no_grad():
         for p in head.parameters():
             p.add_(torch.randn_like(p) * scale)
@@ -54,14 +54,16 @@ def exact_joint3(pair, prompt_ids: list[int], cfg: SamplingConfig) -> dict:
     return out
 
 
-@pytest.mark.parametrize("cfg,truncated", [(SamplingConfig(1.0), False), (SamplingConfig(1.0), True),
-                                           (SamplingConfig(0.7, top_k=3), True)],
-                         ids=["T1-full-vocab", "T1-truncated-vocab", "T0.7-k3-truncated-vocab"])
-def test_eagle_is_exact_on_the_toy_pair(toy_pair, cfg, truncated):
+@pytest.mark.parametrize("cfg,truncated,layers", [(SamplingConfig(1.0), False, ()), (SamplingConfig(1.0), True, ()),
+                                                  (SamplingConfig(0.7, top_k=3), True, ()),
+                                                  (SamplingConfig(1.0), True, (0,))],
+                         ids=["T1-full-vocab", "T1-truncated-vocab", "T0.7-k3-truncated-vocab", "T1-feature-layer"])
+def test_eagle_is_exact_on_the_toy_pair(toy_pair, cfg, truncated, layers):
     """x2 and x3 come from the head's drafts (judged by the target), and their joint with x1 follows the target.
-    With a truncated draft vocabulary q is zero on 3 of the 8 tokens: the residual must produce them."""
+    With a truncated draft vocabulary q is zero on 3 of the 8 tokens: the residual must produce them. A head that
+    also reads a lower layer of the target (EAGLE-3 features) is exact alike."""
     d2t = torch.tensor([0, 2, 3, 5, 7]) if truncated else torch.arange(toy_pair.vocab_size)
-    head = random_head(toy_pair, d2t)
+    head = random_head(toy_pair, d2t, feature_layers=layers)
     prompt = [0, 1]
     exact = exact_joint3(toy_pair, prompt, cfg)
     n = 3000
@@ -124,6 +126,34 @@ def test_head_cache_holds_true_features_after_every_round(pair32, temperature):
                 torch.testing.assert_close(drafter.cache.k[:, :n_cached], k[0], atol=2e-4, rtol=1e-4)
                 checked += 1
     assert checked >= 5
+
+
+def test_a_head_reading_lower_layers_is_exact_and_gets_them_after_every_round(pair32):
+    """A head that also reads two lower layers of the target (EAGLE-3 features): the T = 0 output equals the target's
+    own, and the features handed over after every round are those layers' outputs and the last hidden state of a
+    fresh target forward, side by side."""
+    from conftest import PROMPTS
+
+    layers = (1, 6)
+    head = random_head(pair32, torch.arange(pair32.vocab_size), scale=0.02, feature_layers=layers)
+    for prompt in PROMPTS[:3]:
+        prompt_ids = pair32.encode(prompt)
+        spec = SpecConfig(k=4, max_new_tokens=40, seed=0, top_candidates=0, strategy="eagle")
+        drafter = EagleDrafter(head, pair32.target, GREEDY, pair32.vocab_size, pair32.context_window + 1)
+        seq, checked = list(prompt_ids), 0
+        for rnd in speculative_rounds(pair32, prompt_ids, GREEDY, spec, drafter=drafter):
+            seq += [t.token_id for t in rnd.output]
+            if rnd.stop_reason:
+                break
+            if drafter.pending:
+                with torch.inference_mode():
+                    out = pair32.target.base_model(input_ids=torch.tensor([seq]), output_hidden_states=True)
+                want = torch.cat([out.hidden_states[i + 1] for i in layers] + [out.last_hidden_state], -1)[0]
+                n = drafter.cache.length
+                torch.testing.assert_close(torch.cat(drafter.pending), want[n : len(seq) - 1], atol=2e-4, rtol=1e-4)
+                checked += 1
+        assert checked >= 3
+        assert seq[len(prompt_ids) :] == baseline_generate(pair32, prompt, GREEDY, max_new_tokens=40).output_ids
 
 
 def test_eagle_greedy_identity_on_the_shipped_head(pair32):
@@ -222,14 +252,18 @@ def test_a_head_for_another_target_is_refused(toy_pair):
     assert "has no EAGLE head" not in refusal(toy_pair)  # it says why: none was trained for this pair
 
 
-def test_save_and_load_round_trip(toy_pair, tmp_path):
-    head = random_head(toy_pair, torch.tensor([0, 2, 3, 5, 7]))
+@pytest.mark.parametrize("layers", [(), (0,)], ids=["last-layer", "feature-layer"])
+def test_save_and_load_round_trip(toy_pair, tmp_path, layers):
+    head = random_head(toy_pair, torch.tensor([0, 2, 3, 5, 7]), feature_layers=layers)
     save_head(head, tmp_path / "h")
     back = load_head(tmp_path / "h", toy_pair.target, toy_pair.tokenizer, torch.float32, toy_pair.device)
-    assert torch.equal(back.d2t, head.d2t)
+    assert torch.equal(back.d2t, head.d2t) and back.cfg.feature_layers == layers
     x = torch.randn(1, 4, head.cfg.hidden_size)
     # stored in bf16: the round trip keeps the weights to bf16 precision
-    torch.testing.assert_close(back(x, x), head.to(torch.bfloat16).float()(x, x), atol=1e-4, rtol=1e-4)
+    rounded = head.to(torch.bfloat16).float()
+    torch.testing.assert_close(back(x, x), rounded(x, x), atol=1e-4, rtol=1e-4)
+    wide = torch.randn(1, 4, head.cfg.hidden_size * (len(layers) + 1))
+    torch.testing.assert_close(back.true_feature(wide), rounded.true_feature(wide), atol=1e-4, rtol=1e-4)
     assert Counter(back.d2t.tolist()) == Counter([0, 2, 3, 5, 7])
 
 
@@ -245,24 +279,33 @@ def train_eagle():
     return train_eagle
 
 
-def test_training_time_test_reads_what_drafting_reads(toy_pair, train_eagle):
+@pytest.mark.parametrize("layers", [(), (0,)], ids=["last-layer", "feature-layer"])
+def test_training_time_test_reads_what_drafting_reads(toy_pair, train_eagle, layers):
     """The training script's unroll (steps 2 and 3 fed the head's own predictions) computes exactly what the
     drafter computes when it drafts three tokens from a fixed prefix: a wrong mask or shift there would train the
-    head for a different model than the one that drafts."""
+    head for a different model than the one that drafts. With a feature layer, the teacher's features and the
+    verify forward's must line up too."""
     from specdemo.eagle import HeadCache
+    from specdemo.models import CachedLM
 
     UNROLL_WEIGHTS, unrolled = train_eagle.UNROLL_WEIGHTS, train_eagle.unrolled
 
-    head = random_head(toy_pair, torch.arange(toy_pair.vocab_size), seed=1)
+    head = random_head(toy_pair, torch.arange(toy_pair.vocab_size), seed=1, feature_layers=layers)
     ids = torch.randint(0, toy_pair.vocab_size, (16,), generator=torch.Generator().manual_seed(0))
+    teacher = train_eagle.Teacher.__new__(train_eagle.Teacher)  # the training script's teacher on the toy target
+    teacher.model = toy_pair.target
     with torch.inference_mode():
-        feats = toy_pair.target.base_model(input_ids=ids[None]).last_hidden_state.float()
+        mask = torch.ones(1, ids.numel(), dtype=torch.bool)
+        feats = torch.cat([teacher.features(ids[None], mask, layers)] * bool(layers)
+                          + [teacher.features(ids[None], mask)], dim=-1)  # HeadFeatures' layout
+        _, verify_feats = CachedLM(toy_pair.target, toy_pair.vocab_size).feed_features(ids, layers=layers)
+        torch.testing.assert_close(verify_feats.float(), feats[0], atol=1e-5, rtol=1e-5)
         emb = toy_pair.target.get_input_embeddings()(ids[None]).float()
         steps = unrolled(head, feats, emb, len(UNROLL_WEIGHTS))
         assert len(steps) == 3
         for j0 in (0, 3, ids.numel() - 4):  # true features at positions 0..j0, then three drafting steps
             cache = HeadCache(head.cfg, ids.numel(), toy_pair.device, torch.float32)
-            g = head.step(feats[0, : j0 + 1], emb[0, 1 : j0 + 2], cache)[-1:]
+            g = head.step(head.true_feature(feats[0, : j0 + 1]), emb[0, 1 : j0 + 2], cache)[-1:]
             for s, g_train in enumerate(steps):
                 # row j0 of step s+1 predicts f_{j0+s+1}; the drafter's next step reads token x_{j0+s+2}
                 torch.testing.assert_close(g[0], g_train[0, j0], atol=1e-4, rtol=1e-4)
@@ -297,6 +340,13 @@ def test_a_saved_feature_cache_is_reused_only_for_the_same_records(tmp_path, tra
     other = [(r[0][::-1].copy(), 2) for r in records]
     changed = FeatureCache(teacher, other, path=path)
     assert changed.computed == 3 and not torch.equal(changed.rows[1], first.rows[1])
+    # lower layers (EAGLE-3 features): the outputs of those decoder layers, though the forward stops early
+    layered = FeatureCache(teacher, records, path=tmp_path / "lower.pt", layers=(0, 2))
+    with torch.no_grad():
+        out = teacher.model.base_model(input_ids=torch.from_numpy(records[1][0])[None], output_hidden_states=True)
+    want = torch.cat([out.hidden_states[1], out.hidden_states[3]], -1)[0].float()
+    torch.testing.assert_close(layered.rows[1].float(), want, atol=0.05, rtol=0.02)
+    assert FeatureCache(teacher, records, path=tmp_path / "lower.pt", layers=(0, 3)).computed == 3  # other layers
 
 
 def test_training_resumes_from_the_committed_head_where_there_is_no_checkpoint(tmp_path, train_eagle):
