@@ -348,7 +348,8 @@ class FeatureCache:
             for j, i in enumerate(idx):
                 self.rows[i] = f[j, : len(records[i][0])].clone()
         n = sum(len(records[i][0]) for i in todo)
-        print(f"teacher features{f' (layers {layers})' if layers else ''} of {len(records)} {what}: {len(records) - len(todo)} read"
+        print(f"teacher features{f' of layers {layers}' if layers else ''} for {len(records)} {what}: "
+              f"{len(records) - len(todo)} read"
               f"{f' from {path.name}' if path else ''}, {len(todo)} computed ({n:,} tokens) in "
               f"{time.time() - t0:.0f}s", flush=True)
         if path is not None and todo:

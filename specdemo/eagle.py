@@ -16,9 +16,9 @@ positions, the outputs of a low and a middle layer of the target. Each is RMS-no
 target layers; they read the head's predicted feature alone, as before.
 
 Files (a folder, every file < 9.5 MB): config.json (shapes, the draft vocabulary's size, the feature layers, and
-which target the head belongs to: model type, hidden size, vocabulary size and a digest of the tokenizer's vocabulary) and
-head.safetensors (fc, the layer, and `d2t`, the target id of every draft-vocabulary row). The LM-head rows are
-not stored: they are the target's own, taken at load time.
+which target the head belongs to: model type, hidden size, vocabulary size and a digest of the tokenizer's
+vocabulary) and head.safetensors (fc, the layer, and `d2t`, the target id of every draft-vocabulary row). The
+LM-head rows are not stored: they are the target's own, taken at load time.
 """
 
 from __future__ import annotations
@@ -256,7 +256,7 @@ def read_config(folder: Path) -> HeadConfig:
         fields = {k: meta[k] for k in HeadConfig.__dataclass_fields__ if k in meta}
         fields["feature_layers"] = tuple(int(i) for i in fields.get("feature_layers", ()))
         return HeadConfig(**fields)
-    except TypeError as err:
+    except (TypeError, ValueError) as err:
         raise HeadError("err.head_damaged", error=type(err).__name__) from err
 
 
@@ -273,6 +273,8 @@ def load_head(folder: Path, target, tokenizer, dtype: torch.dtype, device) -> Ea
     for key in ("model_type", "hidden_size", "vocab_size", "vocab_sha256"):
         if want.get(key) != sig[key]:
             raise HeadError("err.head_mismatch", what=key)
+    if any(not 0 <= i < target_layers(target) - 1 for i in cfg.feature_layers):
+        raise HeadError("err.head_mismatch", what="feature_layers")
     try:
         state = load_file(str(folder / WEIGHTS_FILE))
     except FileNotFoundError as err:
@@ -309,9 +311,9 @@ def new_head(target, tokenizer, d2t: torch.Tensor, name: str = "", intermediate_
     else:
         nh = getattr(cfg_t, "num_attention_heads", None) or getattr(cfg_t, "n_head", 4)
         nkv, hd, inter, theta, eps = nh, hidden // nh, intermediate_size or 2 * hidden, 10000.0, 1e-5
-    n_layers = getattr(cfg_t, "num_hidden_layers", None) or getattr(cfg_t, "n_layer", 0)
-    if any(not 0 <= i < n_layers - 1 for i in feature_layers):
-        raise ValueError(f"feature layers {feature_layers} must be below the last of the target's {n_layers} layers")
+    if any(not 0 <= i < target_layers(target) - 1 for i in feature_layers):
+        raise ValueError(f"feature layers {feature_layers} must be below the last of the target's "
+                         f"{target_layers(target)} layers")
     cfg = HeadConfig(hidden, nh, nkv, hd, inter, int(d2t.numel()), theta, eps, tuple(feature_layers),
                      target=target_signature(target, tokenizer, name))
     head = EagleHead(cfg)
@@ -331,6 +333,12 @@ def new_head(target, tokenizer, d2t: torch.Tensor, name: str = "", intermediate_
         nn.init.normal_(head.fc.weight[:, :hidden], std=0.02 / math.sqrt(2))
     head.d2t = d2t.long()
     return head
+
+
+def target_layers(target) -> int:
+    """How many decoder layers the target has (feature layers must lie below its last)."""
+    cfg = target.config
+    return int(getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer", 0))
 
 
 def _last_llama_layer(target):

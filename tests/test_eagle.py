@@ -4,6 +4,7 @@ sentence while the other strategies keep working."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections import Counter
 
@@ -211,6 +212,7 @@ def refusal(pair) -> str:
     ("truncate", "err.head_damaged"),
     ("garble_config", "err.head_damaged"),
     ("other_vocab", "err.head_mismatch"),
+    ("layer_beyond_target", "err.head_mismatch"),
 ])
 def test_a_bad_head_is_refused_in_one_sentence_and_the_rest_works(pair32, head_copy, damage, key):
     weights = head_copy / WEIGHTS_FILE
@@ -220,6 +222,9 @@ def test_a_bad_head_is_refused_in_one_sentence_and_the_rest_works(pair32, head_c
         weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     elif damage == "garble_config":
         (head_copy / "config.json").write_text("{not json")
+    elif damage == "layer_beyond_target":  # a head that would read a 12th layer of a 12-layer target
+        meta = json.loads((head_copy / "config.json").read_text())
+        (head_copy / "config.json").write_text(json.dumps(meta | {"feature_layers": [1, 11]}))
     else:
         text = (head_copy / "config.json").read_text().replace('"vocab_sha256": "', '"vocab_sha256": "0')
         (head_copy / "config.json").write_text(text)
