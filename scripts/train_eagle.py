@@ -321,12 +321,12 @@ def record_key(ids, prompt_len: int) -> str:
 
 
 class FeatureCache:
-    """The teacher's features for every record, computed once and kept in memory (bf16, about 1.2 kB a token):
-    teacher forcing is then paid once, not once per epoch. With `path` (under data/, never committed) they are also
-    saved, record by record, keyed by a digest of each record's ids, under a digest of the teacher's weights: a
-    resumed run on the same machine reads them back, and new records (more shards) are the only ones computed
-    (about 15 minutes a million tokens on 2 cores). Rows are computed in batches of similar length, right-padded;
-    a position's feature does not depend on the padding."""
+    """The teacher's features for every record, computed once and kept in memory (bf16, about 1.2 kB a token for
+    each layer): teacher forcing is then paid once, not once per epoch. With `path` (under data/, never committed)
+    they are also saved, record by record, keyed by a digest of each record's ids, under a digest of the teacher's
+    weights and the layers: a resumed run on the same machine reads them back, and new records (more shards) are
+    the only ones computed (about 15 minutes a million tokens on 2 cores for the last layer). Rows are computed in
+    batches of similar length, right-padded; a position's feature does not depend on the padding."""
 
     def __init__(self, teacher: Teacher, records: list, batch: int = 32, what: str = "records",
                  path: Path | None = None, layers: tuple[int, ...] = ()):
@@ -448,7 +448,7 @@ def head_losses(head, teacher: Teacher, f, ids, mask, scored, w_sub, feat_weight
 
 
 @torch.no_grad()
-def evaluate(head, teacher: Teacher, dev: list, dev_feats: FeatureCache, w_sub, d2t) -> dict:
+def evaluate(head, teacher: Teacher, dev: list, dev_feats: HeadFeatures, w_sub, d2t) -> dict:
     """Teacher-forced top-1 agreement with the target's greedy token over the FULL vocabulary, per draft step."""
     head.eval()
     n = len(UNROLL_WEIGHTS)
@@ -517,23 +517,10 @@ def train(args) -> None:
     d2t = ck["d2t"] if ck is not None else draft_vocab(train_recs, PAIRS[args.pair]["draft_vocab"], vocab)
     had = tuple(ck.get("feature_layers", ())) if ck is not None else ()
     layers = had if args.feature_layers is None else tuple(args.feature_layers)
-    if had and layers != had:
-        raise SystemExit(f"the run reads feature layers {had}: a head cannot drop or change them")
     head = new_head(teacher.model, teacher.tok, d2t, name=args.pair, feature_layers=layers)
     opt = torch.optim.AdamW([p for n, p in head.named_parameters()], lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
-    step, history, best, rewarm, phase = 0, [], -1.0, None, 0
-    if ck is not None:
-        head.load_state_dict(ck["head"], strict=not layers or layers == had)
-        step, history, best, phase = ck["step"], ck["history"], ck["best"], ck.get("phase", 0)
-        if layers != had:  # the head grows feature layers (mix starts at zero): a new phase with its own schedule
-            print(f"the head at step {step} grows feature layers {layers}", flush=True)
-            ck["opt"], best, phase = None, None, step
-        if ck["opt"] is not None:
-            opt.load_state_dict(ck["opt"])
-        else:  # fresh Adam moments: the first updates would be as large as the lr itself, so warm it up again
-            rewarm = step
-        if ck.get("metric") != METRIC:  # an older checkpoint scored prompt tokens too: its best is not comparable
-            best = -1.0
+    run = resume(ck, head, opt)
+    step, history, best, phase, rewarm = (run[k] for k in ("step", "history", "best", "phase", "rewarm"))
     w_sub = teacher.lm_w[d2t].to(torch.bfloat16)
     coverage = dev_coverage(dev, d2t)
     print(f"{args.pair}: {len(train_recs)} train records ({sum(len(r[0]) for r in train_recs):,} tokens), "
@@ -554,7 +541,8 @@ def train(args) -> None:
     def save_ckpt():
         tmp = ckpt_path.with_suffix(".tmp")
         torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "history": history,
-                    "best": best, "d2t": d2t, "metric": METRIC, "feature_layers": layers, "phase": phase}, tmp)
+                    "best": best, "d2t": d2t, "metric": METRIC, "feature_layers": layers, "phase": phase,
+                    "rewarm": rewarm}, tmp)
         tmp.rename(ckpt_path)
 
     while step < args.steps and time.time() < deadline:
@@ -586,7 +574,7 @@ def train(args) -> None:
                 print(json.dumps(row), flush=True)
                 if ev["top1_step1"] > best:
                     best = ev["top1_step1"]
-                    export_head(head, args.pair, history, coverage, len(train_recs), args)
+                    export_head(head, args.pair, history, coverage, len(train_recs), args, phase)
                 save_ckpt()
                 last_save = time.time()
             elif time.time() - last_save > 300:
@@ -594,6 +582,37 @@ def train(args) -> None:
                 last_save = time.time()
     save_ckpt()
     print(f"stopped at step {step}; best dev top-1 (step one) {best:.4f}", flush=True)
+
+
+def resume(ck: dict | None, head, opt) -> dict:
+    """The run's state from checkpoint `ck` (None: a new head): step, history, best (the export bar; None: score the
+    head at the start), phase (the step its lr schedule starts from) and rewarm (the step fresh Adam moments
+    started at; the lr ramps up again from there). Loads the head's and the optimizer's state.
+
+    A checkpoint whose head lacks `head`'s feature layers grows them: mix starts at zero (the head computes what it
+    did), the moments are fresh, and a new phase of the schedule begins, whose own warm-up serves them. The export
+    bar stays: the grown head must beat the run's best export. A head never drops or changes its layers."""
+    if ck is None:
+        return {"step": 0, "history": [], "best": -1.0, "phase": 0, "rewarm": None}
+    had, layers = tuple(ck.get("feature_layers", ())), head.cfg.feature_layers
+    run = {"step": ck["step"], "history": ck["history"], "best": ck["best"], "phase": ck.get("phase", 0),
+           "rewarm": ck.get("rewarm")}
+    if ck.get("metric") != METRIC:  # an older checkpoint scored prompt tokens too: its best is not comparable
+        run["best"] = -1.0
+    if had and layers != had:
+        raise SystemExit(f"the run reads feature layers {had}: a head cannot drop or change them")
+    if layers != had:
+        missing, unexpected = head.load_state_dict(ck["head"], strict=False)
+        assert not unexpected and all(k.startswith(("mix.", "layer_norms.")) for k in missing), (missing, unexpected)
+        print(f"the head at step {ck['step']} grows feature layers {layers}: a new phase of the lr schedule",
+              flush=True)
+        return run | {"phase": ck["step"], "rewarm": None}
+    head.load_state_dict(ck["head"])
+    if ck["opt"] is not None:
+        opt.load_state_dict(ck["opt"])
+    else:  # fresh Adam moments: the first updates would be as large as the lr itself, so warm it up again
+        run["rewarm"] = ck["step"]
+    return run
 
 
 def starting_checkpoint(ckpt_path: Path, exported: Path, teacher: Teacher, from_scratch: bool = False) -> dict | None:
@@ -612,7 +631,7 @@ def starting_checkpoint(ckpt_path: Path, exported: Path, teacher: Teacher, from_
     print(f"no checkpoint at {ckpt_path}: warm start from the committed head {exported.name}", flush=True)
     return {"head": head.state_dict(), "opt": None, "step": history[-1]["step"] if history else 0,
             "history": history, "best": None, "d2t": head.d2t.clone(), "metric": METRIC,
-            "feature_layers": head.cfg.feature_layers}
+            "feature_layers": head.cfg.feature_layers, "phase": head.cfg.training.get("lr_phase_start", 0)}
 
 
 def export(args) -> None:
@@ -626,7 +645,8 @@ def export(args) -> None:
                     feature_layers=tuple(ck.get("feature_layers", ())))
     head.load_state_dict(ck["head"])
     train_recs, dev = PAIRS[args.pair]["records"]()
-    export_head(head, args.pair, ck["history"], dev_coverage(dev, ck["d2t"]), len(train_recs), args)
+    export_head(head, args.pair, ck["history"], dev_coverage(dev, ck["d2t"]), len(train_recs), args,
+                ck.get("phase", 0))
 
 
 def select(args) -> None:
@@ -650,7 +670,7 @@ def select(args) -> None:
               f"({len(SELECTION)} selection prompts x {args.max_new_tokens} tokens)", flush=True)
 
 
-def export_head(head, pair: str, history: list, coverage: float, n_records: int, args) -> None:
+def export_head(head, pair: str, history: list, coverage: float, n_records: int, args, phase: int = 0) -> None:
     from specdemo.eagle import save_head
 
     import copy
@@ -661,7 +681,8 @@ def export_head(head, pair: str, history: list, coverage: float, n_records: int,
                   "draft vocabulary + 0.1 smooth-L1 on the feature; training-time-test unroll to draft step "
                   f"{len(UNROLL_WEIGHTS)} (step weights {UNROLL_WEIGHTS})",
         "records": n_records, "draft_vocab_coverage_dev": round(coverage, 4), "batch": args.batch,
-        "peak_lr": args.lr, "planned_steps": args.steps, "threads": args.threads, "torch": torch.__version__,
+        "peak_lr": args.lr, "planned_steps": args.steps, "lr_phase_start": phase, "threads": args.threads,
+        "torch": torch.__version__,
         "history": history}})
     save_head(out, ROOT / "assets" / "models" / f"{pair}-eagle")
     print(f"exported {pair}-eagle at step {history[-1]['step']}", flush=True)

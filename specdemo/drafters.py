@@ -28,8 +28,9 @@ with no branch per strategy. Letters as in sampling.py: p is the TARGET, q is th
              (source "prefill").
 
 The loop tells every drafter the outcome of each round (`observe`, a `RoundOutcome`): the tokens kept and, for a
-drafter that asks for them (`wants_features`), the target's last hidden states at the positions it kept. Each
-drafter rolls its own caches back there; the loop has no branch per strategy.
+drafter that asks for them (`wants_features`), the target's features at the positions it kept (its last hidden
+states, after the outputs of the drafter's `feature_layers` if it names any). Each drafter rolls its own caches
+back there; the loop has no branch per strategy.
 
 A drafter's stop rule may depend on anything the draft model computes and on earlier rounds (whose tokens are
 fixed), but never on the target's p at the positions being drafted nor on the round's uniforms r.

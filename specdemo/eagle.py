@@ -37,7 +37,7 @@ from .devices import pick_dtype
 from .i18n import Msg, Translatable
 
 ARCHITECTURE = "specdemo-eagle"
-FORMAT_VERSION = 2  # 2 added feature_layers; a version-1 file reads as a head without them
+FORMAT_VERSION = 2  # 2: a head with feature_layers; a head without them is still written as version 1
 READABLE_VERSIONS = (1, 2)
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "head.safetensors"
 
@@ -239,7 +239,8 @@ def save_head(head: EagleHead, folder: Path) -> None:
              if name != "d2t"}
     state["d2t"] = head.d2t.to(torch.int32).contiguous()
     save_file(state, str(folder / WEIGHTS_FILE), metadata={"architecture": ARCHITECTURE})
-    meta = {"architecture": ARCHITECTURE, "format_version": FORMAT_VERSION} | asdict(head.cfg)
+    meta = {"architecture": ARCHITECTURE, "format_version": FORMAT_VERSION if head.cfg.feature_layers else 1}
+    meta |= asdict(head.cfg)
     (folder / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
 
@@ -252,11 +253,14 @@ def read_config(folder: Path) -> HeadConfig:
         raise HeadError("err.head_damaged", error=type(err).__name__) from err
     if meta.get("architecture") != ARCHITECTURE or meta.get("format_version") not in READABLE_VERSIONS:
         raise HeadError("err.head_damaged", error="architecture")
+    layers = meta.get("feature_layers", [])
+    if not (isinstance(layers, list) and all(type(i) is int for i in layers) and layers == sorted(set(layers))
+            and (meta["format_version"] > 1 or not layers)):
+        raise HeadError("err.head_damaged", error="feature_layers")
     try:
         fields = {k: meta[k] for k in HeadConfig.__dataclass_fields__ if k in meta}
-        fields["feature_layers"] = tuple(int(i) for i in fields.get("feature_layers", ()))
-        return HeadConfig(**fields)
-    except (TypeError, ValueError) as err:
+        return HeadConfig(**fields | {"feature_layers": tuple(layers)})
+    except TypeError as err:
         raise HeadError("err.head_damaged", error=type(err).__name__) from err
 
 
@@ -273,7 +277,7 @@ def load_head(folder: Path, target, tokenizer, dtype: torch.dtype, device) -> Ea
     for key in ("model_type", "hidden_size", "vocab_size", "vocab_sha256"):
         if want.get(key) != sig[key]:
             raise HeadError("err.head_mismatch", what=key)
-    if any(not 0 <= i < target_layers(target) - 1 for i in cfg.feature_layers):
+    if not layers_fit(target, cfg.feature_layers):
         raise HeadError("err.head_mismatch", what="feature_layers")
     try:
         state = load_file(str(folder / WEIGHTS_FILE))
@@ -311,9 +315,8 @@ def new_head(target, tokenizer, d2t: torch.Tensor, name: str = "", intermediate_
     else:
         nh = getattr(cfg_t, "num_attention_heads", None) or getattr(cfg_t, "n_head", 4)
         nkv, hd, inter, theta, eps = nh, hidden // nh, intermediate_size or 2 * hidden, 10000.0, 1e-5
-    if any(not 0 <= i < target_layers(target) - 1 for i in feature_layers):
-        raise ValueError(f"feature layers {feature_layers} must be below the last of the target's "
-                         f"{target_layers(target)} layers")
+    if not layers_fit(target, feature_layers):
+        raise ValueError(f"feature layers {feature_layers}: each must lie below the target's last layer, once")
     cfg = HeadConfig(hidden, nh, nkv, hd, inter, int(d2t.numel()), theta, eps, tuple(feature_layers),
                      target=target_signature(target, tokenizer, name))
     head = EagleHead(cfg)
@@ -335,10 +338,11 @@ def new_head(target, tokenizer, d2t: torch.Tensor, name: str = "", intermediate_
     return head
 
 
-def target_layers(target) -> int:
-    """How many decoder layers the target has (feature layers must lie below its last)."""
+def layers_fit(target, feature_layers: tuple[int, ...]) -> bool:
+    """Whether a head may read these decoder layers of `target`: increasing, each below its last layer."""
     cfg = target.config
-    return int(getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer", 0))
+    n = int(getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer", 0))
+    return list(feature_layers) == sorted(set(feature_layers)) and all(0 <= i < n - 1 for i in feature_layers)
 
 
 def _last_llama_layer(target):

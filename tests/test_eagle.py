@@ -213,6 +213,8 @@ def refusal(pair) -> str:
     ("garble_config", "err.head_damaged"),
     ("other_vocab", "err.head_mismatch"),
     ("layer_beyond_target", "err.head_mismatch"),
+    ("layers_in_version_1", "err.head_damaged"),
+    ("layers_unordered", "err.head_damaged"),
 ])
 def test_a_bad_head_is_refused_in_one_sentence_and_the_rest_works(pair32, head_copy, damage, key):
     weights = head_copy / WEIGHTS_FILE
@@ -224,7 +226,11 @@ def test_a_bad_head_is_refused_in_one_sentence_and_the_rest_works(pair32, head_c
         (head_copy / "config.json").write_text("{not json")
     elif damage == "layer_beyond_target":  # a head that would read a 12th layer of a 12-layer target
         meta = json.loads((head_copy / "config.json").read_text())
-        (head_copy / "config.json").write_text(json.dumps(meta | {"feature_layers": [1, 11]}))
+        (head_copy / "config.json").write_text(json.dumps(meta | {"feature_layers": [1, 11], "format_version": 2}))
+    elif damage.startswith("layers_"):  # version 1 has no feature layers; version 2 lists them once, in order
+        layers, version = ([1, 6], 1) if damage == "layers_in_version_1" else ([6, 1, 1], 2)
+        meta = json.loads((head_copy / "config.json").read_text())
+        (head_copy / "config.json").write_text(json.dumps(meta | {"feature_layers": layers, "format_version": version}))
     else:
         text = (head_copy / "config.json").read_text().replace('"vocab_sha256": "', '"vocab_sha256": "0')
         (head_copy / "config.json").write_text(text)
@@ -285,12 +291,11 @@ def train_eagle():
 
 
 @pytest.mark.parametrize("layers", [(), (0,)], ids=["last-layer", "feature-layer"])
-def test_training_time_test_reads_what_drafting_reads(toy_pair, train_eagle, layers):
+def test_training_time_test_reads_what_drafting_reads(toy_pair, train_eagle, layers, tmp_path):
     """The training script's unroll (steps 2 and 3 fed the head's own predictions) computes exactly what the
     drafter computes when it drafts three tokens from a fixed prefix: a wrong mask or shift there would train the
-    head for a different model than the one that drafts. With a feature layer, the teacher's features and the
-    verify forward's must line up too."""
-    from specdemo.eagle import HeadCache
+    head for a different model than the one that drafts. With a feature layer, the features that training reads
+    (HeadFeatures) are the verify forward's, and the drafter reads them as training does."""
     from specdemo.models import CachedLM
 
     UNROLL_WEIGHTS, unrolled = train_eagle.UNROLL_WEIGHTS, train_eagle.unrolled
@@ -299,23 +304,21 @@ def test_training_time_test_reads_what_drafting_reads(toy_pair, train_eagle, lay
     ids = torch.randint(0, toy_pair.vocab_size, (16,), generator=torch.Generator().manual_seed(0))
     teacher = train_eagle.Teacher.__new__(train_eagle.Teacher)  # the training script's teacher on the toy target
     teacher.model = toy_pair.target
+    feats = train_eagle.HeadFeatures(teacher, [(ids.numpy(), 1)], tmp_path / "f.pt", layers).batch([0], ids.numel())
     with torch.inference_mode():
-        mask = torch.ones(1, ids.numel(), dtype=torch.bool)
-        feats = torch.cat([teacher.features(ids[None], mask, layers)] * bool(layers)
-                          + [teacher.features(ids[None], mask)], dim=-1)  # HeadFeatures' layout
         _, verify_feats = CachedLM(toy_pair.target, toy_pair.vocab_size).feed_features(ids, layers=layers)
-        torch.testing.assert_close(verify_feats.float(), feats[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(verify_feats.float(), feats[0], atol=0.05, rtol=0.02)  # cached in bf16
         emb = toy_pair.target.get_input_embeddings()(ids[None]).float()
         steps = unrolled(head, feats, emb, len(UNROLL_WEIGHTS))
         assert len(steps) == 3
         for j0 in (0, 3, ids.numel() - 4):  # true features at positions 0..j0, then three drafting steps
-            cache = HeadCache(head.cfg, ids.numel(), toy_pair.device, torch.float32)
-            g = head.step(head.true_feature(feats[0, : j0 + 1]), emb[0, 1 : j0 + 2], cache)[-1:]
+            drafter = EagleDrafter(head, toy_pair.target, GREEDY, toy_pair.vocab_size, ids.numel())
+            g = drafter.read(feats[0, : j0 + 1], ids[1 : j0 + 2])
             for s, g_train in enumerate(steps):
                 # row j0 of step s+1 predicts f_{j0+s+1}; the drafter's next step reads token x_{j0+s+2}
                 torch.testing.assert_close(g[0], g_train[0, j0], atol=1e-4, rtol=1e-4)
                 if s + 1 < len(steps):
-                    g = head.step(g, emb[0, j0 + s + 2 : j0 + s + 3], cache)
+                    g = drafter.step(g, ids[j0 + s + 2 : j0 + s + 3])
 
 
 def test_a_saved_feature_cache_is_reused_only_for_the_same_records(tmp_path, train_eagle):
@@ -345,8 +348,12 @@ def test_a_saved_feature_cache_is_reused_only_for_the_same_records(tmp_path, tra
     other = [(r[0][::-1].copy(), 2) for r in records]
     changed = FeatureCache(teacher, other, path=path)
     assert changed.computed == 3 and not torch.equal(changed.rows[1], first.rows[1])
-    # lower layers (EAGLE-3 features): the outputs of those decoder layers, though the forward stops early
+    # lower layers (EAGLE-3 features): the outputs of those decoder layers, and the forward stops after the last
+    ran = []
+    hook = teacher.model.base_model.h[3].register_forward_hook(lambda *_: ran.append(1))
     layered = FeatureCache(teacher, records, path=tmp_path / "lower.pt", layers=(0, 2))
+    hook.remove()
+    assert not ran
     with torch.no_grad():
         out = teacher.model.base_model(input_ids=torch.from_numpy(records[1][0])[None], output_hidden_states=True)
     want = torch.cat([out.hidden_states[1], out.hidden_states[3]], -1)[0].float()
@@ -397,3 +404,37 @@ def test_eagle_drafts_after_a_head_timing_and_records_no_autograd_graph(pair32):
             break
     proposal = drafter.propose(torch.tensor(seq), 3, torch.Generator().manual_seed(0))
     assert not proposal.q.requires_grad and proposal.q.grad_fn is None
+
+
+def test_a_run_grows_feature_layers_once_and_resumes_on_its_schedule(toy_pair, train_eagle):
+    """train_eagle.resume: a checkpoint without feature layers grows them (mix at zero, so the grown head computes
+    what it did; fresh optimizer moments; a new phase of the lr schedule; the export bar kept); a grown run resumes
+    with its moments and its phase; a head never drops or changes its layers."""
+    d2t = torch.arange(toy_pair.vocab_size)
+
+    def checkpoint(head, step, **extra):
+        opt = torch.optim.AdamW(head.parameters())
+        head(torch.randn(1, 3, head.cfg.hidden_size), torch.randn(1, 3, head.cfg.hidden_size)).sum().backward()
+        opt.step()
+        return {"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "history": [{"step": step}],
+                "best": 0.4, "d2t": d2t, "metric": train_eagle.METRIC} | extra
+
+    plain = random_head(toy_pair, d2t)
+    plain.requires_grad_(True)
+    ck = checkpoint(plain, 50)
+    grown = new_head(toy_pair.target, toy_pair.tokenizer, d2t, feature_layers=(0,))
+    run = train_eagle.resume(ck, grown, torch.optim.AdamW(grown.parameters()))
+    assert (run["step"], run["phase"], run["rewarm"], run["best"]) == (50, 50, None, 0.4)
+    assert torch.equal(grown.fc.weight, plain.fc.weight) and not grown.mix.weight.any()
+    wide = torch.randn(2, 2 * grown.cfg.hidden_size)
+    assert torch.equal(grown.true_feature(wide), wide[:, grown.cfg.hidden_size :])  # the head it grew from
+
+    again = new_head(toy_pair.target, toy_pair.tokenizer, d2t, feature_layers=(0,))
+    opt = torch.optim.AdamW(again.parameters())
+    run = train_eagle.resume(checkpoint(grown, 80, feature_layers=(0,), phase=50), again, opt)
+    assert (run["step"], run["phase"], run["rewarm"]) == (80, 50, None) and opt.state_dict()["state"]
+    with pytest.raises(SystemExit):
+        train_eagle.resume(checkpoint(grown, 80, feature_layers=(0,)), new_head(toy_pair.target, toy_pair.tokenizer,
+                                                                                 d2t), None)
+    # a committed head (no optimizer moments) warms its lr up again from where it stands
+    assert train_eagle.resume(ck | {"opt": None}, random_head(toy_pair, d2t), None)["rewarm"] == 50
