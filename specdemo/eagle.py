@@ -17,8 +17,9 @@ target layers; they read the head's predicted feature alone, as before.
 
 Files (a folder, every file < 9.5 MB): config.json (shapes, the draft vocabulary's size, the feature layers, and
 which target the head belongs to: model type, hidden size, vocabulary size and a digest of the tokenizer's
-vocabulary) and head.safetensors (fc, the layer, and `d2t`, the target id of every draft-vocabulary row). The
-LM-head rows are not stored: they are the target's own, taken at load time.
+vocabulary), head.safetensors (fc, the layer, and `d2t`, the target id of every draft-vocabulary row) and, for a
+head with feature layers, layers.safetensors (their norms and `mix`). The LM-head rows are not stored: they are
+the target's own, taken at load time.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from .i18n import Msg, Translatable
 ARCHITECTURE = "specdemo-eagle"
 FORMAT_VERSION = 2  # 2: a head with feature_layers; a head without them is still written as version 1
 READABLE_VERSIONS = (1, 2)
-CONFIG_FILE, WEIGHTS_FILE = "config.json", "head.safetensors"
+CONFIG_FILE, WEIGHTS_FILE, LAYERS_FILE = "config.json", "head.safetensors", "layers.safetensors"
+LAYER_WEIGHTS = ("mix.", "layer_norms.")  # stored in LAYERS_FILE: what reading the feature layers adds to a head
 
 
 class HeadError(Translatable, RuntimeError):
@@ -231,14 +233,18 @@ class EagleHead(nn.Module):
 
 # ---------------------------------------------------------------------------------------------------- files
 def save_head(head: EagleHead, folder: Path) -> None:
-    """Write config.json and head.safetensors (bf16 weights, int32 d2t)."""
+    """Write config.json, head.safetensors (bf16 weights, int32 d2t) and, with feature layers, layers.safetensors."""
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
     state = {name: t.detach().to(torch.bfloat16).contiguous() for name, t in head.state_dict().items()
              if name != "d2t"}
     state["d2t"] = head.d2t.to(torch.int32).contiguous()
+    layers = {name: state.pop(name) for name in list(state) if name.startswith(LAYER_WEIGHTS)}
     save_file(state, str(folder / WEIGHTS_FILE), metadata={"architecture": ARCHITECTURE})
+    (folder / LAYERS_FILE).unlink(missing_ok=True)
+    if layers:
+        save_file(layers, str(folder / LAYERS_FILE), metadata={"architecture": ARCHITECTURE})
     meta = {"architecture": ARCHITECTURE, "format_version": FORMAT_VERSION if head.cfg.feature_layers else 1}
     meta |= asdict(head.cfg)
     (folder / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
@@ -281,6 +287,8 @@ def load_head(folder: Path, target, tokenizer, dtype: torch.dtype, device) -> Ea
         raise HeadError("err.head_mismatch", what="feature_layers")
     try:
         state = load_file(str(folder / WEIGHTS_FILE))
+        if cfg.feature_layers:
+            state |= load_file(str(folder / LAYERS_FILE))
     except FileNotFoundError as err:
         raise HeadError("err.head_missing") from err
     except (SafetensorError, OSError, ValueError) as err:

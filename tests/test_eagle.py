@@ -15,7 +15,7 @@ from specdemo import SamplingConfig, SpecConfig, baseline_generate, speculative_
 from specdemo.config import PRESETS
 from specdemo.devices import dtype_name
 from specdemo.drafters import EagleDrafter, make_drafter
-from specdemo.eagle import WEIGHTS_FILE, HeadError, load_head, new_head, save_head
+from specdemo.eagle import LAYERS_FILE, WEIGHTS_FILE, HeadError, load_head, new_head, save_head
 from specdemo.i18n import tr
 from specdemo.eagle import attach_head
 from specdemo.models import StrategyUnavailable
@@ -269,12 +269,18 @@ def test_save_and_load_round_trip(toy_pair, tmp_path, layers):
     save_head(head, tmp_path / "h")
     back = load_head(tmp_path / "h", toy_pair.target, toy_pair.tokenizer, torch.float32, toy_pair.device)
     assert torch.equal(back.d2t, head.d2t) and back.cfg.feature_layers == layers
+    assert (tmp_path / "h" / LAYERS_FILE).exists() == bool(layers)  # the feature layers' weights: a file of their own
     x = torch.randn(1, 4, head.cfg.hidden_size)
     # stored in bf16: the round trip keeps the weights to bf16 precision
     rounded = head.to(torch.bfloat16).float()
     torch.testing.assert_close(back(x, x), rounded(x, x), atol=1e-4, rtol=1e-4)
     wide = torch.randn(1, 4, head.cfg.hidden_size * (len(layers) + 1))
     torch.testing.assert_close(back.true_feature(wide), rounded.true_feature(wide), atol=1e-4, rtol=1e-4)
+    if layers:  # a head whose feature layers' file is gone is refused
+        (tmp_path / "h" / LAYERS_FILE).unlink()
+        with pytest.raises(HeadError) as info:
+            load_head(tmp_path / "h", toy_pair.target, toy_pair.tokenizer, torch.float32, toy_pair.device)
+        assert info.value.key == "err.head_missing"
     assert Counter(back.d2t.tolist()) == Counter([0, 2, 3, 5, 7])
 
 
