@@ -635,18 +635,19 @@ def starting_checkpoint(ckpt_path: Path, exported: Path, teacher: Teacher, from_
 
 
 def export(args) -> None:
-    """Export the head of the last checkpoint (data/eagle/<pair>/ckpt.pt), whatever its dev score: the end of a run
-    whose dev set no longer scores what it trained for. --steps, --batch, --lr, --threads: the run's, for the card."""
+    """Export the head of a checkpoint (--ckpt; default the last, data/eagle/<pair>/ckpt.pt), whatever its dev score,
+    to --out (default the pair's committed head folder): the end of a run whose dev set no longer scores what it
+    trained for, or a snapshot to compare with `select`. --steps, --batch, --lr, --threads: the run's, for the card."""
     from specdemo.eagle import new_head
 
     teacher = Teacher(args.pair)
-    ck = torch.load(ROOT / "data" / "eagle" / args.pair / "ckpt.pt", weights_only=False)
+    ck = torch.load(args.ckpt or ROOT / "data" / "eagle" / args.pair / "ckpt.pt", weights_only=False)
     head = new_head(teacher.model, teacher.tok, ck["d2t"], name=args.pair,
                     feature_layers=tuple(ck.get("feature_layers", ())))
     head.load_state_dict(ck["head"])
     train_recs, dev = PAIRS[args.pair]["records"]()
     export_head(head, args.pair, ck["history"], dev_coverage(dev, ck["d2t"]), len(train_recs), args,
-                ck.get("phase", 0))
+                ck.get("phase", 0), args.out)
 
 
 def select(args) -> None:
@@ -670,7 +671,8 @@ def select(args) -> None:
               f"({len(SELECTION)} selection prompts x {args.max_new_tokens} tokens)", flush=True)
 
 
-def export_head(head, pair: str, history: list, coverage: float, n_records: int, args, phase: int = 0) -> None:
+def export_head(head, pair: str, history: list, coverage: float, n_records: int, args, phase: int = 0,
+                folder: Path | None = None) -> None:
     from specdemo.eagle import save_head
 
     import copy
@@ -684,8 +686,9 @@ def export_head(head, pair: str, history: list, coverage: float, n_records: int,
         "peak_lr": args.lr, "planned_steps": args.steps, "lr_phase_start": phase, "threads": args.threads,
         "torch": torch.__version__,
         "history": history}})
-    save_head(out, ROOT / "assets" / "models" / f"{pair}-eagle")
-    print(f"exported {pair}-eagle at step {history[-1]['step']}", flush=True)
+    folder = folder or ROOT / "assets" / "models" / f"{pair}-eagle"
+    save_head(out, folder)
+    print(f"exported the step-{history[-1]['step']} head to {folder}", flush=True)
 
 
 def main() -> None:
@@ -720,6 +723,8 @@ def main() -> None:
     e.add_argument("--pair", choices=sorted(PAIRS), default="smollm2-135m")
     for name, default in (("--steps", 3000), ("--batch", 16), ("--lr", 5e-4), ("--threads", 2)):
         e.add_argument(name, type=type(default), default=default, help="the run's, recorded in the card")
+    e.add_argument("--ckpt", type=Path, help="a checkpoint file (default: the run's last, data/eagle/<pair>/ckpt.pt)")
+    e.add_argument("--out", type=Path, help="the folder to write (default: assets/models/<pair>-eagle)")
     c = sub.add_parser("select", help="greedy alpha of head folders on the SELECTION prompts (choose exports by it)")
     c.add_argument("heads", nargs="+", help="head folders (config.json + head.safetensors)")
     c.add_argument("--max-new-tokens", type=int, default=64)
