@@ -592,6 +592,8 @@ def resume(ck: dict | None, head, opt) -> dict:
     A checkpoint whose head lacks `head`'s feature layers grows them: mix starts at zero (the head computes what it
     did), the moments are fresh, and a new phase of the schedule begins, whose own warm-up serves them. The export
     bar stays: the grown head must beat the run's best export. A head never drops or changes its layers."""
+    from specdemo.eagle import LAYER_WEIGHTS
+
     if ck is None:
         return {"step": 0, "history": [], "best": -1.0, "phase": 0, "rewarm": None}
     had, layers = tuple(ck.get("feature_layers", ())), head.cfg.feature_layers
@@ -603,7 +605,7 @@ def resume(ck: dict | None, head, opt) -> dict:
         raise SystemExit(f"the run reads feature layers {had}: a head cannot drop or change them")
     if layers != had:
         missing, unexpected = head.load_state_dict(ck["head"], strict=False)
-        assert not unexpected and all(k.startswith(("mix.", "layer_norms.")) for k in missing), (missing, unexpected)
+        assert not unexpected and all(k.startswith(LAYER_WEIGHTS) for k in missing), (missing, unexpected)
         print(f"the head at step {ck['step']} grows feature layers {layers}: a new phase of the lr schedule",
               flush=True)
         return run | {"phase": ck["step"], "rewarm": None}
@@ -719,14 +721,14 @@ def main() -> None:
                         "grows them, starting a new phase of the lr schedule; default: the run's own")
     t.add_argument("--from-scratch", action="store_true",
                    help="without a checkpoint in data/, start a new head instead of the committed one")
-    e = sub.add_parser("export", help="export the last checkpoint's head, whatever its dev score")
+    e = sub.add_parser("export", help="export a checkpoint's head (default: the last), whatever its dev score")
     e.add_argument("--pair", choices=sorted(PAIRS), default="smollm2-135m")
     for name, default in (("--steps", 3000), ("--batch", 16), ("--lr", 5e-4), ("--threads", 2)):
         e.add_argument(name, type=type(default), default=default, help="the run's, recorded in the card")
     e.add_argument("--ckpt", type=Path, help="a checkpoint file (default: the run's last, data/eagle/<pair>/ckpt.pt)")
     e.add_argument("--out", type=Path, help="the folder to write (default: assets/models/<pair>-eagle)")
     c = sub.add_parser("select", help="greedy alpha of head folders on the SELECTION prompts (choose exports by it)")
-    c.add_argument("heads", nargs="+", help="head folders (config.json + head.safetensors)")
+    c.add_argument("heads", nargs="+", help="head folders (config.json, head.safetensors, layers.safetensors)")
     c.add_argument("--max-new-tokens", type=int, default=64)
     c.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
