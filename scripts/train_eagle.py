@@ -424,9 +424,18 @@ def unrolled(head, f: torch.Tensor, emb: torch.Tensor, steps: int) -> list[torch
     return gs
 
 
-def head_losses(head, teacher: Teacher, f, ids, mask, scored, w_sub, feat_weight: float = 0.1):
+def overlap(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """sum_x min(p(x), q(x)) per row at `temperature`: the chance that the draft's token is accepted there (Leviathan
+    et al.), with p and q both given as logits over the same tokens."""
+    return torch.minimum((p_logits / temperature).softmax(-1), (q_logits / temperature).softmax(-1)).sum(-1)
+
+
+def head_losses(head, teacher: Teacher, f, ids, mask, scored, w_sub, feat_weight: float = 0.1,
+                tvd: tuple[float, float] = (0.0, 0.7)):
     """Draft steps 1..len(UNROLL_WEIGHTS), the first on true features f, the rest on their own predictions:
-    (weighted loss, per-step top-1 agreement stats)."""
+    (weighted loss, per-step top-1 agreement stats). tvd = (weight, T): adds weight * (1 - sum min(p_T, q_T)), the
+    total variation distance at temperature T, which is exactly the rejection rate there (DistillSpec, Zhou et al.
+    arXiv:2310.08461, trains on it); the forward KL alone fits T = 1."""
     with torch.no_grad():
         emb = teacher.embed(ids).float()
     t = f.shape[1]
@@ -438,21 +447,29 @@ def head_losses(head, teacher: Teacher, f, ids, mask, scored, w_sub, feat_weight
         valid = scored[:, shift:] & mask[:, : t - shift]  # only the scored positions: no prompt, no padding
         target_f, mine = f[:, shift:][valid], g[valid]  # [N, H]: the true features that g predicts, and g
         with torch.no_grad():
-            p = (target_f.to(torch.bfloat16) @ w_sub.T).float().softmax(-1)
-        logq = (mine.float().to(torch.bfloat16) @ w_sub.T).float().log_softmax(-1)
-        ce = -(p * logq).sum(-1)
+            p_logits = (target_f.to(torch.bfloat16) @ w_sub.T).float()
+        q_logits = (mine.float().to(torch.bfloat16) @ w_sub.T).float()
+        logq = q_logits.log_softmax(-1)
+        ce = -(p_logits.softmax(-1) * logq).sum(-1)
         sl1 = F.smooth_l1_loss(mine.float(), target_f, reduction="none").mean(-1)
-        loss = loss + weight * (ce + feat_weight * sl1).mean()
-        stats.append(((logq.argmax(-1) == p.argmax(-1)).sum().item(), float(valid.sum())))
+        step_loss = ce + feat_weight * sl1
+        if tvd[0]:
+            step_loss = step_loss + tvd[0] * (1 - overlap(p_logits, q_logits, tvd[1]))
+        loss = loss + weight * step_loss.mean()
+        stats.append(((logq.argmax(-1) == p_logits.argmax(-1)).sum().item(), float(valid.sum())))
     return loss, stats
+
+
+OVERLAP_T = 0.7  # the temperature of the overlap floor (issue 13) that `evaluate` also reports
 
 
 @torch.no_grad()
 def evaluate(head, teacher: Teacher, dev: list, dev_feats: HeadFeatures, w_sub, d2t) -> dict:
-    """Teacher-forced top-1 agreement with the target's greedy token over the FULL vocabulary, per draft step."""
+    """Teacher-forced top-1 agreement with the target's greedy token over the FULL vocabulary, per draft step, and
+    the mean sum min(p, q) at T = OVERLAP_T (p over the full vocabulary, q zero outside the draft's)."""
     head.eval()
     n = len(UNROLL_WEIGHTS)
-    hits, total = [0] * n, [0] * n
+    hits, total, over = [0] * n, [0] * n, [0.0] * n
     w_full = teacher.lm_w
     for i in range(0, len(dev), 16):
         idx = range(i, min(i + 16, len(dev)))
@@ -466,12 +483,16 @@ def evaluate(head, teacher: Teacher, dev: list, dev_feats: HeadFeatures, w_sub, 
         for s, g in enumerate(gs):
             shift = s + 1
             valid = scored[:, shift:] & mask[:, : t - shift]
-            greedy = (f[:, shift:].to(torch.bfloat16) @ w_full.T).argmax(-1)
-            mine = d2t[(g.to(torch.bfloat16) @ w_sub.T).argmax(-1)]
-            hits[s] += int(((mine == greedy) & valid).sum())
+            p_logits = (f[:, shift:][valid].to(torch.bfloat16) @ w_full.T).float()
+            q_logits = (g[valid].to(torch.bfloat16) @ w_sub.T).float()
+            hits[s] += int((d2t[q_logits.argmax(-1)] == p_logits.argmax(-1)).sum())
             total[s] += int(valid.sum())
+            q_full = torch.full_like(p_logits, float("-inf")).index_copy_(1, d2t, q_logits)
+            over[s] += float(overlap(p_logits, q_full, OVERLAP_T).sum())
     head.train()
-    return {f"top1_step{s + 1}": hits[s] / max(total[s], 1) for s in range(n)}
+    return {f"top1_step{s + 1}": hits[s] / max(total[s], 1) for s in range(n)} | {
+        f"overlap_step{s + 1}": over[s] / max(total[s], 1) for s in range(n)}
+
 
 
 METRIC = "reply-only"  # what the dev top-1 scores (see `collate`)
@@ -521,6 +542,12 @@ def train(args) -> None:
     opt = torch.optim.AdamW([p for n, p in head.named_parameters()], lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
     run = resume(ck, head, opt)
     step, history, best, phase, rewarm = (run[k] for k in ("step", "history", "best", "phase", "rewarm"))
+    if args.new_phase and phase != step:
+        phase = step  # the lr schedule starts again (its own warm-up); the Adam moments stay
+        print(f"a new phase of the lr schedule from step {step}", flush=True)
+    tvd = (ck.get("tvd", (0.0, OVERLAP_T)) if ck is not None else (0.0, OVERLAP_T))
+    if args.tvd_weight is not None:
+        tvd = (args.tvd_weight, OVERLAP_T)
     w_sub = teacher.lm_w[d2t].to(torch.bfloat16)
     coverage = dev_coverage(dev, d2t)
     print(f"{args.pair}: {len(train_recs)} train records ({sum(len(r[0]) for r in train_recs):,} tokens), "
@@ -542,7 +569,7 @@ def train(args) -> None:
         tmp = ckpt_path.with_suffix(".tmp")
         torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "history": history,
                     "best": best, "d2t": d2t, "metric": METRIC, "feature_layers": layers, "phase": phase,
-                    "rewarm": rewarm}, tmp)
+                    "rewarm": rewarm, "tvd": tvd}, tmp)
         tmp.rename(ckpt_path)
 
     while step < args.steps and time.time() < deadline:
@@ -553,7 +580,8 @@ def train(args) -> None:
             ramp = 1.0 if rewarm is None else min(1.0, (step - rewarm + 1) / 100)
             for g in opt.param_groups:
                 g["lr"] = lr_at(step - phase, args.steps - phase, args.lr) * ramp
-            loss, stats = head_losses(head, teacher, feats.batch(idx, ids.shape[1]), ids, mask, scored, w_sub)
+            loss, stats = head_losses(head, teacher, feats.batch(idx, ids.shape[1]), ids, mask, scored, w_sub,
+                                      tvd=tvd)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
@@ -566,7 +594,7 @@ def train(args) -> None:
                 ev = {f"{name}{k}": v for name, cache in dev_feats.items()
                       for k, v in evaluate(head, teacher, dev[name], cache, w_sub, d2t).items()}
                 row = {"step": step, "minutes": round((time.time() - t_start) / 60, 2), "loss": round(loss.item(), 4),
-                       "scored": METRIC} | {f"train_top1_step{s + 1}": round(a / max(count, 1), 4)
+                       "scored": METRIC, "tvd_weight": tvd[0]} | {f"train_top1_step{s + 1}": round(a / max(count, 1), 4)
                                              for s, (a, count) in enumerate(agree)} | {
                     k: round(v, 4) for k, v in ev.items()}
                 agree = [[0, 0] for _ in UNROLL_WEIGHTS]
@@ -574,7 +602,7 @@ def train(args) -> None:
                 print(json.dumps(row), flush=True)
                 if ev["top1_step1"] > best:
                     best = ev["top1_step1"]
-                    export_head(head, args.pair, history, coverage, len(train_recs), args, phase)
+                    export_head(head, args.pair, history, coverage, len(train_recs), args, phase, tvd=tvd)
                 save_ckpt()
                 last_save = time.time()
             elif time.time() - last_save > 300:
@@ -649,12 +677,13 @@ def export(args) -> None:
     head.load_state_dict(ck["head"])
     train_recs, dev = PAIRS[args.pair]["records"]()
     export_head(head, args.pair, ck["history"], dev_coverage(dev, ck["d2t"]), len(train_recs), args,
-                ck.get("phase", 0), args.out)
+                ck.get("phase", 0), args.out, tvd=ck.get("tvd", (0.0, OVERLAP_T)))
 
 
 def select(args) -> None:
-    """Greedy alpha in the loop (T = 0, K = 4) of each head folder on the SELECTION prompts, none of them trained on
-    nor in the bench: the number to choose a run's export by, so the bench's prompts are never chosen on."""
+    """Alpha in the loop (K = 4; greedy at T = 0, the default) of each head folder on the SELECTION prompts, none of
+    them trained on nor in the bench: the numbers to choose a run's export by, so the bench's prompts are never
+    chosen on. At T > 0 it prints the mean sum min(p, q) too."""
     from evaluate_pair import alpha_on
     from smollm2_prompts import SELECTION
 
@@ -667,14 +696,16 @@ def select(args) -> None:
         attach_head(pair, Path(folder))
         if pair.head is None:
             raise SystemExit(f"{folder}: {pair.head_error}")
-        a = alpha_on(pair, SELECTION, 0.0, 4, args.max_new_tokens, strategy="eagle")
+        a = alpha_on(pair, SELECTION, args.temperature, 4, args.max_new_tokens, strategy="eagle")
         step = pair.head.cfg.training.get("history", [{}])[-1].get("step")
-        print(f"{folder} (step {step}): alpha {a['alpha_empirical']:.4f} over {a['judged_positions']} judged positions "
-              f"({len(SELECTION)} selection prompts x {args.max_new_tokens} tokens)", flush=True)
+        overlap = f", sum min(p, q) {a['alpha_overlap']:.4f}" if args.temperature > 0 else ""
+        print(f"{folder} (step {step}), T = {args.temperature:g}: alpha {a['alpha_empirical']:.4f}{overlap} over "
+              f"{a['judged_positions']} judged positions ({len(SELECTION)} selection prompts x {args.max_new_tokens} "
+              "tokens)", flush=True)
 
 
 def export_head(head, pair: str, history: list, coverage: float, n_records: int, args, phase: int = 0,
-                folder: Path | None = None) -> None:
+                folder: Path | None = None, tvd: tuple[float, float] = (0.0, OVERLAP_T)) -> None:
     from specdemo.eagle import save_head
 
     import copy
@@ -683,7 +714,8 @@ def export_head(head, pair: str, history: list, coverage: float, n_records: int,
     out.cfg = type(head.cfg)(**{**head.cfg.__dict__, "training": {
         "recipe": "teacher forcing on the target's features; forward KL to its next-token distribution on the "
                   "draft vocabulary + 0.1 smooth-L1 on the feature; training-time-test unroll to draft step "
-                  f"{len(UNROLL_WEIGHTS)} (step weights {UNROLL_WEIGHTS})",
+                  f"{len(UNROLL_WEIGHTS)} (step weights {UNROLL_WEIGHTS})"
+                  + (f"; + {tvd[0]:g} * total variation distance at T = {tvd[1]:g}" if tvd[0] else ""),
         "records": n_records, "draft_vocab_coverage_dev": round(coverage, 4), "batch": args.batch,
         "peak_lr": args.lr, "planned_steps": args.steps, "lr_phase_start": phase, "threads": args.threads,
         "torch": torch.__version__,
@@ -719,6 +751,11 @@ def main() -> None:
     t.add_argument("--feature-layers", type=int, nargs="*", default=None,
                    help="decoder layers (0-based) whose outputs the head also reads (EAGLE-3); a run that has none "
                         "grows them, starting a new phase of the lr schedule; default: the run's own")
+    t.add_argument("--new-phase", action="store_true",
+                   help="start the lr schedule again (warm-up, then cosine to --steps) from the run's step")
+    t.add_argument("--tvd-weight", type=float, default=None,
+                   help=f"weight of the total variation distance at T = {OVERLAP_T} in the loss (default: the run's "
+                        "own, 0 for a new run)")
     t.add_argument("--from-scratch", action="store_true",
                    help="without a checkpoint in data/, start a new head instead of the committed one")
     e = sub.add_parser("export", help="export a checkpoint's head (default: the last), whatever its dev score")
@@ -730,6 +767,7 @@ def main() -> None:
     c = sub.add_parser("select", help="greedy alpha of head folders on the SELECTION prompts (choose exports by it)")
     c.add_argument("heads", nargs="+", help="head folders (config.json, head.safetensors, layers.safetensors)")
     c.add_argument("--max-new-tokens", type=int, default=64)
+    c.add_argument("--temperature", type=float, default=0.0)
     c.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     {"prompts": write_prompts, "replies": replies, "train": train, "export": export, "select": select}[args.cmd](args)

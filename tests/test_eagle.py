@@ -444,3 +444,27 @@ def test_a_run_grows_feature_layers_once_and_resumes_on_its_schedule(toy_pair, t
                                                                                  d2t), None)
     # a committed head (no optimizer moments) warms its lr up again from where it stands
     assert train_eagle.resume(ck | {"opt": None}, random_head(toy_pair, d2t), None)["rewarm"] == 50
+
+
+def test_the_overlap_training_scores_is_the_engines_acceptance_probability(train_eagle):
+    """train_eagle.overlap (the total-variation term of the loss and the dev curve's overlap) is the chance that the
+    engine accepts the head's token at T = 0.7: verify's overlap of the warped p and q, with q zero outside the draft
+    vocabulary, and 1 - TV(p, q). A gradient step on 1 - overlap raises it."""
+    from specdemo.sampling import verify, warp
+
+    gen = torch.Generator().manual_seed(0)
+    vocab, d2t = 40, torch.tensor([0, 3, 4, 9, 17, 18, 30, 39])
+    p_logits = torch.randn(6, vocab, generator=gen)
+    p_logits[:, d2t] += 2  # most of p on the draft vocabulary, as on real text
+    q_sub = (p_logits[:, d2t] + torch.randn(6, d2t.numel(), generator=gen)).requires_grad_(True)
+    q_full = torch.full((6, vocab), float("-inf")).index_copy(1, d2t, q_sub)
+    cfg = SamplingConfig(0.7)
+    p, q = warp(p_logits, cfg), warp(q_full.detach(), cfg)
+    engine = verify(torch.tensor([int(d2t[0])] * 5), q[:5], p, torch.Generator().manual_seed(1)).overlap
+    mine = train_eagle.overlap(p_logits, q_full, 0.7)
+    torch.testing.assert_close(mine[:5].detach(), engine, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(mine.detach(), 1 - 0.5 * (p - q).abs().sum(-1), rtol=1e-5, atol=1e-6)
+    (1 - mine).sum().backward()
+    with torch.no_grad():
+        stepped = torch.full((6, vocab), float("-inf")).index_copy(1, d2t, q_sub - 0.5 * q_sub.grad)
+        assert train_eagle.overlap(p_logits, stepped, 0.7).mean() > mine.detach().mean() + 0.01
