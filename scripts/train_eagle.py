@@ -545,7 +545,7 @@ def train(args) -> None:
     if args.new_phase and phase != step:
         phase = step  # the lr schedule starts again (its own warm-up); the Adam moments stay
         print(f"a new phase of the lr schedule from step {step}", flush=True)
-    tvd = (ck.get("tvd", (0.0, OVERLAP_T)) if ck is not None else (0.0, OVERLAP_T))
+    tvd = tuple(ck.get("tvd", (0.0, OVERLAP_T))) if ck is not None else (0.0, OVERLAP_T)  # the run's loss
     if args.tvd_weight is not None:
         tvd = (args.tvd_weight, OVERLAP_T)
     w_sub = teacher.lm_w[d2t].to(torch.bfloat16)
@@ -661,7 +661,8 @@ def starting_checkpoint(ckpt_path: Path, exported: Path, teacher: Teacher, from_
     print(f"no checkpoint at {ckpt_path}: warm start from the committed head {exported.name}", flush=True)
     return {"head": head.state_dict(), "opt": None, "step": history[-1]["step"] if history else 0,
             "history": history, "best": None, "d2t": head.d2t.clone(), "metric": METRIC,
-            "feature_layers": head.cfg.feature_layers, "phase": head.cfg.training.get("lr_phase_start", 0)}
+            "feature_layers": head.cfg.feature_layers, "phase": head.cfg.training.get("lr_phase_start", 0),
+            "tvd": tuple(head.cfg.training.get("tvd", (0.0, OVERLAP_T)))}
 
 
 def export(args) -> None:
@@ -717,7 +718,8 @@ def export_head(head, pair: str, history: list, coverage: float, n_records: int,
                   f"{len(UNROLL_WEIGHTS)} (step weights {UNROLL_WEIGHTS})"
                   + (f"; + {tvd[0]:g} * total variation distance at T = {tvd[1]:g}" if tvd[0] else ""),
         "records": n_records, "draft_vocab_coverage_dev": round(coverage, 4), "batch": args.batch,
-        "peak_lr": args.lr, "planned_steps": args.steps, "lr_phase_start": phase, "threads": args.threads,
+        "peak_lr": args.lr, "planned_steps": args.steps, "lr_phase_start": phase, "tvd": list(tvd),
+        "threads": args.threads,
         "torch": torch.__version__,
         "history": history}})
     folder = folder or ROOT / "assets" / "models" / f"{pair}-eagle"

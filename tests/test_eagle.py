@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -382,6 +383,12 @@ def test_training_resumes_from_the_committed_head_where_there_is_no_checkpoint(t
     head.load_state_dict(ck["head"])  # strict: the committed head fits a new head's shapes
     for name in ("fc.weight", "o_proj.weight"):  # trained, not the new head's identity start
         assert not torch.equal(head.state_dict()[name], fresh[name])
+    assert ck["tvd"] == (0.0, train_eagle.OVERLAP_T)  # the Shakespeare head was trained without the TV term
+    run = SimpleNamespace(batch=16, lr=1e-4, steps=10, threads=1)
+    train_eagle.export_head(head, "shakespeare", ck["history"], 1.0, 5, run, phase=3, folder=tmp_path / "tvd",
+                            tvd=(0.5, 0.7))
+    again = train_eagle.starting_checkpoint(tmp_path / "none.pt", tmp_path / "tvd", teacher)
+    assert (again["tvd"], again["phase"]) == ((0.5, 0.7), 3)  # a fresh clone resumes the run's loss and schedule
     assert train_eagle.starting_checkpoint(ckpt, exported, teacher, from_scratch=True) is None
     assert train_eagle.starting_checkpoint(ckpt, tmp_path / "no-head", teacher) is None
     torch.save({"step": 7, "opt": {}, "head": {}}, ckpt)
