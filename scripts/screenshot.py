@@ -46,12 +46,12 @@ def generate(page, prompt: str) -> None:
     page.wait_for_timeout(800)  # the last chart redraw
 
 
-def english(browser, url: str, out: Path) -> None:
+def english(browser, url: str, out: Path, prompt: str) -> None:
     context = browser.new_context(viewport={"width": 1500, "height": 1500}, locale="en-US")
     page = context.new_page()
     page.goto(url)
     ready(page, "Loaded", "kept by the target")
-    generate(page, "ROMEO:\n")
+    generate(page, prompt)
     page.locator("#sd-film .sd-row").nth(2).click()
     page.wait_for_function("document.querySelector('#sd-reason').innerText.length > 10")
     page.wait_for_timeout(500)
@@ -60,12 +60,12 @@ def english(browser, url: str, out: Path) -> None:
     context.close()
 
 
-def presenter_zh(browser, url: str, out: Path) -> None:
+def presenter_zh(browser, url: str, out: Path, prompt: str) -> None:
     context = browser.new_context(viewport={"width": 1280, "height": 720}, locale="zh-CN")
     page = context.new_page()
     page.goto(url)
     ready(page, "已加载", "被目标模型接受")
-    generate(page, "JULIET:\n")
+    generate(page, prompt)
     page.locator("#sd-presenter input").check()
     page.wait_for_function("document.querySelector('#sd-app').classList.contains('sd-present')")
     page.wait_for_function("parseFloat(getComputedStyle(document.querySelector('#sd-race .gtitle')).fontSize) > 20")
@@ -90,15 +90,18 @@ def main() -> None:
     import app
     from playwright.sync_api import sync_playwright
 
+    from specdemo.config import DEFAULT_PRESET, PRESETS
     from specdemo.ui import launch
+
+    examples = PRESETS[DEFAULT_PRESET].examples  # the default pair's own prompts, as a visitor would try them
 
     _, url, _ = launch(app.demo, prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(),
                        quiet=True)
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium, headless=True, args=ARGS)
-            english(browser, url, args.out_dir / "screenshot.png")
-            presenter_zh(browser, url, args.out_dir / "screenshot-presenter-zh.png")
+            english(browser, url, args.out_dir / "screenshot.png", examples[min(1, len(examples) - 1)])
+            presenter_zh(browser, url, args.out_dir / "screenshot-presenter-zh.png", examples[-1])
             browser.close()
     finally:
         app.demo.close()
