@@ -6,7 +6,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
+import subprocess
+import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -312,3 +316,49 @@ def test_stop_mid_run_leaves_the_inspector_and_step_through_on_the_stopped_run(p
     wait_caption(page, "Round 1 of")
     assert caption(page).startswith(f"Round 1 of {n_rounds}"), (caption(page), n_rounds)
     assert page.inner_text("#sd-step-tokens").startswith("ROMEO")
+
+
+def test_the_shipped_default_opens_as_its_preset_says_and_runs(browser):
+    """`python app.py` as shipped, in a process of its own without SPECDEMO_DEFAULT_PAIR (the other tests pin the
+    Shakespeare pair): the page opens on SHIPPED_DEFAULT with its preset's strategy, first example and chat setting,
+    and Generate streams a run drafted that way (with an EAGLE head: a prefill round, then rounds the head drafted)."""
+    from specdemo.config import PRESETS, SHIPPED_DEFAULT
+
+    preset = PRESETS[SHIPPED_DEFAULT]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k != "SPECDEMO_DEFAULT_PAIR"} | {
+        "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "app.py"], cwd=SCREENSHOT.parent.parent, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 300
+        while True:
+            assert proc.poll() is None, f"app.py stopped: {proc.stderr.read()[-2000:]}"
+            assert time.time() < deadline, "app.py served no page within 300 s"
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        context, page = open_page(browser, url)
+        assert page.input_value("#sd-pair input").startswith(SHIPPED_DEFAULT + ":")
+        assert page.locator(f"#sd-strategy input[value='{preset.strategy}']").is_checked()
+        assert page.input_value("#sd-prompt textarea") == preset.examples[0]
+        assert page.locator("#sd-chat input").is_checked() == preset.chat
+        page.click("#sd-generate")
+        page.wait_for_function("document.querySelector('#sd-stats').innerText.includes('done')", timeout=180000)
+        assert "speedup" in page.inner_text("#sd-stats")
+        reply = page.inner_text("#sd-token-view")
+        assert len(reply.split()) >= 3 and "<|im_start|>" not in reply  # a chat pair shows the reply, not the template
+        film = page.inner_text("#sd-film")
+        assert page.locator("#sd-film .sd-row").count() >= 2
+        if preset.strategy == "eagle":  # the first round reads the prompt; the head drafts the rest
+            assert "prefill" in film and "head \u00b7" in film
+        context.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
