@@ -424,6 +424,9 @@ def unrolled(head, f: torch.Tensor, emb: torch.Tensor, steps: int) -> list[torch
     return gs
 
 
+OVERLAP_T = 0.7  # the temperature of the overlap floor (issue 13): the TV term's, and what `evaluate` reports
+
+
 def overlap(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """sum_x min(p(x), q(x)) per row at `temperature`: the chance that the draft's token is accepted there (Leviathan
     et al.), with p and q both given as logits over the same tokens."""
@@ -431,7 +434,7 @@ def overlap(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: float) 
 
 
 def head_losses(head, teacher: Teacher, f, ids, mask, scored, w_sub, feat_weight: float = 0.1,
-                tvd: tuple[float, float] = (0.0, 0.7)):
+                tvd: tuple[float, float] = (0.0, OVERLAP_T)):
     """Draft steps 1..len(UNROLL_WEIGHTS), the first on true features f, the rest on their own predictions:
     (weighted loss, per-step top-1 agreement stats). tvd = (weight, T): adds weight * (1 - sum min(p_T, q_T)), the
     total variation distance at temperature T, which is exactly the rejection rate there (DistillSpec, Zhou et al.
@@ -458,9 +461,6 @@ def head_losses(head, teacher: Teacher, f, ids, mask, scored, w_sub, feat_weight
         loss = loss + weight * step_loss.mean()
         stats.append(((logq.argmax(-1) == p_logits.argmax(-1)).sum().item(), float(valid.sum())))
     return loss, stats
-
-
-OVERLAP_T = 0.7  # the temperature of the overlap floor (issue 13) that `evaluate` also reports
 
 
 @torch.no_grad()
@@ -492,7 +492,6 @@ def evaluate(head, teacher: Teacher, dev: list, dev_feats: HeadFeatures, w_sub, 
     head.train()
     return {f"top1_step{s + 1}": hits[s] / max(total[s], 1) for s in range(n)} | {
         f"overlap_step{s + 1}": over[s] / max(total[s], 1) for s in range(n)}
-
 
 
 METRIC = "reply-only"  # what the dev top-1 scores (see `collate`)
@@ -754,7 +753,8 @@ def main() -> None:
                    help="decoder layers (0-based) whose outputs the head also reads (EAGLE-3); a run that has none "
                         "grows them, starting a new phase of the lr schedule; default: the run's own")
     t.add_argument("--new-phase", action="store_true",
-                   help="start the lr schedule again (warm-up, then cosine to --steps) from the run's step")
+                   help="start the lr schedule again (warm-up, then cosine to --steps) from the run's step; pass it "
+                        "once: a resumed run keeps its phase")
     t.add_argument("--tvd-weight", type=float, default=None,
                    help=f"weight of the total variation distance at T = {OVERLAP_T} in the loss (default: the run's "
                         "own, 0 for a new run)")

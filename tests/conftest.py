@@ -11,7 +11,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The tests that start the app or call the API without naming a pair are written for the fast Shakespeare pair; the
-# shipped default (smollm2-135m) has a test of its own, in a process without this setting (test_public_space.py).
+# shipped default (smollm2-135m) has a test of its own, in a process without this setting (test_browser.py).
 os.environ.setdefault("SPECDEMO_DEFAULT_PAIR", "shakespeare")
 
 from specdemo.models import load_pair  # noqa: E402
