@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -28,13 +29,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(port: int) -> tuple[subprocess.Popen, float]:
-    """Start app.py; -> (process, seconds until GET / answers 200)."""
-    env = os.environ | {"GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port), "HF_HUB_OFFLINE": "1"}
+def start(port: int, env: dict | None = None) -> tuple[subprocess.Popen, float]:
+    """Start app.py on 127.0.0.1:port with `env` (default: this process's environment); -> (process, seconds until
+    GET / answers 200). An app that exits first, or serves nothing within 300 s, raises RuntimeError (with the tail
+    of its stderr, which goes to a temporary file: a pipe nobody reads would stall a chatty app)."""
+    env = (os.environ if env is None else env) | {"GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
+                                                   "HF_HUB_OFFLINE": "1"}
+    err = tempfile.TemporaryFile()
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
     while time.perf_counter() - t0 < 300:
+        if proc.poll() is not None:
+            err.seek(0)
+            tail = err.read()[-2000:].decode(errors="replace")
+            raise RuntimeError(f"app.py exited with status {proc.returncode} before serving a page: {tail}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as r:
                 if r.status == 200:
@@ -42,7 +50,7 @@ def start(port: int) -> tuple[subprocess.Popen, float]:
         except OSError:
             time.sleep(0.2)
     proc.kill()
-    raise SystemExit("the app did not answer within 300 s")
+    raise RuntimeError("app.py served no page within 300 s")
 
 
 def first_round_s(url: str, runs: int) -> list[float]:
@@ -70,7 +78,10 @@ def main() -> None:
     args = ap.parse_args()
     for attempt in ("first start", "second start (warm caches)"):
         port = free_port()
-        proc, serve_s = start(port)
+        try:
+            proc, serve_s = start(port)
+        except RuntimeError as e:
+            raise SystemExit(str(e)) from None
         print(f"{attempt}: first page served after {serve_s:.1f} s", flush=True)
         if attempt.startswith("second"):
             times = first_round_s(f"http://127.0.0.1:{port}/", args.runs)

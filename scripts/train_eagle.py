@@ -425,6 +425,7 @@ def unrolled(head, f: torch.Tensor, emb: torch.Tensor, steps: int) -> list[torch
 
 
 OVERLAP_T = 0.7  # the temperature of the overlap floor (issue 13): the TV term's, and what `evaluate` reports
+NO_TVD = (0.0, OVERLAP_T)  # (weight, T) of the TV term in a run without it
 
 
 def overlap(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -434,7 +435,7 @@ def overlap(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: float) 
 
 
 def head_losses(head, teacher: Teacher, f, ids, mask, scored, w_sub, feat_weight: float = 0.1,
-                tvd: tuple[float, float] = (0.0, OVERLAP_T)):
+                tvd: tuple[float, float] = NO_TVD):
     """Draft steps 1..len(UNROLL_WEIGHTS), the first on true features f, the rest on their own predictions:
     (weighted loss, per-step top-1 agreement stats). tvd = (weight, T): adds weight * (1 - sum min(p_T, q_T)), the
     total variation distance at temperature T, which is exactly the rejection rate there (DistillSpec, Zhou et al.
@@ -544,7 +545,7 @@ def train(args) -> None:
     if args.new_phase and phase != step:
         phase = step  # the lr schedule starts again (its own warm-up); the Adam moments stay
         print(f"a new phase of the lr schedule from step {step}", flush=True)
-    tvd = tuple(ck.get("tvd", (0.0, OVERLAP_T))) if ck is not None else (0.0, OVERLAP_T)  # the run's loss
+    tvd = tuple(ck.get("tvd", NO_TVD)) if ck is not None else NO_TVD  # the run's loss
     if args.tvd_weight is not None:
         tvd = (args.tvd_weight, OVERLAP_T)
     w_sub = teacher.lm_w[d2t].to(torch.bfloat16)
@@ -661,7 +662,7 @@ def starting_checkpoint(ckpt_path: Path, exported: Path, teacher: Teacher, from_
     return {"head": head.state_dict(), "opt": None, "step": history[-1]["step"] if history else 0,
             "history": history, "best": None, "d2t": head.d2t.clone(), "metric": METRIC,
             "feature_layers": head.cfg.feature_layers, "phase": head.cfg.training.get("lr_phase_start", 0),
-            "tvd": tuple(head.cfg.training.get("tvd", (0.0, OVERLAP_T)))}
+            "tvd": tuple(head.cfg.training.get("tvd", NO_TVD))}
 
 
 def export(args) -> None:
@@ -677,7 +678,7 @@ def export(args) -> None:
     head.load_state_dict(ck["head"])
     train_recs, dev = PAIRS[args.pair]["records"]()
     export_head(head, args.pair, ck["history"], dev_coverage(dev, ck["d2t"]), len(train_recs), args,
-                ck.get("phase", 0), args.out, tvd=ck.get("tvd", (0.0, OVERLAP_T)))
+                ck.get("phase", 0), args.out, tvd=ck.get("tvd", NO_TVD))
 
 
 def select(args) -> None:
@@ -705,7 +706,7 @@ def select(args) -> None:
 
 
 def export_head(head, pair: str, history: list, coverage: float, n_records: int, args, phase: int = 0,
-                folder: Path | None = None, tvd: tuple[float, float] = (0.0, OVERLAP_T)) -> None:
+                folder: Path | None = None, tvd: tuple[float, float] = NO_TVD) -> None:
     from specdemo.eagle import save_head
 
     import copy

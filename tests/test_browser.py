@@ -6,11 +6,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -322,28 +319,17 @@ def test_the_shipped_default_opens_as_its_preset_says_and_runs(browser):
     """`python app.py` as shipped, in a process of its own without SPECDEMO_DEFAULT_PAIR (the other tests pin the
     Shakespeare pair): the page opens on SHIPPED_DEFAULT with its preset's strategy, first example and chat setting,
     and Generate streams a run drafted that way (with an EAGLE head: a prefill round, then rounds the head drafted)."""
+    from conftest import free_port
     from specdemo.config import PRESETS, SHIPPED_DEFAULT
 
+    sys.path.insert(0, str(SCREENSHOT.parent.parent / "scripts"))
+    from measure_app import start  # the app as `python app.py` starts it, timed by scripts/measure_app.py
+
     preset = PRESETS[SHIPPED_DEFAULT]
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if k != "SPECDEMO_DEFAULT_PAIR"} | {
-        "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=SCREENSHOT.parent.parent, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    port = free_port()
+    proc, _ = start(port, {k: v for k, v in os.environ.items() if k != "SPECDEMO_DEFAULT_PAIR"})
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 300
-        while True:
-            assert proc.poll() is None, f"app.py stopped: {proc.stderr.read()[-2000:]}"
-            assert time.time() < deadline, "app.py served no page within 300 s"
-            try:
-                with urllib.request.urlopen(url, timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
         context, page = open_page(browser, url)
         assert page.input_value("#sd-pair input").startswith(SHIPPED_DEFAULT + ":")
         assert page.locator(f"#sd-strategy input[value='{preset.strategy}']").is_checked()
