@@ -49,16 +49,19 @@ def latency_ms(model, vocab: int, new_tokens: int, context: int = 128, reps: int
 def alpha_on(pair, prompts, temperature: float, k: int, max_new_tokens: int, chat=None, strategy: str = "fixed"
              ) -> dict:
     """Acceptance over the positions the target judged, on `prompts` (one seed each): the empirical rate and the
-    mean overlap sum min(p, q). strategy "eagle" measures the pair's EAGLE head instead of its draft model."""
-    rounds = []
+    mean overlap sum min(p, q). strategy "eagle" measures the pair's EAGLE head instead of its draft model. Also
+    the run's tokens, rounds, drafts per round (`ks`) and wall time."""
+    rounds, tokens, wall = [], 0, 0.0
     for i, prompt in enumerate(prompts):
         tr = speculative_generate(pair, prompt, SamplingConfig(temperature),
                                   SpecConfig(k=k, max_new_tokens=max_new_tokens, seed=i, top_candidates=0,
                                              strategy=strategy), chat=chat)
         rounds += tr.rounds
+        tokens, wall = tokens + len(tr.output_ids), wall + tr.wall_s
     a = acceptance(rounds)
     return {"alpha_empirical": a["alpha_empirical"], "alpha_overlap": a["alpha_overlap"],
-            "judged_positions": a["judged"], "prompts": len(prompts)}
+            "judged_positions": a["judged"], "prompts": len(prompts), "tokens": tokens,
+            "ks": [r.k for r in rounds if r.source != "prefill"], "rounds": len(rounds), "wall_s": wall}
 
 
 def held_out_prompts(pair, n: int = 20, length: int = 24) -> list[str]:

@@ -668,7 +668,8 @@ def starting_checkpoint(ckpt_path: Path, exported: Path, teacher: Teacher, from_
 def export(args) -> None:
     """Export the head of a checkpoint (--ckpt; default the last, data/eagle/<pair>/ckpt.pt), whatever its dev score,
     to --out (default the pair's committed head folder): the end of a run whose dev set no longer scores what it
-    trained for, or a snapshot to compare with `select`. --steps, --batch, --lr, --threads: the run's, for the card."""
+    trained for, or a snapshot to compare with `select`. --steps, --batch, --lr, --threads: the run's, for the card.
+    --stop-below: the head's confidence stop, chosen with `select --stop-below` (a run's own exports have none)."""
     from specdemo.eagle import new_head
 
     teacher = Teacher(args.pair)
@@ -678,13 +679,22 @@ def export(args) -> None:
     head.load_state_dict(ck["head"])
     train_recs, dev = PAIRS[args.pair]["records"]()
     export_head(head, args.pair, ck["history"], dev_coverage(dev, ck["d2t"]), len(train_recs), args,
-                ck.get("phase", 0), args.out, tvd=ck.get("tvd", NO_TVD))
+                ck.get("phase", 0), args.out, tvd=ck.get("tvd", NO_TVD), stop_below=args.stop_below)
+
+
+K_SELECT = 4  # select's K: the floors' (issue 13)
+VERIFY_SLOPE, HEAD_C = 0.02, 0.055  # select's cost model, in target steps: per verified draft, per head step
 
 
 def select(args) -> None:
     """Alpha in the loop (K = 4; greedy at T = 0, the default) of each head folder on the SELECTION prompts, none of
     them trained on nor in the bench: the numbers to choose a run's export by, so the bench's prompts are never
-    chosen on. At T > 0 it prints the mean sum min(p, q) too."""
+    chosen on. At T > 0 it prints the mean sum min(p, q) too. With --stop-below it measures the head at each of
+    those confidence stops (instead of its own), and prints the speed-up a cost model predicts: tokens over
+    sum of (1 + VERIFY_SLOPE k + HEAD_C s) per round, where s = k + 1 head steps when the stop ended the round early
+    (the step that said stop), else k; the constants are the bench's at step 11,000."""
+    from dataclasses import replace
+
     from evaluate_pair import alpha_on
     from smollm2_prompts import SELECTION
 
@@ -697,22 +707,27 @@ def select(args) -> None:
         attach_head(pair, Path(folder))
         if pair.head is None:
             raise SystemExit(f"{folder}: {pair.head_error}")
-        a = alpha_on(pair, SELECTION, args.temperature, 4, args.max_new_tokens, strategy="eagle")
         step = pair.head.cfg.training.get("history", [{}])[-1].get("step")
-        overlap = f", sum min(p, q) {a['alpha_overlap']:.4f}" if args.temperature > 0 else ""
-        print(f"{folder} (step {step}), T = {args.temperature:g}: alpha {a['alpha_empirical']:.4f}{overlap} over "
-              f"{a['judged_positions']} judged positions ({len(SELECTION)} selection prompts x {args.max_new_tokens} "
-              "tokens)", flush=True)
+        for stop in args.stop_below or [pair.head.cfg.stop_below]:
+            pair.head.cfg = replace(pair.head.cfg, stop_below=stop)
+            a = alpha_on(pair, SELECTION, args.temperature, K_SELECT, args.max_new_tokens, strategy="eagle")
+            cost = a["rounds"] + sum(VERIFY_SLOPE * k + HEAD_C * (k + (k < K_SELECT)) for k in a["ks"])
+            overlap = f", sum min(p, q) {a['alpha_overlap']:.4f}" if args.temperature > 0 else ""
+            print(f"{folder} (step {step}), stop below {stop:g}, T = {args.temperature:g}: alpha "
+                  f"{a['alpha_empirical']:.4f}{overlap} over {a['judged_positions']} judged positions; "
+                  f"{a['tokens'] / a['rounds']:.3f} tokens and {sum(a['ks']) / len(a['ks']):.2f} drafts a round; "
+                  f"modelled speed-up {a['tokens'] / cost:.4f}; {a['tokens'] / a['wall_s']:.1f} tokens/s "
+                  f"({len(SELECTION)} selection prompts x {args.max_new_tokens} tokens)", flush=True)
 
 
 def export_head(head, pair: str, history: list, coverage: float, n_records: int, args, phase: int = 0,
-                folder: Path | None = None, tvd: tuple[float, float] = NO_TVD) -> None:
+                folder: Path | None = None, tvd: tuple[float, float] = NO_TVD, stop_below: float = 0.0) -> None:
     from specdemo.eagle import save_head
 
     import copy
 
     out = copy.deepcopy(head)
-    out.cfg = type(head.cfg)(**{**head.cfg.__dict__, "training": {
+    out.cfg = type(head.cfg)(**{**head.cfg.__dict__, "stop_below": stop_below, "training": {
         "recipe": "teacher forcing on the target's features; forward KL to its next-token distribution on the "
                   "draft vocabulary + 0.1 smooth-L1 on the feature; training-time-test unroll to draft step "
                   f"{len(UNROLL_WEIGHTS)} (step weights {UNROLL_WEIGHTS})"
@@ -767,11 +782,14 @@ def main() -> None:
         e.add_argument(name, type=type(default), default=default, help="the run's, recorded in the card")
     e.add_argument("--ckpt", type=Path, help="a checkpoint file (default: the run's last, data/eagle/<pair>/ckpt.pt)")
     e.add_argument("--out", type=Path, help="the folder to write (default: assets/models/<pair>-eagle)")
+    e.add_argument("--stop-below", type=float, default=0.0, help="the head's confidence stop (see select)")
     c = sub.add_parser("select", help="greedy alpha of head folders on the SELECTION prompts (choose exports by it)")
     c.add_argument("heads", nargs="+", help="head folders (config.json, head.safetensors, layers.safetensors)")
     c.add_argument("--max-new-tokens", type=int, default=64)
     c.add_argument("--temperature", type=float, default=0.0)
     c.add_argument("--threads", type=int, default=2)
+    c.add_argument("--stop-below", type=float, nargs="*", default=None,
+                   help="measure the heads at these confidence stops instead of their own")
     args = ap.parse_args()
     {"prompts": write_prompts, "replies": replies, "train": train, "export": export, "select": select}[args.cmd](args)
 

@@ -257,6 +257,7 @@ def summarize(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig, n_pro
         "t_target_own_logits_ms": own_logits,  # the same step with the logits in the model's dtype
         "acceptance_rate": acceptance(rounds)["acceptance_rate"],
         "mean_accepted_length": emitted / len(rounds),
+        "drafts_per_round": sum(r.k for r in rounds) / len(rounds),
         "expected_tokens_per_round": expected_tokens_per_round(alpha, spec.k),
         "ceiling_paper": ceiling_paper,
         "ceiling_measured_verify": ceiling_measured,
@@ -292,7 +293,8 @@ def format_bench(res: dict) -> str:
     lines += [
         f"alpha (empirical) {res['alpha_empirical']:.3f}, alpha (mean sum min(p,q)) {res['alpha_overlap']:.3f}, "
         f"acceptance rate {res['acceptance_rate']:.3f}",
-        f"mean tokens per round {res['mean_accepted_length']:.2f} (theory {res['expected_tokens_per_round']:.2f})",
+        f"mean tokens per round {res['mean_accepted_length']:.2f} (theory for K drafts a round "
+        f"{res['expected_tokens_per_round']:.2f}), mean drafts per round {res['drafts_per_round']:.2f}",
         f"t_target {res['t_target_ms']:.2f} ms, t_draft {res['t_draft_ms']:.2f} ms, c = {res['c']:.3f} in the loop"
         + (f", {res['c_isolated']:.3f} in isolation ({res['t_draft_isolated_ms']:.2f} / "
            f"{res['t_target_isolated_ms']:.2f} ms)" if res["c_isolated"] is not None else "") + "; "

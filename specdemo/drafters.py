@@ -23,8 +23,11 @@ with no branch per strategy. Letters as in sampling.py: p is the TARGET, q is th
              layer that reads the target's own last hidden states for the fixed prefix and the embedding of the
              next token, predicts the next hidden state, and turns it into q through the target's LM head rows
              for a draft vocabulary (FR-Spec, arXiv:2502.14856). q is zero outside that vocabulary; the residual
-             norm(max(0, p - q)) covers those tokens, so the output stays exact. It drafts K tokens a round. The
-             first round has no target features yet: it is one plain target step that reads the prompt
+             norm(max(0, p - q)) covers those tokens, so the output stays exact. It drafts up to K tokens a
+             round: from the second draft on, it stops where its top probability (`confidence`, as adaptive's) is
+             below the head's `stop_below`, read before that token is drawn (a dynamic draft length, as in
+             SpecDec++, arXiv:2405.19715; EAGLE-2 shows a head's confidence tracks its acceptance). The first
+             round has no target features yet: it is one plain target step that reads the prompt
              (source "prefill").
 
 The loop tells every drafter the outcome of each round (`observe`, a `RoundOutcome`): the tokens kept and, for a
@@ -73,6 +76,14 @@ class Proposal:
 def one_hot(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """[k] token ids -> [k, V] float32 rows, each all its mass on its token (the q of a greedy or copied draft)."""
     return torch.zeros(tokens.numel(), vocab_size, device=tokens.device).scatter_(1, tokens.view(-1, 1), 1.0)
+
+
+def confidence(logits: torch.Tensor, q: torch.Tensor | None) -> float:
+    """A drafter's top probability at one position: of its warped q at T > 0, of its unwarped softmax at T = 0
+    (q is None there: the warped q is one-hot). It reads the drafter's own output only, never p or r."""
+    if q is None:
+        return float(logits.float().softmax(-1).max())
+    return float(q.max())
 
 
 @dataclass
@@ -177,17 +188,12 @@ class AdaptiveDrafter(ModelDrafter):
         self.survive, self.bins = 1.0, []
         return super().propose(seq, k_max, gen)
 
-    def confidence(self, logits: torch.Tensor, q: torch.Tensor | None) -> float:
-        if q is None:  # greedy: the unwarped softmax's top probability
-            return float(logits.float().softmax(-1).max())
-        return float(q.max())
-
     def alpha_hat(self, conf: float) -> tuple[float, int]:
         b = min(int(conf * self.BINS), self.BINS - 1)
         return (self.accepted[b] / self.judged[b] if self.calibrate else conf), b
 
     def should_stop(self, logits, q, t) -> bool:
-        alpha, b = self.alpha_hat(self.confidence(logits, q))
+        alpha, b = self.alpha_hat(confidence(logits, q))
         self.bins.append(b)
         self.survive *= alpha
         return self.survive < self.threshold
@@ -250,6 +256,7 @@ class EagleDrafter(Drafter):
         self.feature_layers = head.cfg.feature_layers  # the target layers it reads besides the last
         self.pending: list[torch.Tensor] = []  # true features not yet read by the head, from position cache.length
         self.true_len = 0  # head positions that carry true features (the rest of a round is cropped off)
+        self.stop_below = head.cfg.stop_below  # the head's confidence stop (0: it always drafts k_max tokens)
 
     def step(self, feat: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """Head positions for (feat [n, H], tokens [n]) -> the last one's predicted feature [1, H]."""
@@ -275,11 +282,11 @@ class EagleDrafter(Drafter):
         tokens, rows = [], []
         for t in range(k_max):
             logits = F.linear(g, self.head.lm_rows).float()  # [1, V_draft]
-            if self.sampling.greedy:
-                pick = logits.argmax(-1)
-            else:
-                q = warp(logits, self.sampling)
-                pick = sample(q, gen)
+            q = None if self.sampling.greedy else warp(logits, self.sampling)
+            if t and self.stop_below and confidence(logits, q) < self.stop_below:
+                break  # unsure of x_{t+1}: leave that position to the target (its bonus token)
+            pick = logits.argmax(-1) if q is None else sample(q, gen)
+            if q is not None:
                 rows.append(q)
             x = self.head.d2t[pick]  # draft id -> target id
             tokens.append(x)

@@ -59,6 +59,7 @@ class HeadConfig:
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-5
     feature_layers: tuple[int, ...] = ()  # decoder layers (0-based) whose outputs the head also reads (EAGLE-3)
+    stop_below: float = 0.0  # confidence stop: draft x_t (t >= 2) only where the head's top probability >= this
     target: dict = field(default_factory=dict)  # model_type, hidden_size, vocab_size, vocab_sha256, name
     training: dict = field(default_factory=dict)  # the recipe and the learning curve (the card reads it)
 
@@ -263,6 +264,9 @@ def read_config(folder: Path) -> HeadConfig:
     if not (isinstance(layers, list) and all(type(i) is int for i in layers) and layers == sorted(set(layers))
             and (meta["format_version"] > 1 or not layers)):
         raise HeadError("err.head_damaged", error="feature_layers")
+    stop = meta.get("stop_below", 0.0)
+    if not (type(stop) in (int, float) and 0 <= stop < 1):
+        raise HeadError("err.head_damaged", error="stop_below")
     try:
         fields = {k: meta[k] for k in HeadConfig.__dataclass_fields__ if k in meta}
         return HeadConfig(**fields | {"feature_layers": tuple(layers)})

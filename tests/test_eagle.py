@@ -79,6 +79,42 @@ def test_eagle_is_exact_on_the_toy_pair(toy_pair, cfg, truncated, layers):
     assert chi2_pvalue(drop_k(counts), exact, n) > PASS_P
 
 
+class CountingDrafter(EagleDrafter):
+    """Records how many tokens each head-drafted round of two or more drafts proposed."""
+
+    ks: list[int]
+
+    def propose(self, seq, k_max, gen):
+        prop = super().propose(seq, k_max, gen)
+        if prop.source == "eagle" and k_max >= 2:
+            self.ks.append(prop.k)
+        return prop
+
+
+def test_the_confidence_stop_shortens_rounds_and_stays_exact(toy_pair):
+    """A head with a confidence stop drafts x_t (t >= 2) only where its own top probability there is at least
+    stop_below, decided before x_t is drawn and without p or r (why that keeps the output exact:
+    test_exactness.test_adaptive_stop_rule_keeps_exactness). At a threshold where it stops in some rounds and not
+    in others, the joint of x1..x3 still follows the target."""
+    from dataclasses import replace
+
+    cfg = SamplingConfig(1.0)
+    head = random_head(toy_pair, torch.tensor([0, 2, 3, 5, 7]))
+    head.cfg = replace(head.cfg, stop_below=0.775)  # about 40% of rounds stop (the head's top probability at x3)
+    ks: list[int] = []
+
+    def make():
+        drafter = CountingDrafter(head, toy_pair.target, cfg, toy_pair.vocab_size, 64)
+        drafter.ks = ks
+        return drafter
+
+    n, prompt = 3000, [0, 1]
+    counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n, n_tokens=3, strategy="eagle", make_drafter=make)
+    counts.pop("rejections")
+    assert set(ks) == {1, 2} and 0.1 * len(ks) < ks.count(1) < 0.9 * len(ks)  # it stopped in some rounds only
+    assert chi2_pvalue(drop_k(counts), exact_joint3(toy_pair, prompt, cfg), n) > PASS_P
+
+
 def test_a_planted_bug_in_the_truncated_q_is_caught(toy_pair, monkeypatch):
     """If q were renormalised over the FULL vocabulary's logits but sampled on the subset (q and the draw
     disagree), the chi-square test must fail: the test above has the power to see a wrong q."""
@@ -159,14 +195,28 @@ def test_a_head_reading_lower_layers_is_exact_and_gets_them_after_every_round(pa
 
 
 def test_eagle_greedy_identity_on_the_shipped_head(pair32):
+    """And with a confidence stop: rounds of every length roll the head's cache back alike."""
+    from dataclasses import replace
+
     from conftest import PROMPTS
 
-    for prompt in PROMPTS[:6]:
-        for k in (1, 4, 8):
-            spec = SpecConfig(k=k, max_new_tokens=40, top_candidates=0, strategy="eagle")
-            got = speculative_generate(pair32, prompt, GREEDY, spec)
-            assert got.output_ids == baseline_generate(pair32, prompt, GREEDY, max_new_tokens=40).output_ids
-            assert [r.source for r in got.rounds][:2] == ["prefill", "eagle"]
+    own = pair32.head.cfg
+    stopped = []
+    try:
+        for prompt in PROMPTS[:6]:
+            want = baseline_generate(pair32, prompt, GREEDY, max_new_tokens=40).output_ids
+            for k, stop in ((1, 0.0), (4, 0.0), (8, 0.0), (8, 0.05)):  # 0.05: about its median top probability
+                pair32.head.cfg = replace(own, stop_below=stop)
+                spec = SpecConfig(k=k, max_new_tokens=40, top_candidates=0, strategy="eagle")
+                got = speculative_generate(pair32, prompt, GREEDY, spec)
+                assert got.output_ids == want
+                assert [r.source for r in got.rounds][:2] == ["prefill", "eagle"]
+                if stop:
+                    # the rounds whose budget allowed all 8 drafts
+                    stopped += [r.k for r in got.rounds[1:] if r.prefix_len + 9 <= len(got.prompt_ids) + 40]
+    finally:
+        pair32.head.cfg = own
+    assert 0 < sum(k < 8 for k in stopped) < len(stopped)  # the stop ended some rounds early, not all
 
 
 def test_the_head_runs_in_the_dtype_picked_for_a_head_unless_a_draft_dtype_is_asked(pair, pair32):
@@ -216,6 +266,7 @@ def refusal(pair) -> str:
     ("layer_beyond_target", "err.head_mismatch"),
     ("layers_in_version_1", "err.head_damaged"),
     ("layers_unordered", "err.head_damaged"),
+    ("stop_above_one", "err.head_damaged"),
 ])
 def test_a_bad_head_is_refused_in_one_sentence_and_the_rest_works(pair32, head_copy, damage, key):
     weights = head_copy / WEIGHTS_FILE
@@ -228,6 +279,9 @@ def test_a_bad_head_is_refused_in_one_sentence_and_the_rest_works(pair32, head_c
     elif damage == "layer_beyond_target":  # a head that would read a 12th layer of a 12-layer target
         meta = json.loads((head_copy / "config.json").read_text())
         (head_copy / "config.json").write_text(json.dumps(meta | {"feature_layers": [1, 11], "format_version": 2}))
+    elif damage == "stop_above_one":  # a confidence stop no probability reaches
+        meta = json.loads((head_copy / "config.json").read_text())
+        (head_copy / "config.json").write_text(json.dumps(meta | {"stop_below": 1.5}))
     elif damage.startswith("layers_"):  # version 1 has no feature layers; version 2 lists them once, in order
         layers, version = ([1, 6], 1) if damage == "layers_in_version_1" else ([6, 1, 1], 2)
         meta = json.loads((head_copy / "config.json").read_text())
