@@ -50,7 +50,8 @@ def alpha_on(pair, prompts, temperature: float, k: int, max_new_tokens: int, cha
              ) -> dict:
     """Acceptance over the positions the target judged, on `prompts` (one seed each): the empirical rate and the
     mean overlap sum min(p, q). strategy "eagle" measures the pair's EAGLE head instead of its draft model. Also
-    the run's tokens, rounds, drafts per round (`ks`) and wall time."""
+    the run's tokens, rounds, drafts, drafting rounds (not eagle's prefill), `short_rounds` (drafting rounds that
+    drafted fewer than k) and wall time."""
     rounds, tokens, wall = [], 0, 0.0
     for i, prompt in enumerate(prompts):
         tr = speculative_generate(pair, prompt, SamplingConfig(temperature),
@@ -61,7 +62,9 @@ def alpha_on(pair, prompts, temperature: float, k: int, max_new_tokens: int, cha
     a = acceptance(rounds)
     return {"alpha_empirical": a["alpha_empirical"], "alpha_overlap": a["alpha_overlap"],
             "judged_positions": a["judged"], "prompts": len(prompts), "tokens": tokens,
-            "ks": [r.k for r in rounds if r.source != "prefill"], "rounds": len(rounds), "wall_s": wall}
+            "rounds": len(rounds), "drafted": a["drafted"],
+            "drafting_rounds": sum(r.source != "prefill" for r in rounds),
+            "short_rounds": sum(r.k < k for r in rounds if r.source != "prefill"), "wall_s": wall}
 
 
 def held_out_prompts(pair, n: int = 20, length: int = 24) -> list[str]:

@@ -711,12 +711,12 @@ def select(args) -> None:
         for stop in args.stop_below or [pair.head.cfg.stop_below]:
             pair.head.cfg = replace(pair.head.cfg, stop_below=stop)
             a = alpha_on(pair, SELECTION, args.temperature, K_SELECT, args.max_new_tokens, strategy="eagle")
-            cost = a["rounds"] + sum(VERIFY_SLOPE * k + HEAD_C * (k + (k < K_SELECT)) for k in a["ks"])
+            cost = a["rounds"] + VERIFY_SLOPE * a["drafted"] + HEAD_C * (a["drafted"] + a["short_rounds"])
             overlap = f", sum min(p, q) {a['alpha_overlap']:.4f}" if args.temperature > 0 else ""
             print(f"{folder} (step {step}), stop below {stop:g}, T = {args.temperature:g}: alpha "
                   f"{a['alpha_empirical']:.4f}{overlap} over {a['judged_positions']} judged positions; "
-                  f"{a['tokens'] / a['rounds']:.3f} tokens and {sum(a['ks']) / len(a['ks']):.2f} drafts a round; "
-                  f"modelled speed-up {a['tokens'] / cost:.4f}; {a['tokens'] / a['wall_s']:.1f} tokens/s "
+                  f"{a['tokens'] / a['rounds']:.3f} tokens and {a['drafted'] / a['drafting_rounds']:.2f} drafts a "
+                  f"round; modelled speed-up {a['tokens'] / cost:.4f}; {a['tokens'] / a['wall_s']:.1f} tokens/s "
                   f"({len(SELECTION)} selection prompts x {args.max_new_tokens} tokens)", flush=True)
 
 
