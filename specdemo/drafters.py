@@ -67,6 +67,8 @@ class Proposal:
     #              "fallback" (lookup found nothing), "prefill" (eagle's first round: no target features yet)
     copied_from: int | None = None  # lookup: index in prompt + output of the first copied token
     ngram: int | None = None  # lookup: the size of the n-gram that matched
+    unsure: tuple[float, float] | None = None  # eagle: its confidence stop ended the round early, at (the head's
+    #                                            top probability for the next position, its stop_below)
 
     @property
     def k(self) -> int:
@@ -279,11 +281,12 @@ class EagleDrafter(Drafter):
         g = self.read(feats, seq[start + 1 :])
         self.pending, self.true_len = [], self.cache.length
         # 2. draft: predicted feature -> q over the draft vocabulary -> token; then go on from the prediction
-        tokens, rows = [], []
+        tokens, rows, unsure = [], [], None
         for t in range(k_max):
             logits = F.linear(g, self.head.lm_rows).float()  # [1, V_draft]
             q = None if self.sampling.greedy else warp(logits, self.sampling)
-            if t and self.stop_below and confidence(logits, q) < self.stop_below:
+            if t and self.stop_below and (conf := confidence(logits, q)) < self.stop_below:
+                unsure = (conf, self.stop_below)
                 break  # unsure of x_{t+1}: leave that position to the target (its bonus token)
             pick = logits.argmax(-1) if q is None else sample(q, gen)
             if q is not None:
@@ -299,7 +302,7 @@ class EagleDrafter(Drafter):
         else:  # q over the whole vocabulary: zero outside the draft vocabulary
             q_draft = torch.zeros(len(rows), self.vocab_size, device=seq.device).index_copy_(
                 1, self.head.d2t, torch.cat(rows))
-        return Proposal(drafted, q_draft, "eagle")
+        return Proposal(drafted, q_draft, "eagle", unsure=unsure)
 
     def observe(self, outcome: RoundOutcome) -> None:
         self.cache.crop(self.true_len)  # drop the drafted positions: they were read from predicted features

@@ -90,6 +90,7 @@ class Round:
     #                        "fallback" (nothing to copy), "prefill" (eagle's first round, before any target features)
     copied_from: int | None = None  # lookup: index in prompt + output of the first copied token
     ngram: int | None = None  # lookup: the size of the n-gram that matched
+    unsure: tuple[float, float] | None = None  # eagle: its confidence stop ended the round early (drafters.Proposal)
 
     @property
     def output(self) -> list[Token]:
@@ -108,6 +109,9 @@ class Round:
             text = "nothing to copy; one plain target step"
         elif self.source == "prefill":
             text = "the target reads the prompt first (the head drafts from its features); one plain target step"
+        elif self.source == "eagle" and self.unsure:
+            text = (f"head drafted {self.k} from the target's features, then stopped: its top probability for the "
+                    f"next token was {self.unsure[0]:.2f}, under {self.unsure[1]:g}; target " + ", ".join(parts))
         elif self.source == "eagle":
             text = f"head drafted {self.k} from the target's features; target " + ", ".join(parts)
         elif self.source == "lookup":

@@ -305,6 +305,9 @@ EN: dict[str, str] = {
         "lookup."
     ),
     "caption.eagle": "head drafted {k} from the target's features; target {parts}",
+    "caption.eagle_unsure": (
+        "head drafted {k} from the target's features, then stopped: its top probability for the next token was "
+        "{conf}, under {stop}; target {parts}"),
     "caption.prefill": "the target reads the prompt first (the head drafts from its features); one plain target step",
     "film.eagle": "head",
     "film.prefill": "prefill: the target reads the prompt",
@@ -586,6 +589,7 @@ ZH: dict[str, str] = {
     "err.no_head": "模型对 {name} 不能用 EAGLE 草稿头起草：{why}。请选择固定 K、自适应或提示查找。",
     "err.no_head_custom": "只有内置的模型对带有 EAGLE 草稿头；自定义或 Hub 模型对请用固定 K、自适应或提示查找起草。",
     "caption.eagle": "草稿头根据目标模型的特征提出 {k} 个 token，目标模型{parts}",
+    "caption.eagle_unsure": "草稿头根据目标模型的特征提出 {k} 个 token 后停下（它对下一个 token 的最高概率 {conf} 低于 {stop}），目标模型{parts}",
     "caption.prefill": "目标模型先读入提示词（草稿头要根据它的特征起草）；本轮是一次普通的目标模型解码",
     "film.eagle": "草稿头",
     "film.prefill": "预填充：目标模型读入提示词",

@@ -287,6 +287,9 @@ def round_caption(rnd: Round, lang: str | None = None) -> str:
         parts.append(tr("caption.bonus", lang))
     if rnd.source in PLAIN_STEP_CAPTION_KEY:
         text = tr(PLAIN_STEP_CAPTION_KEY[rnd.source], lang)
+    elif rnd.source == "eagle" and rnd.unsure:
+        text = tr("caption.eagle_unsure", lang, k=rnd.k, conf=f"{rnd.unsure[0]:.2f}", stop=f"{rnd.unsure[1]:g}",
+                  parts=tr("caption.sep", lang).join(parts))
     elif rnd.source == "eagle":
         text = tr("caption.eagle", lang, k=rnd.k, parts=tr("caption.sep", lang).join(parts))
     elif rnd.source == "lookup":

@@ -242,7 +242,7 @@ def speculative_rounds(
             n_accepted=n_acc, draft_ms=clock.ms(m0, m1), verify_ms=clock.ms(m1, m2),
             overhead_ms=max(0.0, (t3 - t0) * 1e3 - clock.ms(m0, m2)), elapsed_s=busy, lossy=spec.lossy,
             stop_reason=stop_reason, bonus_top=top[k] if n_acc == k else [], source=proposal.source,
-            copied_from=proposal.copied_from, ngram=proposal.ngram,
+            copied_from=proposal.copied_from, ngram=proposal.ngram, unsure=proposal.unsure,
         )
         index += 1
         if stop_reason:

@@ -195,8 +195,11 @@ def test_a_head_reading_lower_layers_is_exact_and_gets_them_after_every_round(pa
 
 
 def test_eagle_greedy_identity_on_the_shipped_head(pair32):
-    """And with a confidence stop: rounds of every length roll the head's cache back alike."""
+    """And with a confidence stop: rounds of every length roll the head's cache back alike, and a round the stop
+    ended says so in both languages."""
     from dataclasses import replace
+
+    from specdemo.render import round_caption
 
     from conftest import PROMPTS
 
@@ -211,9 +214,13 @@ def test_eagle_greedy_identity_on_the_shipped_head(pair32):
                 got = speculative_generate(pair32, prompt, GREEDY, spec)
                 assert got.output_ids == want
                 assert [r.source for r in got.rounds][:2] == ["prefill", "eagle"]
-                if stop:
-                    # the rounds whose budget allowed all 8 drafts
-                    stopped += [r.k for r in got.rounds[1:] if r.prefix_len + 9 <= len(got.prompt_ids) + 40]
+                if stop:  # the rounds whose budget allowed all 8 drafts; a short one says why it stopped
+                    full = [r for r in got.rounds[1:] if r.prefix_len + 9 <= len(got.prompt_ids) + 40]
+                    stopped += [r.k for r in full]
+                    for r in full:
+                        assert (r.unsure is not None) == (r.k < 8) and (r.k == 8 or r.unsure[0] < stop)
+                        assert ("then stopped" in r.caption) == (r.k < 8)
+                        assert ("低于 0.05" in round_caption(r, "zh-CN")) == (r.k < 8)
     finally:
         pair32.head.cfg = own
     assert 0 < sum(k < 8 for k in stopped) < len(stopped)  # the stop ended some rounds early, not all
