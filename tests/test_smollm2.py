@@ -198,9 +198,11 @@ def test_chat_bench_prompts_hold_exactly_one_user_turn(smol):
 
 def test_eagle_on_the_readable_pair_is_greedy_exact_in_float32():
     """The head drafts for SmolLM2: at T = 0 (float32, where a verify and a step round alike) the output is the
-    target's own greedy output."""
+    target's own greedy output, with the shipped confidence stop ending some of its rounds early."""
     smol32 = load_pair("smollm2-135m", device="cpu", dtype="float32")
     assert smol32.head is not None, smol32.head_error
+    assert 0 < smol32.head.cfg.stop_below < 1
+    unsure = []
     for message in ("What is the capital of France?", "List three tips for staying focused while studying."):
         ids = encode_prompt(smol32, message, 24)
         with torch.inference_mode():
@@ -211,6 +213,8 @@ def test_eagle_on_the_readable_pair_is_greedy_exact_in_float32():
                                    SpecConfig(k=4, max_new_tokens=24, top_candidates=0, strategy="eagle"))
         assert got.output_ids == reference[: len(got.output_ids)] and len(got.output_ids) == len(reference)
         assert any(r.source == "eagle" and r.n_accepted > 0 for r in got.rounds)  # the head's drafts were kept
+        unsure += [r.unsure for r in got.rounds if r.unsure]
+    assert unsure and all(conf < stop and stop == smol32.head.cfg.stop_below for conf, stop in unsure)
 
 
 def test_no_training_prompt_is_a_held_out_prompt_or_close_to_one():
