@@ -146,18 +146,19 @@ def trace_of(state) -> dict:
 def generate_api(pair: str = DEFAULT_PRESET, prompt: str = PRESETS[DEFAULT_PRESET].examples[0], k: int = 4,
                  temperature: float = 0.8, top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
                  baseline: bool = True, lenience: float = 1.0, draft: str = "", target: str = "",
-                 chat: bool | None = None, strategy: str = "fixed", ngram: int = 3) -> dict:
+                 chat: bool | None = None, strategy: str = "", ngram: int = 3) -> dict:
     """Run speculative sampling (and the target-only baseline) and return the full trace as JSON.
 
     pair: a preset name, or "custom" with draft and target model ids. chat: true wraps the prompt (a user message)
     with the target's chat template and returns the assistant's reply; false continues the prompt as raw text;
-    null (the default) takes the pair's own default (chat for instruct presets). strategy: "fixed" (K drafts a
-    round), "adaptive" (the draft stops when unsure; K is ignored), "lookup" (copy after a matching n-gram of up
-    to `ngram` tokens; no draft model) or "eagle" (the pair's EAGLE head drafts from the target's features; the
-    embedded pairs only, refused in one sentence elsewhere). Returns {"speculative": trace,
-    "baseline": trace or null}; each trace has text, token_ids, rounds (labels, p, q, r, min(1, p/q), top
-    candidates, timings) and metrics. A run that the time limit ended has no baseline: its settings say
-    "baseline": "not measured".
+    null (the default) takes the pair's own default (chat for instruct presets). strategy: "" (the default) takes
+    the pair's own, the one the page opens it with (eagle for smollm2-135m, fixed for shakespeare and custom
+    pairs); "fixed" (K drafts a round), "adaptive" (the draft stops when unsure; K is ignored), "lookup" (copy
+    after a matching n-gram of up to `ngram` tokens; no draft model) or "eagle" (the pair's EAGLE head drafts up
+    to K tokens from the target's features; the embedded pairs only, refused in one sentence elsewhere). Returns
+    {"speculative": trace, "baseline": trace or null}; each trace has text, token_ids, rounds (labels, p, q, r,
+    min(1, p/q), top candidates, timings) and metrics. A run that the time limit ended has no baseline: its
+    settings say "baseline": "not measured".
     """
     limits = Limits.from_env()
     req = validate(pair, draft, target, prompt, k, temperature, top_k, top_p, max_new_tokens, seed, baseline,

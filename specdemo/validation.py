@@ -135,6 +135,11 @@ def as_strategy(strategy) -> str:
     return name
 
 
+def own_strategy(pair_name) -> str:
+    """The strategy a pair opens with: its preset's (eagle for smollm2-135m), fixed for a custom pair."""
+    return PRESETS[pair_name].strategy if pair_name in PRESETS else "fixed"
+
+
 def has_head(pair_name) -> bool:
     """Whether a pair offers the eagle strategy: only presets that ship an EAGLE head do."""
     return pair_name in PRESETS and bool(PRESETS[pair_name].eagle_head)
@@ -155,8 +160,10 @@ def check_head(strategy: str, pair_name, pair: ModelPair | None = None) -> None:
 
 def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
              run_baseline, lenience, limits: Limits | None = None, chat=None, strategy="fixed", ngram=3) -> Request:
+    """A request from raw inputs, or one sentence (UserError) on the first bad one. strategy "" or None: the
+    pair's own (own_strategy), as /generate's default."""
     limits = limits or Limits.from_env()
-    strategy = as_strategy(strategy)
+    strategy = own_strategy(pair_name) if strategy in ("", None) else as_strategy(strategy)
     check_head(strategy, pair_name)
     ngram = as_number(Msg("field.ngram"), ngram, int, *NGRAM_RANGE)
     if not isinstance(prompt, str) or not prompt.strip():

@@ -69,6 +69,19 @@ def test_generate_endpoint_takes_a_strategy(client, pair, strategy):
         assert any(r["copied_from"] is not None and r["ngram"] for r in trace["rounds"])
 
 
+def test_generate_endpoint_defaults_to_the_pairs_own_strategy(client, pair):
+    """Without a strategy, /generate drafts as the page opens the pair: the EAGLE head for smollm2-135m (its
+    preset's), the draft model for shakespeare; a pair's strategy can still be asked for by name."""
+    for name, prompt, want in (("shakespeare", "ROMEO:\n", "fixed"),
+                               ("smollm2-135m", "What is the capital of Italy?", "eagle")):
+        trace = gen(client, pair=name, prompt=prompt, temperature=0.0, max_new_tokens=12)["speculative"]
+        assert trace["settings"]["strategy"] == want
+        assert {r["source"] for r in trace["rounds"]} <= ({"prefill", "eagle"} if want == "eagle" else {"draft"})
+    asked = gen(client, pair="smollm2-135m", prompt="What is the capital of Italy?", max_new_tokens=8,
+                strategy="lookup")["speculative"]
+    assert asked["settings"]["strategy"] == "lookup"
+
+
 def test_strategy_race_times_every_strategy_and_keeps_the_text_at_t0(client):
     """The Strategy race tab's endpoint: target only, then fixed, adaptive, lookup and the EAGLE head, with one table
     row each; at T = 0 each text must equal the target's (the table says so), or the row says where a bf16 near-tie
