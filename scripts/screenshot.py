@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import socket
 import sys
 from pathlib import Path
 
@@ -20,15 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--disable-quic", "--no-first-run"]
+from measure_app import ARGS, CHROMIUM, free_port  # noqa: E402  (beside this script)
+
 DONE = "document.querySelector('#sd-stats').innerText.match(/done|完成/)"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ready(page, loaded: str, legend: str) -> None:
@@ -85,8 +77,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out-dir", type=Path, default=ROOT / "assets")
     args = parser.parse_args()
-    chromium = shutil.which("chromium") or "/usr/bin/chromium"
-
     import app
     from playwright.sync_api import sync_playwright
 
@@ -99,7 +89,7 @@ def main() -> None:
                        quiet=True)
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=chromium, headless=True, args=ARGS)
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
             english(browser, url, args.out_dir / "screenshot.png", examples[min(1, len(examples) - 1)])
             presenter_zh(browser, url, args.out_dir / "screenshot-presenter-zh.png", examples[-1])
             browser.close()

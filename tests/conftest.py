@@ -5,6 +5,8 @@ specdemo.models.load_pair, the same path the app uses."""
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +17,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("SPECDEMO_DEFAULT_PAIR", "shakespeare")
 
 from specdemo.models import load_pair  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+# headless Chromium and free ports, as scripts/measure_app.py and scripts/screenshot.py use them
+from measure_app import ARGS as CHROMIUM_ARGS, CHROMIUM, free_port  # noqa: E402,F401
 
 TOY_WORDS = ["a", "b", "c", "d", "e", "f", "g", "h"]
 
@@ -103,14 +109,6 @@ PROMPTS = [
     "Second Servant:\nWhat, ho!",
     "The king is dead",
 ]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+from conftest import CHROMIUM, CHROMIUM_ARGS, free_port
+
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian chromium is not installed")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--disable-quic", "--no-first-run"]
 SCREENSHOT = Path(__file__).resolve().parent.parent / "assets" / "screenshot.png"
 
 
@@ -24,7 +21,7 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield b
         b.close()
 
@@ -319,11 +316,8 @@ def test_the_shipped_default_opens_as_its_preset_says_and_runs(browser):
     """`python app.py` as shipped, in a process of its own without SPECDEMO_DEFAULT_PAIR (the other tests pin the
     Shakespeare pair): the page opens on SHIPPED_DEFAULT with its preset's strategy, first example and chat setting,
     and Generate streams a run drafted that way (with an EAGLE head: a prefill round, then rounds the head drafted)."""
-    from conftest import free_port
-    from specdemo.config import PRESETS, SHIPPED_DEFAULT
-
-    sys.path.insert(0, str(SCREENSHOT.parent.parent / "scripts"))
     from measure_app import start  # the app as `python app.py` starts it, timed by scripts/measure_app.py
+    from specdemo.config import PRESETS, SHIPPED_DEFAULT
 
     preset = PRESETS[SHIPPED_DEFAULT]
     port = free_port()

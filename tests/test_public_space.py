@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sysconfig
 import tempfile
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from conftest import CHROMIUM, CHROMIUM_ARGS
 from specdemo.config import EMBEDDED_DRAFT, PRESETS
 from specdemo.validation import NOT_A_REPO_ID
 
@@ -144,9 +144,6 @@ def test_repo_ids_pass_the_hub_validator_and_paths_do_not():
 
 # ------------------------------------------------------------------------------------------------ the page
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--disable-quic", "--no-first-run"]
 STATUS = "(document.querySelector('#sd-pair-status')?.innerText || '')"
 
 
@@ -157,7 +154,7 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield b
         b.close()
 
