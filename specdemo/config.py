@@ -34,11 +34,19 @@ class ConfigError(ValueError):
     """A setting is out of range. The message says which one and what is allowed."""
 
 
+GREEDY_BELOW = 1e-5  # a temperature below this runs as T = 0 (see SamplingConfig)
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     """How logits become a distribution. Applied identically to the draft and the target.
 
     temperature 0 means greedy (one-hot on the argmax); top_k 0 and top_p 1 switch those filters off.
+    A temperature below GREEDY_BELOW (1e-5) is run as greedy too, and recorded as given: dividing logits by such a T
+    can overflow float32 (T = 1e-39 gives inf, softmax NaN), and at such a T the tempered softmax is already the
+    argmax's one-hot to float32's resolution wherever the two best logits lie more than 100 T (1e-3) apart
+    (exp(-100) is below float32's smallest normal number). Only closer than that, a near-tie, would sampling split
+    between them where greedy takes the argmax. vLLM draws the same line (T < 1e-5 is greedy).
     """
 
     temperature: float = 1.0
@@ -55,7 +63,8 @@ class SamplingConfig:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        """T = 0, or a T too small to divide by (below GREEDY_BELOW): one-hot on the argmax, nothing drawn."""
+        return self.temperature < GREEDY_BELOW
 
 
 STRATEGIES = ("fixed", "adaptive", "lookup", "eagle")

@@ -285,3 +285,16 @@ def test_a_second_session_is_answered_while_the_race_runs_and_stop_ends_the_race
         time.sleep(0.005)
     assert not any(busy), "the cancelled race kept running"
     assert gen(Client(app_url, verbose=False), max_new_tokens=4)["speculative"]["metrics"]["new_tokens"] == 4
+
+
+def test_a_tiny_temperature_from_the_page_runs_as_greedy(client):
+    """T = 1e-39 passes the page's range check; the run takes it as greedy (config.GREEDY_BELOW) instead of failing
+    with a bare 'Error' (the logits divided by it overflowed to inf and softmax gave NaN)."""
+    from specdemo.validation import validate
+
+    req = validate("shakespeare", "", "", "ROMEO:\n", 4, 1e-39, 0, 1.0, 16, 0, False, 1.0)
+    assert req.sampling.greedy
+    tiny = gen(client, temperature=1e-39, max_new_tokens=16, baseline=True)
+    zero = gen(client, temperature=0.0, max_new_tokens=16)
+    assert tiny["speculative"]["token_ids"] == zero["speculative"]["token_ids"] == tiny["baseline"]["token_ids"]
+    assert tiny["speculative"]["settings"]["temperature"] == 1e-39

@@ -304,3 +304,30 @@ def test_a_divergence_is_located_and_measured_in_both_computations(pair32):
     assert gap > 0
     assert abs(d.gap_step - gap) < 1e-3 and abs(d.gap_verify - gap) < 1e-3
     assert explain_divergence(pair32, trace.prompt_ids, trace.rounds, out) is None
+
+
+@pytest.mark.parametrize("temperature", [1e-39, 1e-30, 9.9e-6])
+def test_a_tiny_positive_temperature_runs_as_greedy(pair32, temperature):
+    """A temperature below config.GREEDY_BELOW (1e-5) is taken as T = 0: dividing the logits by 1e-39 overflows
+    to inf, softmax gives NaN and the draw raised. Speculative runs with every strategy and the baseline give the
+    target's greedy output."""
+    cfg = SamplingConfig(temperature)
+    assert cfg.greedy and cfg.temperature == temperature  # the run's settings keep the value that was asked for
+    prompt = "ROMEO:\n"
+    reference = hf_greedy(pair32, prompt, 24)
+    for strategy in ("fixed", "adaptive", "lookup", "eagle"):
+        trace = speculative_generate(pair32, prompt, cfg, SpecConfig(k=4, max_new_tokens=24, strategy=strategy))
+        assert trace.output_ids == reference, strategy
+    assert baseline_generate(pair32, prompt, cfg, max_new_tokens=24).output_ids == reference
+
+
+def test_temperatures_from_the_greedy_bound_up_sample_and_stay_finite(pair32):
+    """At config.GREEDY_BELOW and above the run samples; the smallest such T must not overflow either."""
+    from specdemo.config import GREEDY_BELOW
+
+    for temperature in (GREEDY_BELOW, 1e-3):
+        cfg = SamplingConfig(temperature)
+        assert not cfg.greedy
+        trace = speculative_generate(pair32, "ROMEO:\n", cfg, SpecConfig(k=4, max_new_tokens=24, seed=1))
+        assert len(trace.output_ids) == 24
+        assert all(0.0 <= d.q <= 1.0 and 0.0 <= d.p <= 1.0 for r in trace.rounds for d in r.drafts)
