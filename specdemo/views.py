@@ -124,10 +124,20 @@ def sweep_view(sweep: dict | None, lang=None, presenter=False) -> dict:
 DIVERGENCE_KEY = {True: "race.differs_tie", False: "race.differs_bug"}
 
 
+MD_SPECIAL = "\\`*_[]|~"  # what Markdown would read as markup inside a line; `|` would also end a table cell
+
+
+def md_cell(text: str) -> str:
+    """Model text (already HTML-escaped) for one cell of a Markdown table, shown as it is: a backslash, `*`, `_`,
+    `` ` ``, `[`, `]` or `~` would format it, a `|` would end the cell and shift every later column, a line break
+    would end the row. So each of those characters is escaped, and line breaks become spaces."""
+    return "".join("\\" + c if c in MD_SPECIAL else " " if c in "\r\n" else c for c in text)
+
+
 def divergence_text(d, lang=None) -> str:
     """A T = 0 difference from target-only decoding, in words (a table cell): where, which tokens, both gaps."""
-    return tr(DIVERGENCE_KEY[d.near_tie], lang, pos=d.position, spec=render.esc(repr(d.spec_text)),
-              base=render.esc(repr(d.base_text)), gv=f"{d.gap_verify:+.3f}", gs=f"{d.gap_step:+.3f}",
+    return tr(DIVERGENCE_KEY[d.near_tie], lang, pos=d.position, spec=md_cell(render.esc(repr(d.spec_text))),
+              base=md_cell(render.esc(repr(d.base_text))), gv=f"{d.gap_verify:+.3f}", gs=f"{d.gap_step:+.3f}",
               tol=f"{d.tolerance:.3f}")
 
 
