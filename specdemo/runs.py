@@ -21,7 +21,7 @@ from .models import ModelPair
 from .sampling import first_token_samples, warp
 from .speculative import encode_prompt, finish, run_settings, speculative_rounds
 from .theory import best_k, measure
-from .ties import explain_divergence
+from .ties import divergence_steps
 from .validation import Request
 
 TIME_LIMIT = "time_limit"  # an experiment yields this when its deadline ended it before the next result
@@ -85,6 +85,23 @@ def collected(pair: ModelPair, events: Iterator, deadline: float):
         out.append(event)
         yield None
     return out
+
+
+def explained(pair: ModelPair, ids: list[int], rounds: list, base_ids: list[int], deadline: float):
+    """Where and why a T = 0 run parted from target-only decoding (ties.divergence_steps): one target forward at a
+    time under the device lock (a replay can take a prefill, hundreds of steps and every verify), yielding None
+    after each; returns the Divergence, or TIME_LIMIT once the deadline has passed."""
+    steps = divergence_steps(pair, ids, rounds, base_ids)
+    while True:
+        with pair.lock:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+        if time.monotonic() > deadline:
+            steps.close()
+            return TIME_LIMIT
+        yield None
 
 
 def cut_short(events: list) -> bool:
@@ -156,8 +173,10 @@ def strategy_race(pair: ModelPair, req: Request, limits: Limits) -> Iterator:
         elif not req.sampling.greedy:  # sampled runs differ token by token and agree in distribution
             same = "sampling"
         else:  # at T = 0 say where and why: a bf16 near-tie between a verify and a step, or a bug
-            with pair.lock:
-                same = explain_divergence(pair, ids, rounds, base_ids)
+            same = yield from explained(pair, ids, rounds, base_ids, deadline)
+            if same == TIME_LIMIT:
+                yield TIME_LIMIT
+                return
         drafted = sum(r.k for r in rounds)
         race["entries"] = race["entries"] + [{
             "strategy": strategy, "k": spec.k, "tokens_per_s": len(out_ids) / rounds[-1].elapsed_s,
