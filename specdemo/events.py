@@ -1,8 +1,9 @@
 """The events that the decoding loops yield: the one contract between the engine and everything that shows it.
 
-Owns plain dataclasses and their JSON form. The speculative loop yields one `Round` per target call, the baseline
-yields one `Step` per token; `Trace` collects either and computes the run's metrics. Nothing here touches torch,
-gradio or HTML, so the UI, the plots, the CLI and the benchmark all read the same objects.
+Owns plain dataclasses and their JSON form (`to_dict`, and `from_dict` to read a saved trace back). The speculative
+loop yields one `Round` per target call, the baseline yields one `Step` per token; `Trace` collects either and
+computes the run's metrics. Nothing here touches torch, gradio or HTML, so the UI, the plots, the CLI and the
+benchmark all read the same objects.
 
 Labels of the tokens in a round, in display order:
   accepted  - a draft token the target kept (r < min(1, p/q));
@@ -13,10 +14,17 @@ Labels of the tokens in a round, in display order:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 LABELS = ("accepted", "rejected", "resampled", "bonus")
 OUTPUT_LABELS = ("accepted", "resampled", "bonus")
+
+
+def own_fields(cls, d: dict) -> dict:
+    """The entries of a JSON dict that are fields of the dataclass `cls` (the JSON form adds derived entries, such
+    as a round's caption or a trace's metrics, which are computed again from the fields)."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in d.items() if k in names}
 
 
 @dataclass
@@ -66,6 +74,20 @@ class DraftPosition:
 
 
 @dataclass
+class TreeNode:
+    """One node of a round's draft tree (tree.py), in breadth-first order; parent -1 is the last fixed token."""
+
+    id: int
+    token_id: int
+    text: str
+    parent: int
+    depth: int
+    head_p: float  # the head's probability of this token given its parent (its unwarped softmax)
+    p: float  # the target's warped p of this token at its parent
+    on_path: bool  # the target's walk went through this node (its token is kept)
+
+
+@dataclass
 class Round:
     """One speculative round: K drafts, one target call, the verdict, and its timing.
 
@@ -91,6 +113,7 @@ class Round:
     copied_from: int | None = None  # lookup: index in prompt + output of the first copied token
     ngram: int | None = None  # lookup: the size of the n-gram that matched
     unsure: tuple[float, float] | None = None  # eagle: its confidence stop ended the round early (drafters.Proposal)
+    tree: list[TreeNode] | None = None  # source "tree": every drafted node; k is their number, n_accepted the path's
 
     @property
     def output(self) -> list[Token]:
@@ -105,10 +128,12 @@ class Round:
             parts.append("rejected 1 and resampled 1")
         if "bonus" in labels:
             parts.append("added 1 bonus token")
+        chosen = repr("".join(t.text for t in self.output))
         if self.source == "fallback":
-            text = "nothing to copy; one plain target step"
+            text = f"nothing to copy, so the target chose {chosen} in one plain target step"
         elif self.source == "prefill":
-            text = "the target reads the prompt first (the head drafts from its features); one plain target step"
+            text = (f"the target read the prompt and chose the first token, {chosen} (the head drafts from the "
+                    "target's features, so it starts in the next round)")
         elif self.source == "eagle" and self.unsure:
             text = (f"head drafted {self.k} from the target's features, then stopped: its top probability for the "
                     f"next token was {self.unsure[0]:.2f}, under {self.unsure[1]:g}; target " + ", ".join(parts))
@@ -125,6 +150,20 @@ class Round:
 
     def to_dict(self) -> dict:
         return asdict(self) | {"caption": self.caption}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Round:
+        """The round that `to_dict` wrote (a recorded run's JSON trace)."""
+        out = own_fields(cls, d)
+        out["drafts"] = [DraftPosition(**own_fields(DraftPosition, x) | {
+            "top": [Candidate(**c) for c in x.get("top", [])]}) for x in d["drafts"]]
+        out["tokens"] = [Token(**own_fields(Token, t)) for t in d["tokens"]]
+        out["bonus_top"] = [Candidate(**c) for c in d.get("bonus_top", [])]
+        if out.get("unsure") is not None:
+            out["unsure"] = tuple(out["unsure"])
+        if out.get("tree") is not None:
+            out["tree"] = [TreeNode(**own_fields(TreeNode, n)) for n in out["tree"]]
+        return cls(**out)
 
 
 def acceptance(rounds: list[Round], position: int | None = None) -> dict:
@@ -163,6 +202,10 @@ class Step:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Step:
+        return cls(**own_fields(cls, d) | {"token": Token(**own_fields(Token, d["token"]))})
 
 
 @dataclass
@@ -228,3 +271,11 @@ class Trace:
             "rounds": [r.to_dict() for r in self.rounds],
             "steps": [s.to_dict() for s in self.steps],
         }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Trace:
+        """The trace that `to_dict` wrote: its events, settings, text and run time (a recorded run's JSON)."""
+        return cls(d["mode"], d["prompt"], list(d["prompt_ids"]), dict(d["settings"]),
+                   rounds=[Round.from_dict(r) for r in d.get("rounds", [])],
+                   steps=[Step.from_dict(s) for s in d.get("steps", [])], text=d.get("text", ""),
+                   wall_s=d["metrics"]["wall_s"], stop_reason=d.get("stop_reason"))

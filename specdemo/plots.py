@@ -147,6 +147,10 @@ def speedup_vs_theory(spec: Trace | None, base: Trace | None, k_max: int = 12, l
     return fig
 
 
+# rounds that drafted nothing: the target chose the token from its own p (not a bonus after K accepted drafts)
+PLAIN_TITLE_KEY = {"prefill": "chart.inspector_prefill", "fallback": "chart.inspector_fallback"}
+
+
 def inspector(rnd: Round, position: int, top: int = 10, lang: str | None = None) -> go.Figure:
     """Top tokens at one position of a round: p (target), q (draft) and the normalised residual max(0, p - q)."""
     if position <= len(rnd.drafts):
@@ -155,7 +159,10 @@ def inspector(rnd: Round, position: int, top: int = 10, lang: str | None = None)
         title = tr("chart.inspector_draft", lang, round=rnd.index + 1, pos=position, x=plain(repr(d.text)))
     else:
         cands, chosen, overlap = rnd.bonus_top, None, None
-        title = tr("chart.inspector_bonus", lang, round=rnd.index + 1, pos=position)
+        if rnd.k == 0 and rnd.source in PLAIN_TITLE_KEY:
+            title = tr(PLAIN_TITLE_KEY[rnd.source], lang, round=rnd.index + 1)
+        else:
+            title = tr("chart.inspector_bonus", lang, round=rnd.index + 1, pos=position)
     cands = cands[:top]
     fig = _fig(title, tr("chart.token", lang), tr("chart.probability", lang))
     labels = [_token_label(c.text, lang) for c in cands]

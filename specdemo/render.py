@@ -133,9 +133,12 @@ def fmt(x: float | None, lang: str | None = None) -> str:
     return tr("na", lang) if x is None else f"{x:.4g}"
 
 
-def token_title(label: str, p, q, r, accept_prob, lang: str | None = None) -> str:
-    lines = [tr("tip.head", lang, label=tr(LABEL_KEY[label], lang), cue=tr(CUE_KEY[label], lang)),
-             tr("tip.p", lang, p=fmt(p, lang))]
+def token_title(label: str, p, q, r, accept_prob, lang: str | None = None, own: bool = False) -> str:
+    """A token's tooltip. own: a round that drafted nothing (a prefill or a lookup fallback), where the target
+    chose the token itself, not as a bonus after K accepted drafts."""
+    head = tr("tip.own", lang) if own else tr("tip.head", lang, label=tr(LABEL_KEY[label], lang),
+                                              cue=tr(CUE_KEY[label], lang))
+    lines = [head, tr("tip.p", lang, p=fmt(p, lang))]
     if q is not None:
         lines += [tr("tip.q", lang, q=fmt(q, lang)), f"r = {fmt(r, lang)}", f"min(1, p/q) = {fmt(accept_prob, lang)}"]
     return "\n".join(lines)
@@ -168,7 +171,7 @@ def tokens_html(prompt: str, rounds: list[Round] | None = None, steps: list[Step
     for rnd in (rounds or [])[:upto]:
         for t in rnd.tokens:
             where = tr("tip.where", lang, round=rnd.index + 1, position=t.position) + "\n"
-            title = where + token_title(t.label, t.p, t.q, t.r, t.accept_prob, lang)
+            title = where + token_title(t.label, t.p, t.q, t.r, t.accept_prob, lang, own=rnd.k == 0)
             parts.append(span(t.text, t.label, title, f' data-round="{rnd.index}"'))
     for s in steps or []:
         parts.append(span(s.token.text, "accepted",
@@ -197,9 +200,11 @@ def filmstrip_html(rounds: list[Round], selected: int | None = None, lang: str |
         if added:
             t = added[0]
             cells.append(" \u2192 " + span(visible(t.text), t.label,
-                                           token_title(t.label, t.p, None, None, None, lang)))
+                                           token_title(t.label, t.p, None, None, None, lang, own=rnd.k == 0)))
         verdict = tr("film.kept", lang, n=rnd.n_accepted, k=rnd.k) + (" +1" if added else "")
-        if rnd.source == "lookup":  # where prompt lookup copied its proposal from (a position in prompt + output)
+        if rnd.k == 0 and rnd.source in SOURCE_FILM_KEY:  # nothing drafted: the tag says what the target did
+            verdict = tr(SOURCE_FILM_KEY[rnd.source], lang)
+        elif rnd.source == "lookup":  # where prompt lookup copied its proposal from (a position in prompt + output)
             verdict = tr("film.copied", lang, pos=rnd.copied_from, n=rnd.ngram) + " \u00b7 " + verdict
         elif rnd.source in SOURCE_FILM_KEY:  # who proposed, where it is not the draft model
             verdict = tr(SOURCE_FILM_KEY[rnd.source], lang) + " \u00b7 " + verdict
@@ -266,6 +271,8 @@ def reason(rnd: Round, position: int, lang: str | None = None) -> str:
         return trh("reason.rejected", lang, x=x, p=f"{d.p:.3g}", q=f"{d.q:.3g}", r=f"{d.r:.3g}",
                    ratio=f"{d.accept_prob:.3g}", then=then)
     bonus = next((t for t in rnd.tokens if t.label == "bonus"), None)
+    if bonus and rnd.k == 0 and rnd.source in PLAIN_REASON_KEY:  # nothing drafted: the target chose it itself
+        return trh(PLAIN_REASON_KEY[rnd.source], lang, y=repr(bonus.text))
     if bonus:
         return trh("reason.bonus", lang, k=rnd.k, pos=rnd.k + 1, y=repr(bonus.text))
     return trh("reason.no_bonus", lang)
@@ -274,6 +281,7 @@ def reason(rnd: Round, position: int, lang: str | None = None) -> str:
 # rounds not drafted by the draft model: their film-strip tag, and the caption of a round that proposed nothing
 SOURCE_FILM_KEY = {"fallback": "film.fallback", "prefill": "film.prefill", "eagle": "film.eagle"}
 PLAIN_STEP_CAPTION_KEY = {"fallback": "caption.fallback", "prefill": "caption.prefill"}
+PLAIN_REASON_KEY = {"fallback": "reason.fallback", "prefill": "reason.prefill"}
 
 
 def round_caption(rnd: Round, lang: str | None = None) -> str:
@@ -285,8 +293,8 @@ def round_caption(rnd: Round, lang: str | None = None) -> str:
         parts.append(tr("caption.resampled", lang))
     if "bonus" in labels:
         parts.append(tr("caption.bonus", lang))
-    if rnd.source in PLAIN_STEP_CAPTION_KEY:
-        text = tr(PLAIN_STEP_CAPTION_KEY[rnd.source], lang)
+    if rnd.source in PLAIN_STEP_CAPTION_KEY:  # the target's own token, named: what it chose
+        text = tr(PLAIN_STEP_CAPTION_KEY[rnd.source], lang, y=repr("".join(t.text for t in rnd.output)))
     elif rnd.source == "eagle" and rnd.unsure:
         text = tr("caption.eagle_unsure", lang, k=rnd.k, conf=f"{rnd.unsure[0]:.2f}", stop=f"{rnd.unsure[1]:g}",
                   parts=tr("caption.sep", lang).join(parts))

@@ -27,7 +27,8 @@ def browser():
 
 
 LOADED = {"en-US": "Loaded", "zh-CN": "已加载"}
-LEGEND = {"en-US": "kept by the target", "zh-CN": "被目标模型接受"}  # redrawn by the server once the language is known
+# redrawn by the server once the language is known
+LEGEND = {"en-US": "the draft's guess that the target kept", "zh-CN": "目标模型保留的草稿猜测"}
 
 
 def open_page(browser, url: str, locale: str = "en-US", width: int = 1500, height: int = 1500):
@@ -146,7 +147,7 @@ def visible_text(page) -> str:
 def test_chinese_browser_gets_the_chinese_page(page_zh):
     text = visible_text(page_zh)
     for words in ("逐轮看懂投机采样", "草稿模型", "模型对（草稿模型 → 目标模型）", "提示词", "逐轮演示", "分布检验",
-                  "K 值扫描", "被目标模型接受", "重采样", "额外 token", "语言", "演示模式", "PageDown", "对话模式"):
+                  "K 值扫描", "目标模型保留的草稿猜测", "重采样", "额外 token", "语言", "演示模式", "PageDown", "对话模式"):
         assert words in text, words
     assert page_zh.inner_text("#sd-generate").strip() == "生成"
     assert page_zh.get_by_role("tab", name="逐轮演示").count() == 1
@@ -154,14 +155,15 @@ def test_chinese_browser_gets_the_chinese_page(page_zh):
     assert page_zh.evaluate("document.documentElement.lang") == "zh-CN"
     assert page_zh.evaluate("document.title") == "specdemo：逐轮看懂投机采样"
     assert "对话模式" in page_zh.inner_text("#sd-chat")  # the chat switch, added with chat mode
-    for english in ("Generate", "Step through", "Prompt", "kept by the target", "Race:", "Chat:", "__i18n__"):
+    for english in ("Generate", "Step through", "Prompt", "the draft's guess", "Race:", "Chat:", "__i18n__"):
         assert english not in text, english
 
 
 def test_english_browser_gets_the_english_page(page):
     text = visible_text(page)
     for words in ("speculative sampling, round by round", "Model pair (draft → target)", "Step through",
-                  "Strategy race", "Export", "kept by the target", "Language", "Presenter mode", "Chat: the prompt"):
+                  "Strategy race", "Export", "the draft's guess that the target kept", "Language", "Presenter mode",
+                  "Chat: the prompt"):
         assert words in text, words
     assert page.inner_text("#sd-generate").strip() == "Generate"
     # the only Chinese on the English page is the switch's own name for Chinese
@@ -180,7 +182,7 @@ def test_switching_language_keeps_the_page_and_the_run(page):
     assert page.evaluate("window.sdMarker") == "kept"
     assert page.locator("#sd-token-view .sd-tok").count() == n_tokens
     assert page.inner_text("#sd-token-view") == text_before  # the same run, not a new one
-    assert "被目标模型接受" in page.inner_text("#sd-legend")
+    assert "目标模型保留的草稿猜测" in page.inner_text("#sd-legend")
     assert "p(x) 目标模型" in page.locator("#sd-token-view .sd-tok").first.get_attribute("title")
     assert "完成" in page.inner_text("#sd-stats") and "第1轮" in page.inner_text("#sd-film")
     assert "赛跑" in page.inner_text("#sd-race") and page.locator("#sd-race .scatterlayer .trace").count() == 2
