@@ -11,7 +11,9 @@ what is on screen at every yield, so that Stop or an error never leaves the insp
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
+import weakref
 
 import gradio as gr
 import torch
@@ -193,22 +195,63 @@ def film_click(state, lang, evt: gr.EventData) -> dict:
     return {"round_sl": idx + 1, "film": render.filmstrip_html(rounds, selected=idx, lang=lang)}
 
 
-def step_round(state, direction: int, lang=None) -> dict:
+class _SessionLock:
+    """A lock that can be weakly referenced (a bare threading.Lock cannot)."""
+
+    __slots__ = ("lock", "__weakref__")
+
+    def __init__(self):
+        self.lock = threading.Lock()
+
+
+_SESSION_LOCKS: weakref.WeakValueDictionary[str, _SessionLock] = weakref.WeakValueDictionary()
+_SESSION_LOCKS_GUARD = threading.Lock()
+
+
+def session_lock(request: gr.Request | None) -> _SessionLock:
+    """The lock of one browser session (gradio's session hash); it lives while a handler holds it, so the table
+    never grows with the visitors a server has seen."""
+    key = getattr(request, "session_hash", None) or ""
+    with _SESSION_LOCKS_GUARD:
+        held = _SESSION_LOCKS.get(key)
+        if held is None:
+            held = _SESSION_LOCKS[key] = _SessionLock()
+    return held
+
+
+def step_round(state, direction: int, lang=None, request: gr.Request = None) -> dict:
     """Step-through for talks: show the text up to the current round and say what happened, in plain words.
-    direction: 0 = back to before round 1, -1 = previous round, +1 = next round."""
-    rounds = views.rounds_of(state)
-    if rounds:
-        cursor = 0 if direction == 0 else min(max(state.get("cursor", 0) + direction, 0), len(rounds))
-        state = {**state, "cursor": cursor}
-    return {"state": state} | views.step_view(state, lang)
+    direction: 0 = back to before round 1, -1 = previous round, +1 = next round.
+
+    Steps run side by side across sessions (ui.py gives them no queue limit); within a session they take turns
+    under the session's lock and move the cursor in the state itself, so that a quick second press, whose event
+    read the same state object, starts from the cursor the first one wrote."""
+    with session_lock(request).lock:
+        rounds = views.rounds_of(state)
+        if rounds:
+            state["cursor"] = 0 if direction == 0 else min(max(state.get("cursor", 0) + direction, 0), len(rounds))
+        return {"state": state} | views.step_view(state, lang)
 
 
-def step_key(state, lang, evt: gr.EventData) -> dict:
+def step_button(direction: int):
+    """The handler of one step button (0: first, -1: previous, +1: next)."""
+
+    def step(state, lang, request: gr.Request = None) -> dict:
+        return step_round(state, direction, lang, request)
+
+    step.__name__ = STEP_NAMES[direction]
+    return step
+
+
+STEP_NAMES = {0: "step_first", -1: "step_prev", 1: "step_next"}  # the step buttons' handlers (and API names)
+
+
+def step_key(state, lang, evt: gr.EventData, request: gr.Request = None) -> dict:
     """A step key on the page (ui.KEYS_JS sends {step: 1, -1 or 0}): step, and show the Step through tab."""
     data = getattr(evt, "_data", None) or {}
     if data.get("step") not in (0, 1, -1) or not views.rounds_of(state):
         return {}
-    return step_round(state, data["step"], lang) | {"tabs": gr.Tabs(selected=STEP_TAB)}
+    return step_round(state, data["step"], lang, request) | {"tabs": gr.Tabs(selected=STEP_TAB)}
 
 
 # ----------------------------------------------------------------------------------------------- experiments

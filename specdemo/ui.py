@@ -280,12 +280,14 @@ def wire_browsing(u, wire, view: list) -> None:
         clickable.click(**wire(handlers.film_click, ("round_sl", "film")), inputs=[u.state, u.lang],
                         api_visibility="private")
 
-    # one step at a time, in order, so that quick presses each read the cursor the previous one wrote
-    step = dict(api_visibility="private", concurrency_id="step", concurrency_limit=1, trigger_mode="multiple")
+    # no queue limit: one session's steps never wait for another's; within a session they take turns on the
+    # session's own lock (handlers.step_round), so quick presses each read the cursor the previous one wrote
+    step = dict(concurrency_id="step", concurrency_limit=None, trigger_mode="multiple")
     for btn, direction in ((u.reset_btn, 0), (u.prev_btn, -1), (u.next_btn, 1)):
-        btn.click(**wire(lambda s, lg, d=direction: handlers.step_round(s, d, lg), handlers.STEP_OUTPUTS),
-                  inputs=[u.state, u.lang], **step)
-    u.keys.click(**wire(handlers.step_key, handlers.STEP_OUTPUTS + ("tabs",)), inputs=[u.state, u.lang], **step)
+        btn.click(**wire(handlers.step_button(direction), handlers.STEP_OUTPUTS), inputs=[u.state, u.lang],
+                  api_name=handlers.STEP_NAMES[direction], api_visibility="undocumented", **step)
+    u.keys.click(**wire(handlers.step_key, handlers.STEP_OUTPUTS + ("tabs",)), inputs=[u.state, u.lang],
+                 api_visibility="private", **step)
 
 
 def wire_page(demo: gr.Blocks, u, wire, view: list) -> None:
