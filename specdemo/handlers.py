@@ -115,7 +115,7 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
     pair = get_pair(req.pair, req.spec.strategy)
     if req.spec.lossy:
         gr.Warning(tr("warn.lossy", lang, b=req.spec.lenience))
-    last_chart = None  # the first update carries no charts, so it reaches the page fastest
+    last_chart = None  # the first update carries empty charts (built once), so it reaches the page fast
     spec = base = None
     for spec, base, phase in runs.run_stream(req, pair, limits):
         now = time.monotonic()
@@ -126,6 +126,8 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
             out = views.run_view(spec, None, tr("status.speculative", lang), lang)
             if redraw:
                 out |= views.charts(spec, None, lang, presenter)
+            elif first:  # nothing shows the previous run's charts, even if this run stops before the next redraw
+                out |= views.empty_charts(lang, presenter)
         else:
             out = {"stats": render.stats_html(spec, base, tr("status.baseline", lang, n=len(base.steps)), lang)}
             if redraw:
@@ -262,7 +264,9 @@ TIME_LIMIT_KEY = {"sweep_state": "warn.sweep_time_limit", "race_state": "warn.ra
 
 def experiment(events, view, state_name: str, lang, limits: Limits):
     """Stream an experiment from runs.py: nothing between rounds (a place where Stop ends it), its view and state
-    after each result, and a warning if the time limit ended it."""
+    after each result, and a warning if the time limit ended it. Each experiment's handler first clears its
+    outputs and state (before it even checks its inputs), so that an experiment that ends before its first result
+    (Stop, the time limit, an error) leaves no earlier result on the page, nor in the state a redraw reads."""
     for item in events:
         if item is None:
             yield {}
@@ -279,6 +283,7 @@ def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p
                chat=None, lang=None, presenter=False):
     """Run K = k_from..k_to on the same prompt and seed; plot measured and predicted speedup, recommend a K.
     Streams SWEEP_OUTPUTS; the state lets a language switch redraw the result."""
+    yield views.sweep_view(None, lang, presenter) | {"sweep_state": None}  # see `experiment`
     limits = Limits.from_env()
     k_from = as_number(Msg("field.k_from"), k_from, int, 1, limits.max_k)
     k_to = as_number(Msg("field.k_to"), k_to, int, k_from, limits.max_k)
@@ -294,6 +299,7 @@ def strategy_race_ui(pair_name, draft_id, target_id, prompt, k, temperature, top
                      chat=None, lang=None, presenter=False):
     """Target-only decoding, then every strategy, on the same prompt and seed, one after another (each timed alone).
     Streams RACE_OUTPUTS: the tokens-over-time chart and a table after every run."""
+    yield views.race_view(None, lang, presenter) | {"race_state": None}  # see `experiment`
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
                    True, 1.0, limits, chat)

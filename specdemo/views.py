@@ -7,6 +7,8 @@ positions in a tuple. Nothing here runs a model: the same data redraws in anothe
 
 from __future__ import annotations
 
+import functools
+
 import gradio as gr
 
 from . import i18n, plots, render
@@ -36,6 +38,17 @@ def charts(spec: Trace | None, base: Trace | None, lang: str | None = None, pres
             plots.accepted_length_histogram(spec, lang), plots.acceptance_by_position(spec, lang),
             plots.speedup_vs_theory(spec, base, lang=lang))
     return {name: plots.present(f, presenter) for name, f in zip(CHARTS, figs, strict=True)}
+
+
+@functools.lru_cache(maxsize=8)
+def _empty_charts(lang: str | None, presenter: bool) -> dict:
+    return charts(None, None, lang, presenter)
+
+
+def empty_charts(lang: str | None = None, presenter: bool = False) -> dict:
+    """The five run charts with nothing drawn yet, built once per language and size (building five plotly figures
+    takes about 0.2 s here, too slow for a run's first update). Nobody changes a figure after it is built."""
+    return dict(_empty_charts(lang, bool(presenter)))
 
 
 def run_view(spec: Trace | None, base: Trace | None, status: str | None = None, lang: str | None = None) -> dict:

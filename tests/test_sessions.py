@@ -3,8 +3,11 @@ never waits for another's, and nothing on one session's page outlives the run or
 
 from __future__ import annotations
 
+import json
 import threading
 
+import gradio as gr
+import pytest
 from gradio_client import Client
 
 from specdemo import views
@@ -57,3 +60,57 @@ def test_quick_steps_in_one_session_each_start_from_the_last(app_url):
     for _ in range(2):
         _, after_calm = calm.submit("en", api_name="/step_next").result(timeout=120)
     assert after_quick == after_calm and after_quick.startswith("Round 2 of "), (after_quick, after_calm)
+
+
+SKIP = {"__type__": "update"}  # an update that leaves the output as it was
+
+
+def on_page(updates: list) -> list:
+    """What the streamed updates leave on the page, output by output (None: never set by them)."""
+    shown = [None] * len(updates[0])
+    for update in updates:
+        shown = [old if new == SKIP else new for old, new in zip(shown, update)]
+    return shown
+
+
+def plot_data(value) -> list | None:
+    """The traces of a streamed gr.Plot value; None where the update left the plot as it was."""
+    if not isinstance(value, dict) or value.get("type") != "plotly":
+        return None
+    return json.loads(value["plot"])["data"]
+
+
+def test_a_runs_first_update_clears_the_previous_runs_charts(client):
+    """The charts are redrawn every 0.4 s while a run streams; its first update already replaces the previous
+    run's five charts with empty ones, so a run stopped at once shows none of the previous run's lines."""
+    run_in(client)
+    job = client.submit(*RUN[:8], 8, 2, False, 1.0, None, "fixed", "en", False, 3, api_name="/generate_stream")
+    job.result(timeout=300)
+    first = job.outputs()[0]
+    charts = first[3:8]
+    assert all(plot_data(c) is not None for c in charts), [str(c)[:80] for c in charts]
+    assert plot_data(charts[0]) == [], "the first update's race chart still has lines"
+    empty = [json.loads(gr.Plot().postprocess(f).plot)["data"] for f in views.charts(None, None, "en").values()]
+    assert [plot_data(c) for c in charts] == empty
+
+
+EXPERIMENTS = {  # api name, inputs after (pair, draft, target, prompt), which output is the table
+    "/k_sweep": ([0.8, 0, 1.0, 16, 0, 1, 2, None, "en", False], 1),
+    "/strategy_race": ([3, 0.0, 0, 1.0, 16, 0, None, "en", False], 1),
+}
+
+
+@pytest.mark.parametrize("api", EXPERIMENTS)
+def test_an_experiment_that_ends_before_its_first_result_leaves_no_earlier_one(app_url, monkeypatch, api):
+    """A K sweep or a race that the time limit (or Stop, or an error) ends before its first result must not leave
+    the previous result's plot and table on the page: its first update clears them."""
+    client = Client(app_url, verbose=False)
+    args, table = EXPERIMENTS[api]
+    done = client.submit("shakespeare", "", "", "ROMEO:\n", *args, api_name=api).result(timeout=300)
+    assert done[table], "the first experiment shows a table"
+    monkeypatch.setenv("SPECDEMO_TIME_LIMIT_S", "0")  # the next one ends at its first target step
+    job = client.submit("shakespeare", "", "", "ROMEO:\n", *args, api_name=api)
+    job.result(timeout=300)
+    shown = on_page(job.outputs())
+    assert shown[table] == "" and plot_data(shown[0]) is not None, shown
+    assert not any(tr.get("y") for tr in plot_data(shown[0])), "the plot still shows a result"
