@@ -17,9 +17,9 @@ target layers; they read the head's predicted feature alone, as before.
 
 Files (a folder, every file < 9.5 MB): config.json (shapes, the draft vocabulary's size, the feature layers, and
 which target the head belongs to: model type, hidden size, vocabulary size and a digest of the tokenizer's
-vocabulary), head.safetensors (fc, the layer, and `d2t`, the target id of every draft-vocabulary row) and, for a
-head with feature layers, layers.safetensors (their norms and `mix`). The LM-head rows are not stored: they are
-the target's own, taken at load time.
+vocabulary), head.safetensors (fc, the layer, and `d2t`, the target id of every draft-vocabulary row, no id twice)
+and, for a head with feature layers, layers.safetensors (their norms and `mix`). The LM-head rows are not stored:
+they are the target's own, taken at load time.
 """
 
 from __future__ import annotations
@@ -301,6 +301,8 @@ def load_head(folder: Path, target, tokenizer, dtype: torch.dtype, device) -> Ea
     d2t = state.get("d2t")
     if d2t is None or d2t.shape != (cfg.draft_vocab_size,) or int(d2t.min()) < 0 or int(d2t.max()) >= sig["vocab_size"]:
         raise HeadError("err.head_mismatch", what="d2t")
+    if (repeats := d2t.numel() - torch.unique(d2t).numel()) > 0:  # two rows for one token: q would be wrong there
+        raise HeadError("err.head_d2t_repeats", n=repeats)
     state["d2t"] = d2t.long()
     try:
         head.load_state_dict({k: v.float() if k != "d2t" else v for k, v in state.items()}, strict=True)

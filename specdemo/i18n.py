@@ -306,6 +306,8 @@ EN: dict[str, str] = {
     "err.head_missing": "its files are missing",
     "err.head_damaged": "its files are damaged ({error})",
     "err.head_mismatch": "it was trained for another target (its {what} differs)",
+    "err.head_d2t_repeats": (
+        "its files are damaged: {n} of its draft vocabulary's rows repeat a target token that another row names"),
     "head.none": "none was trained for it",
     "err.no_head": "The {name} pair cannot draft with the EAGLE head: {why}. Choose fixed K, adaptive or prompt lookup.",
     "err.no_head_custom": (
@@ -603,6 +605,7 @@ ZH: dict[str, str] = {
     "err.head_missing": "它的文件缺失",
     "err.head_damaged": "它的文件已损坏（{error}）",
     "err.head_mismatch": "它是为另一个目标模型训练的（{what} 不一致）",
+    "err.head_d2t_repeats": "它的文件已损坏：草稿词表中有 {n} 行重复了另一行已对应的目标 token",
     "head.none": "没有为它训练过草稿头",
     "err.no_head": "模型对 {name} 不能用 EAGLE 草稿头起草：{why}。请选择固定 K、自适应或提示查找。",
     "err.no_head_custom": "只有内置的模型对带有 EAGLE 草稿头；自定义或 Hub 模型对请用固定 K、自适应或提示查找起草。",

@@ -274,6 +274,7 @@ def refusal(pair) -> str:
     ("layers_in_version_1", "err.head_damaged"),
     ("layers_unordered", "err.head_damaged"),
     ("stop_above_one", "err.head_damaged"),
+    ("d2t_repeats", "err.head_d2t_repeats"),
 ])
 def test_a_bad_head_is_refused_in_one_sentence_and_the_rest_works(pair32, head_copy, damage, key):
     weights = head_copy / WEIGHTS_FILE
@@ -289,6 +290,12 @@ def test_a_bad_head_is_refused_in_one_sentence_and_the_rest_works(pair32, head_c
     elif damage == "stop_above_one":  # a confidence stop no probability reaches
         meta = json.loads((head_copy / "config.json").read_text())
         (head_copy / "config.json").write_text(json.dumps(meta | {"stop_below": 1.5}))
+    elif damage == "d2t_repeats":  # two draft rows name one target token: its q would add up, and q be wrong
+        from safetensors.torch import load_file, save_file
+
+        state = load_file(str(weights))
+        state["d2t"][1] = state["d2t"][0]
+        save_file(state, str(weights), metadata={"architecture": "specdemo-eagle"})
     elif damage.startswith("layers_"):  # version 1 has no feature layers; version 2 lists them once, in order
         layers, version = ([1, 6], 1) if damage == "layers_in_version_1" else ([6, 1, 1], 2)
         meta = json.loads((head_copy / "config.json").read_text())
