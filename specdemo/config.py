@@ -67,8 +67,10 @@ class SamplingConfig:
         return self.temperature < GREEDY_BELOW
 
 
-STRATEGIES = ("fixed", "adaptive", "lookup", "eagle")
+STRATEGIES = ("fixed", "adaptive", "lookup", "eagle", "tree")
 NGRAM_RANGE = (1, 8)
+TREE_TOPK_RANGE = (1, 16)  # tree: children per expanded node, and expanded nodes per depth
+TREE_DEPTH_RANGE = (1, 16)  # tree: the deepest drafted token (a round keeps at most depth + 1 tokens)
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,10 @@ class SpecConfig:
 
     strategy (see drafters.py): "fixed" drafts K tokens with the draft model every round; "adaptive" drafts up to
     K tokens and stops early when the draft's own confidence says the next token would likely be rejected; "lookup"
-    copies up to K tokens that followed an earlier occurrence of the last `ngram` tokens (no draft model).
+    copies up to K tokens that followed an earlier occurrence of the last `ngram` tokens (no draft model); "eagle"
+    lets the pair's EAGLE head draft a chain of up to K; "tree" lets it draft a tree (EAGLE-2) of `tree_budget`
+    nodes, `tree_depth` deep, expanding `tree_topk` nodes a depth with `tree_topk` children each (K is not used;
+    0 takes the head's own default for each size, drafters.tree_shape).
     lenience b in (0, 1] draws the acceptance uniform from U[0, b); b = 1 is the exact algorithm, b < 1 accepts more
     drafts and is lossy (the output no longer follows the target's distribution). top_candidates: how many top
     tokens per position the Round events carry for the inspector (0 = none: the bench, the CLI and the API skip it).
@@ -90,6 +95,9 @@ class SpecConfig:
     top_candidates: int = 8
     strategy: str = "fixed"
     ngram: int = 3  # lookup: the longest n-gram matched (shorter ones are tried when it has no earlier occurrence)
+    tree_topk: int = 0  # tree: 0 = the head's default
+    tree_depth: int = 0
+    tree_budget: int = 0
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -105,6 +113,12 @@ class SpecConfig:
             raise ConfigError(f"lenience must be in (0, 1], got {self.lenience}")
         if self.top_candidates < 0:
             raise ConfigError(f"top_candidates must be >= 0, got {self.top_candidates}")
+        for name, (lo, hi) in (("tree_topk", TREE_TOPK_RANGE), ("tree_depth", TREE_DEPTH_RANGE)):
+            value = getattr(self, name)
+            if type(value) is not int or not (value == 0 or lo <= value <= hi):
+                raise ConfigError(f"{name} must be 0 (the head's default) or between {lo} and {hi}, got {value!r}")
+        if type(self.tree_budget) is not int or self.tree_budget < 0:
+            raise ConfigError(f"tree_budget must be 0 (the head's default) or at least 1, got {self.tree_budget!r}")
 
     @property
     def lossy(self) -> bool:
@@ -121,6 +135,11 @@ class PairPreset:
     target_wheel: tuple[str, str] | None = None  # (package, GGUF file) that ships the target for offline use
     eagle_head: str | None = None  # a folder holding an EAGLE head trained for this target (strategy "eagle")
     strategy: str = "fixed"  # the strategy the page opens with when this pair is the default
+    # the page's defaults for this pair (on opening, and when it is chosen): chosen so that its example prompts read
+    # well for most seeds (the README lists what was checked)
+    temperature: float = 0.8
+    k: int = 4
+    max_new_tokens: int = 128
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -189,6 +208,7 @@ class Limits:
     max_new_tokens: int = 256  # SPECDEMO_MAX_NEW_TOKENS
     max_prompt_chars: int = 4000  # SPECDEMO_MAX_PROMPT_CHARS
     max_k: int = 12  # SPECDEMO_MAX_K
+    max_tree: int = 0  # SPECDEMO_MAX_TREE: the most nodes a draft tree may have (0: devices.default_max_tree)
     max_samples: int = 5000  # SPECDEMO_MAX_SAMPLES (distribution check)
     time_limit_s: int = 120  # SPECDEMO_TIME_LIMIT_S (per request)
     allow_custom: bool = True  # SPECDEMO_ALLOW_CUSTOM (custom hub ids)
@@ -201,7 +221,7 @@ class Limits:
         """The limits from the environment. Unset, the custom-model cap follows the device's memory
         (devices.default_max_params_m), and custom ids are on only where that cap fits at least gpt2; a cap the
         operator sets leaves them on unless SPECDEMO_ALLOW_CUSTOM=0."""
-        from .devices import default_max_params_m
+        from .devices import default_max_params_m, default_max_tree
 
         set_cap = env_int("SPECDEMO_MAX_PARAMS_M", 0)
         cap = set_cap or default_max_params_m()
@@ -210,6 +230,7 @@ class Limits:
             max_new_tokens=env_int("SPECDEMO_MAX_NEW_TOKENS", cls.max_new_tokens),
             max_prompt_chars=env_int("SPECDEMO_MAX_PROMPT_CHARS", cls.max_prompt_chars),
             max_k=env_int("SPECDEMO_MAX_K", cls.max_k),
+            max_tree=env_int("SPECDEMO_MAX_TREE", 0) or default_max_tree(),
             max_samples=env_int("SPECDEMO_MAX_SAMPLES", cls.max_samples),
             time_limit_s=env_int("SPECDEMO_TIME_LIMIT_S", cls.time_limit_s),
             allow_custom=env_int("SPECDEMO_ALLOW_CUSTOM", custom_default) != 0,

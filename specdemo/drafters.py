@@ -47,11 +47,12 @@ import torch
 
 import torch.nn.functional as F
 
-from .config import Limits, SamplingConfig, SpecConfig
+from .config import TREE_DEPTH_RANGE, Limits, SamplingConfig, SpecConfig
 from .i18n import Msg
 from .eagle import HeadCache
 from .models import CachedLM, ModelPair, StrategyUnavailable
 from .sampling import sample, warp
+from .tree import DraftTree, grow
 
 ADAPTIVE_MAX_K = 12  # the adaptive drafter's cap (it chooses K per round), lowered to the server's K limit
 ADAPTIVE_THRESHOLD = 0.3  # stop once the estimated chance that all drafts so far survive falls below this
@@ -69,6 +70,8 @@ class Proposal:
     ngram: int | None = None  # lookup: the size of the n-gram that matched
     unsure: tuple[float, float] | None = None  # eagle: its confidence stop ended the round early, at (the head's
     #                                            top probability for the next position, its stop_below)
+    tree: DraftTree | None = None  # a draft tree (tree.py): the tokens are its nodes, verified by the walk; None: a
+    #                                chain, verified by the modified rejection test with q
 
     @property
     def k(self) -> int:
@@ -311,10 +314,72 @@ class EagleDrafter(Drafter):
             self.pending.append(outcome.features)
 
 
+DEFAULT_TREE = {"topk": 2, "depth": 4, "budget": 8}  # a head whose config names no tree shape drafts this one
+
+
+def tree_shape(spec: SpecConfig, head, limits: Limits | None = None) -> tuple[int, int, int]:
+    """(topk, depth, budget) for a tree run: spec's sizes, 0 taking the head's default (its config's "tree"), the
+    budget never above what the tree can hold nor the server's SPECDEMO_MAX_TREE."""
+    own = DEFAULT_TREE | (head.cfg.tree if head is not None else {})
+    topk = spec.tree_topk or own["topk"]
+    depth = spec.tree_depth or own["depth"]
+    budget = spec.tree_budget or own["budget"]
+    cap = (limits or Limits.from_env()).max_tree
+    return topk, depth, max(1, min(budget, topk + (depth - 1) * topk * topk, cap))
+
+
+class TreeDrafter(EagleDrafter):
+    """The EAGLE head drafts a tree (EAGLE-2; tree.grow): per depth, one head call over the frontier's topk nodes
+    with a tree mask in the head's own cache; then the best `budget` nodes by cumulative head probability. The
+    children are the head's top-k, not samples, so the loop verifies the tree with the exact walk (tree.walk) at
+    every temperature. The drafted positions are cropped from the head's cache after the round, and the kept path
+    is re-read from the target's true features, as for the chain."""
+
+    name = "tree"
+
+    def __init__(self, head, target, sampling: SamplingConfig, vocab_size: int, capacity: int,
+                 shape: tuple[int, int, int]):
+        self.topk, self.depth, self.budget = shape
+        super().__init__(head, target, sampling, vocab_size, capacity + (self.depth - 1) * self.topk)
+        self.stop_below = 0.0  # a tree hedges instead of stopping
+
+    @torch.inference_mode()
+    def propose(self, seq: torch.Tensor, k_max: int, gen: torch.Generator) -> Proposal:
+        empty = torch.empty(0, self.vocab_size, device=seq.device)
+        if not self.pending and self.cache.length == 0:  # round one: the target has not read the prompt yet
+            return Proposal(seq.new_empty(0), empty, "prefill")
+        if k_max <= 0:
+            return Proposal(seq.new_empty(0), empty, "tree")
+        # 1. read the true features of the newly fixed positions, as the chain does
+        feats, start = torch.cat(self.pending), self.cache.length
+        assert start + feats.shape[0] == seq.numel() - 1, (start, feats.shape, seq.numel())
+        g_root = self.read(feats, seq[start + 1 :])
+        self.pending, self.true_len = [], self.cache.length
+        depth, topk = min(self.depth, k_max), self.topk
+        dev, true_len = seq.device, self.true_len
+        prefix_seen = torch.ones(topk, true_len, dtype=torch.bool, device=dev)
+        outputs = {"g": g_root.expand(topk, -1)}  # the predicted features of the current frontier's parents
+
+        def expand(parent_slots, draft_ids, visible, d):
+            # the frontier's nodes at depth d, each read as (its parent's predicted feature, its token), in one call
+            feat = outputs["g"] if parent_slots is None else outputs["g"][parent_slots]
+            positions = torch.full((topk,), true_len + d - 1, device=dev)  # where a chain's node would sit
+            g = self.step_at(feat, self.head.d2t[draft_ids], positions, torch.cat([prefix_seen, visible], dim=1))
+            outputs["g"] = g
+            return F.linear(g, self.head.lm_rows)
+
+        # 2. grow the tree from the root's logits, then keep the best `budget` nodes
+        grown = grow(F.linear(g_root, self.head.lm_rows)[0], expand, topk, depth, self.budget)
+        return Proposal(self.head.d2t[grown.draft_ids], empty, "tree", tree=grown.tree)
+
+    def step_at(self, feat, tokens, positions, mask) -> torch.Tensor:
+        return self.head.step(feat.to(self.dtype), self.embed(tokens).to(self.dtype), self.cache, positions, mask)
+
+
 def check_strategy(pair: ModelPair | None, strategy: str) -> None:
     """Refuse, in one sentence, a strategy the pair cannot draft with (eagle without a head). pair=None: a custom or
     hub pair, checked before anything is loaded."""
-    if strategy != "eagle":
+    if strategy not in ("eagle", "tree"):
         return
     if pair is None:
         raise StrategyUnavailable("err.no_head_custom")
@@ -330,6 +395,9 @@ def make_drafter(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, dr
     check_strategy(pair, spec.strategy)
     if spec.strategy == "eagle":
         return EagleDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1)
+    if spec.strategy == "tree":
+        return TreeDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1,
+                           tree_shape(spec, pair.head))
     draft_lm = draft_lm or CachedLM(pair.draft, pair.vocab_size)
     if spec.strategy == "adaptive":
         return AdaptiveDrafter(draft_lm, sampling)
@@ -339,6 +407,8 @@ def make_drafter(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, dr
 def max_drafts(spec: SpecConfig, limits: Limits | None = None) -> int:
     """The most tokens a round may propose under spec: K, except for adaptive, which picks K itself, up to
     ADAPTIVE_MAX_K and never above the server's K limit (SPECDEMO_MAX_K)."""
+    if spec.strategy == "tree":  # the tree's depth bounds a round; TreeDrafter takes the smaller of the two
+        return TREE_DEPTH_RANGE[1]
     if spec.strategy != "adaptive":
         return spec.k
     return max(1, min(ADAPTIVE_MAX_K, (limits or Limits.from_env()).max_k))

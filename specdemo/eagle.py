@@ -60,6 +60,7 @@ class HeadConfig:
     rms_norm_eps: float = 1e-5
     feature_layers: tuple[int, ...] = ()  # decoder layers (0-based) whose outputs the head also reads (EAGLE-3)
     stop_below: float = 0.0  # confidence stop: draft x_t (t >= 2) only where the head's top probability >= this
+    tree: dict = field(default_factory=dict)  # the draft tree's default shape: {"topk", "depth", "budget"} (ints)
     target: dict = field(default_factory=dict)  # model_type, hidden_size, vocab_size, vocab_sha256, name
     training: dict = field(default_factory=dict)  # the recipe and the learning curve (the card reads it)
 
@@ -205,9 +206,13 @@ class EagleHead(nn.Module):
         attn = F.scaled_dot_product_attention(q, self.expand_kv(k), self.expand_kv(v), is_causal=True)
         return self.finish(x, attn)
 
-    def step(self, feat: torch.Tensor, emb: torch.Tensor, cache: HeadCache) -> torch.Tensor:
+    def step(self, feat: torch.Tensor, emb: torch.Tensor, cache: HeadCache, positions: torch.Tensor | None = None,
+             mask: torch.Tensor | None = None) -> torch.Tensor:
         """Drafting: n new positions [n, H] appended to `cache` -> their predicted features [n, H]. The same
-        arithmetic as `forward`, with the fused weights that `attach` made and no module calls."""
+        arithmetic as `forward`, with the fused weights that `attach` made and no module calls.
+
+        By default the new positions continue the sequence causally. A draft tree passes its nodes' RoPE
+        `positions` [n] and `mask` [n, cache.length + n] (bool, True where a new position may attend)."""
         cfg = self.cfg
         n, start = feat.shape[0], cache.length
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -217,13 +222,16 @@ class EagleHead(nn.Module):
         qkv = F.linear(self.input_norm(x), w_qkv)
         q = qkv[:, : nh * hd].view(n, nh, hd).transpose(0, 1)
         k = qkv[:, nh * hd : (nh + nkv) * hd].view(n, nkv, hd).transpose(0, 1)
-        cos, sin = self.rope_tables(start + n, x.device)
-        cos, sin = cos[start:].to(x.dtype), sin[start:].to(x.dtype)
+        if positions is None:
+            cos, sin = self.rope_tables(start + n, x.device)
+            cos, sin = cos[start:].to(x.dtype), sin[start:].to(x.dtype)
+        else:  # the caller knows a bound: positions never exceed the cache's capacity
+            cos, sin = self.rope_tables(cache.k.shape[1], x.device)
+            cos, sin = cos[positions].to(x.dtype), sin[positions].to(x.dtype)
         cache.k[:, start : start + n] = rope(k, cos, sin)
         cache.v[:, start : start + n] = qkv[:, (nh + nkv) * hd :].view(n, nkv, hd).transpose(0, 1)
         cache.length = start + n
-        mask = None
-        if n > 1:  # new position i sees the cache and new positions <= i
+        if mask is None and n > 1:  # new position i sees the cache and new positions <= i
             mask = torch.ones(n, start + n, dtype=torch.bool, device=x.device).tril(diagonal=start)
         attn = F.scaled_dot_product_attention(rope(q, cos, sin), cache.k[:, : start + n], cache.v[:, : start + n],
                                               attn_mask=mask, enable_gqa=nh != nkv)
@@ -267,6 +275,10 @@ def read_config(folder: Path) -> HeadConfig:
     stop = meta.get("stop_below", 0.0)
     if not (type(stop) in (int, float) and 0 <= stop < 1):
         raise HeadError("err.head_damaged", error="stop_below")
+    tree = meta.get("tree", {})
+    if not (isinstance(tree, dict) and set(tree) <= {"topk", "depth", "budget"}
+            and all(type(v) is int and 1 <= v <= 256 for v in tree.values())):
+        raise HeadError("err.head_damaged", error="tree")
     try:
         fields = {k: meta[k] for k in HeadConfig.__dataclass_fields__ if k in meta}
         return HeadConfig(**fields | {"feature_layers": tuple(layers)})

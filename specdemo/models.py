@@ -70,19 +70,34 @@ class CachedLM:
         return self.feed_features(ids, keep_logits)[0]
 
     @torch.inference_mode()
-    def feed_features(self, ids: torch.Tensor, keep_logits: int = 1, layers: tuple[int, ...] = ()
+    def keep_rows(self, start: int, rows: list[int]) -> None:
+        """After a tree forward: keep cached positions [0, start) and then the positions start + rows (the kept
+        path, in order), on every layer; everything after is dropped. Positions already in place are not moved."""
+        first = next((i for i, r in enumerate(rows) if r != i), len(rows))  # rows[:first] sit where they belong
+        if first < len(rows):
+            src = torch.tensor(rows[first:], dtype=torch.long) + start
+            for layer in self.cache.layers:
+                for t in (layer.keys, layer.values):
+                    t[..., start + first : start + len(rows), :] = t[..., src.to(t.device), :]
+        self.crop(min(self.length, start + len(rows)))
+
+    @torch.inference_mode()
+    def feed_features(self, ids: torch.Tensor, keep_logits: int = 1, layers: tuple[int, ...] = (),
+                      tree: tuple[torch.Tensor, torch.Tensor] | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """As `feed`, and also the features an EAGLE head reads at all n fed positions: the outputs of decoder
         `layers` (0-based) and then the last hidden state, side by side, [n, (len(layers) + 1) H]; None for a model
-        that keeps its own forward."""
+        that keeps its own forward. `tree`: (float 4D attention mask, position ids) for a draft tree's forward
+        (tree.tree_attention); None for a causal one."""
         assert ids.dim() == 1 and ids.numel() >= keep_logits >= 1, (ids.shape, keep_logits)
         self.calls += 1
+        extra = {} if tree is None else {"attention_mask": tree[0], "position_ids": tree[1]}
         if self.head32 is None:
             out = self.model(input_ids=ids.view(1, -1), past_key_values=self.cache, use_cache=True,
-                             logits_to_keep=keep_logits)
+                             logits_to_keep=keep_logits, **extra)
             return out.logits[0, -keep_logits:, : self.vocab_size].float(), None
         out = self.model.base_model(input_ids=ids.view(1, -1), past_key_values=self.cache, use_cache=True,
-                                    output_hidden_states=bool(layers))
+                                    output_hidden_states=bool(layers), **extra)
         hidden = out.last_hidden_state[0]
         features = torch.cat([out.hidden_states[i + 1][0] for i in layers] + [hidden], -1) if layers else hidden
         weight, bias = self.head32
@@ -186,7 +201,19 @@ class ModelPair:
 
     @property
     def eos_token_id(self) -> int | None:
+        """The tokenizer's end-of-text token (also what the pad token defaults to). Runs stop at `eos_token_ids`."""
         return self.tokenizer.eos_token_id
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        """Every token a run stops after: the target's generation_config.eos_token_id, an int or a list (Llama-3's
+        chat models end a turn with <|eot_id|> beside <|end_of_text|>), which is where transformers' generate stops,
+        and the tokenizer's EOS, which chat templates end a turn with. Read on every call, so it follows the config."""
+        config_ids = getattr(getattr(self.target, "generation_config", None), "eos_token_id", None)
+        ids = [] if config_ids is None else [config_ids] if isinstance(config_ids, int) else list(config_ids)
+        if self.tokenizer.eos_token_id is not None:
+            ids.append(self.tokenizer.eos_token_id)
+        return frozenset(int(i) for i in ids)
 
     def token_text(self, token_id: int) -> str:
         """The text of one token, from a table built once per pair (per-token decode is too slow for a hot loop).

@@ -21,16 +21,17 @@ read after that copy.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 import torch
 
 from .config import SamplingConfig, SpecConfig
-from .events import Candidate, DraftPosition, Round, Token, Trace
+from .events import Candidate, DraftPosition, Round, Token, Trace, TreeNode
 from .drafters import Drafter, RoundOutcome, make_drafter, max_drafts
 from .i18n import Translatable
 from .models import CachedLM, ModelPair, dtype_name
 from .sampling import verify, warp
+from .tree import DraftTree, TreeVerdict, tree_attention, walk
 
 
 class PromptError(Translatable, ValueError):
@@ -42,7 +43,7 @@ def encode_prompt(pair: ModelPair, prompt: str, max_new_tokens: int, chat: bool 
     """Tokenise and check the prompt against the pair's context window (prompt + new tokens must fit).
 
     chat=True treats the prompt as a user message and wraps it with the tokenizer's chat template (instruct targets);
-    the output is then the assistant's reply, ended by the template's end-of-turn token (the tokenizer's EOS).
+    the output is then the assistant's reply, ended by the template's end-of-turn token (ModelPair.eos_token_ids).
     chat=None takes the pair's default (on for instruct presets such as smollm2-135m)."""
     chat = pair.chat if chat is None else chat
     if not prompt or not prompt.strip():
@@ -138,12 +139,14 @@ def verdict_on_host(pair: ModelPair, draft_tokens, q_draft, p, v, top_m: int) ->
     return [int(t) for t in draft_list], (p_x, q_x, acc, r, overlap), int(n_acc), int(next_tok), p_next, top
 
 
-def kept_ids(draft_list: list[int], n_acc: int, next_tok: int, eos: int | None, remaining: int):
-    """The accepted drafts and the resampled/bonus token, cut after EOS and at the token budget: (ids, stop_reason)."""
+def kept_ids(draft_list: list[int], n_acc: int, next_tok: int, eos_ids: Collection[int], remaining: int):
+    """The accepted drafts and the resampled/bonus token, cut after the first EOS (any of `eos_ids`,
+    ModelPair.eos_token_ids) and at the token budget: (ids, stop_reason)."""
     new_ids = draft_list[:n_acc] + [next_tok]
     stop_reason = None
-    if eos is not None and eos in new_ids:
-        new_ids = new_ids[: new_ids.index(eos) + 1]
+    end = next((i for i, t in enumerate(new_ids) if t in eos_ids), None)
+    if end is not None:
+        new_ids = new_ids[: end + 1]
         stop_reason = "eos"
     if len(new_ids) >= remaining:
         new_ids = new_ids[:remaining]
@@ -173,6 +176,65 @@ def round_tokens(pair: ModelPair, draft_list: list[int], rows: tuple, top: list,
     return positions, tokens
 
 
+@torch.inference_mode()
+def tree_verdict_on_host(pair: ModelPair, tokens: torch.Tensor, tree: DraftTree, p: torch.Tensor, v: TreeVerdict,
+                         top_m: int) -> tuple:
+    """A tree round's one device-to-host copy: the nodes (token, parent, depth, head p, target p), the walk (path,
+    where it ended, the target's token there and its p) and, for the inspector, the top_m under p at every row.
+    Returns (nodes, path rows, next token, p of it, ended at a leaf, top candidates per p row)."""
+    top_tensors = []
+    if top_m > 0:
+        top_ids = p.topk(min(top_m, p.shape[1]), dim=-1).indices
+        top_tensors = [top_ids, p.gather(1, top_ids)]
+    p_next = p.view(-1).gather(0, v.end_row * p.shape[1] + v.next_token)
+    host = to_host(tokens, tree.parents, tree.depths, tree.head_p, v.p_of_node, v.on_path, v.p_continue,
+                   torch.stack([v.end_row, v.next_token, v.end_is_leaf.long()]), p_next, *top_tensors)
+    ids, parents, depths, head_p, p_node, on_path, p_go, (end_row, next_tok, leaf), (p_next_host,), *top_host = host
+    assert all(-1 <= a < i for i, a in enumerate(parents)), f"a tree node without its parent: {parents}"
+    nodes = [TreeNode(i, int(t), pair.token_text(int(t)), int(a), int(d), hp, pn, bool(o))
+             for i, (t, a, d, hp, pn, o) in enumerate(zip(ids, parents, depths, head_p, p_node, on_path))]
+    top = [[] for _ in range(len(nodes) + 1)]
+    if top_m > 0:
+        width = top_tensors[0].shape[1]
+        top = [[Candidate(int(c), pair.token_text(int(c)), pc, 0.0)
+                for c, pc in zip(top_host[0][r * width:(r + 1) * width], top_host[1][r * width:(r + 1) * width])]
+               for r in range(len(nodes) + 1)]
+    path = [nd.id for nd in nodes if nd.on_path]
+    return nodes, path, p_go, int(next_tok), p_next_host, bool(leaf), top
+
+
+def tree_round_tokens(pair: ModelPair, nodes: list[TreeNode], path: list[int], p_go: list[float], top: list,
+                      new_ids: list[int], next_tok: int, p_next: float, leaf: bool
+                      ) -> tuple[list[DraftPosition], list[Token]]:
+    """A tree round as events. The positions are the path's nodes (accepted) and, where the walk ended at a node
+    with children, the head's likeliest child there (judged and refused: the target drew another token). A node's
+    q is its head probability; its accept_prob is the chance the target draws it, p (q = 1 for a deterministic
+    child); overlap is the chance the target goes on from its parent, the p of all the parent's children."""
+    rows = [0] + [i + 1 for i in path]  # the p rows the walk visited
+    positions = []
+    for t, i in enumerate(path):
+        nd = nodes[i]
+        positions.append(DraftPosition(t + 1, nd.token_id, nd.text, nd.head_p, nd.p, 0.0, nd.p, p_go[rows[t]],
+                                       True, True, top[rows[t]]))
+    end = path[-1] if path else -1
+    children = [nd for nd in nodes if nd.parent == end]
+    if not leaf and children:
+        best = max(children, key=lambda nd: nd.head_p)
+        positions.append(DraftPosition(len(path) + 1, best.token_id, best.text, best.head_p, best.p, 0.0, best.p,
+                                       p_go[rows[-1]], True, False, top[rows[-1]]))
+    n_acc = len(path)
+    tokens = [Token(d.token_id, d.text, "accepted", d.position, d.p, d.q, None, d.p)
+              for d in positions[: min(n_acc, len(new_ids))]]
+    if len(new_ids) > n_acc:
+        if not leaf and children:
+            refused = positions[n_acc]
+            tokens.append(Token(refused.token_id, refused.text, "rejected", refused.position, refused.p, refused.q,
+                                None, refused.p))
+        tokens.append(Token(next_tok, pair.token_text(next_tok), "bonus" if leaf else "resampled", n_acc + 1,
+                            p=p_next))
+    return positions, tokens
+
+
 def speculative_rounds(
     pair: ModelPair,
     prompt_ids: list[int],
@@ -195,7 +257,7 @@ def speculative_rounds(
     k_cap = max_drafts(spec)
     seq = torch.tensor(prompt_ids, dtype=torch.long, device=dev)
     prompt_len = len(prompt_ids)
-    eos = pair.eos_token_id
+    eos = pair.eos_token_ids  # the generation config's EOS ids and the tokenizer's
     top_m = spec.top_candidates
     busy = 0.0  # this run's own time; excludes whatever the consumer does between rounds
     index = 0
@@ -210,39 +272,62 @@ def speculative_rounds(
         draft_tokens, q_draft, k = proposal.tokens, proposal.q, proposal.k
         m1 = clock.mark()
 
-        # 2. verify: one target forward over its unseen tokens + the k drafts -> p_1..p_{k+1} (and its features)
+        # 2. verify: one target forward over its unseen tokens + the k drafts -> p_1..p_{k+1} (and its features);
+        #    a tree's nodes attend to their ancestors only (a chain's mask is the causal one, so it needs none)
         fed_from = target.length
+        unseen = seq.numel() - fed_from
+        tree = proposal.tree
+        attention = None if tree is None else tree_attention(tree, fed_from, unseen, pair.dtype)
         logits, features = target.feed_features(torch.cat([seq[fed_from:], draft_tokens]), keep_logits=k + 1,
-                                                layers=drafter.feature_layers)
-        p = warp(logits, sampling)  # [k+1, V]
+                                                layers=drafter.feature_layers, tree=attention)
+        p = warp(logits, sampling)  # [k+1, V]: p at the last fixed token, then at each drafted token
         m2 = clock.mark()
 
-        # 3. accept/reject all k at once, then copy the verdict (and the inspector's top candidates) in one sync
-        v = verify(draft_tokens, q_draft, p, gen, greedy=sampling.greedy, lenience=spec.lenience)
-        draft_list, rows, n_acc, next_tok, p_next, top = verdict_on_host(pair, draft_tokens, q_draft, p, v, top_m)
+        # 3. judge all k at once, then copy the verdict (and the inspector's top candidates) in one sync:
+        #    a chain by the modified rejection test with its q, a tree by the exact walk (tree.py)
+        if tree is None:
+            v = verify(draft_tokens, q_draft, p, gen, greedy=sampling.greedy, lenience=spec.lenience)
+            draft_list, rows, n_acc, next_tok, p_next, top = verdict_on_host(pair, draft_tokens, q_draft, p, v, top_m)
+            path = list(range(n_acc))
+        else:
+            tv = walk(draft_tokens, tree, p, gen, greedy=sampling.greedy)
+            nodes, path, p_go, next_tok, p_next, leaf, top = tree_verdict_on_host(pair, draft_tokens, tree, p, tv,
+                                                                                  top_m)
+            draft_list, n_acc = [nodes[i].token_id for i in path], len(path)
 
         # 4. the tokens that stay: accepted drafts + the resampled/bonus token, cut at EOS and at the budget
         new_ids, stop_reason = kept_ids(draft_list, n_acc, next_tok, eos, remaining)
         seq = torch.cat([seq, torch.tensor(new_ids, dtype=torch.long, device=dev)])
-        # roll back: keep only cached tokens that are still part of seq (the last one is fed next round); the
-        # drafter rolls its own cache back, and a drafter that reads features gets the target's at kept positions
+        # roll back: keep only cached tokens that are still part of seq (the last one is fed next round): the fed
+        # fixed tokens, then the kept drafts (a tree's path moves up to sit right after them); the drafter rolls
+        # its own cache back, and a drafter that reads features gets the target's at kept positions
         kept = seq.numel() - 1
-        target.crop(min(target.length, kept))
+        kept_rows = (list(range(unseen)) + [unseen + i for i in path])[: kept - fed_from]
+        if tree is None:
+            target.crop(min(target.length, kept))
+        else:
+            target.keep_rows(fed_from, kept_rows)
         if drafter.wants_features and features is not None:
-            features = features[: kept - fed_from]
+            features = features[: kept - fed_from] if tree is None else features[kept_rows]
         else:
             features = None
         drafter.observe(RoundOutcome(n_acc, k, seq.numel(), features, fed_from))
 
-        positions, tokens = round_tokens(pair, draft_list, rows, top, n_acc, k, new_ids, next_tok, p_next)
+        if tree is None:
+            positions, tokens = round_tokens(pair, draft_list, rows, top, n_acc, k, new_ids, next_tok, p_next)
+            bonus_top = top[k] if n_acc == k else []
+        else:
+            positions, tokens = tree_round_tokens(pair, nodes, path, p_go, top, new_ids, next_tok, p_next, leaf)
+            bonus_top = top[path[-1] + 1 if path else 0] if leaf else []
         t3 = time.perf_counter()
         busy += t3 - t0
         yield Round(
             index=index, k=k, prefix_len=seq.numel() - len(new_ids), drafts=positions, tokens=tokens,
             n_accepted=n_acc, draft_ms=clock.ms(m0, m1), verify_ms=clock.ms(m1, m2),
             overhead_ms=max(0.0, (t3 - t0) * 1e3 - clock.ms(m0, m2)), elapsed_s=busy, lossy=spec.lossy,
-            stop_reason=stop_reason, bonus_top=top[k] if n_acc == k else [], source=proposal.source,
+            stop_reason=stop_reason, bonus_top=bonus_top, source=proposal.source,
             copied_from=proposal.copied_from, ngram=proposal.ngram, unsure=proposal.unsure,
+            tree=None if tree is None else nodes,
         )
         index += 1
         if stop_reason:
