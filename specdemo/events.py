@@ -121,32 +121,12 @@ class Round:
 
     @property
     def caption(self) -> str:
-        """The round in plain words, for talks: 'draft proposed 4; target kept 2, resampled 1'."""
-        parts = [f"kept {self.n_accepted}"]
-        labels = [t.label for t in self.tokens]
-        if "resampled" in labels:
-            parts.append("rejected 1 and resampled 1")
-        if "bonus" in labels:
-            parts.append("added 1 bonus token")
-        chosen = repr("".join(t.text for t in self.output))
-        if self.source == "fallback":
-            text = f"nothing to copy, so the target chose {chosen} in one plain target step"
-        elif self.source == "prefill":
-            text = (f"the target read the prompt and chose the first token, {chosen} (the head drafts from the "
-                    "target's features, so it starts in the next round)")
-        elif self.source == "eagle" and self.unsure:
-            text = (f"head drafted {self.k} from the target's features, then stopped: its top probability for the "
-                    f"next token was {self.unsure[0]:.2f}, under {self.unsure[1]:g}; target " + ", ".join(parts))
-        elif self.source == "eagle":
-            text = f"head drafted {self.k} from the target's features; target " + ", ".join(parts)
-        elif self.source == "lookup":
-            text = (f"lookup copied {self.k} from position {self.copied_from} (a {self.ngram}-token match); target "
-                    + ", ".join(parts))
-        else:
-            text = f"draft proposed {self.k}; target " + ", ".join(parts)
-        if self.stop_reason:
-            text += f" (stopped: {self.stop_reason.replace('_', ' ')})"
-        return text
+        """The round in plain English words, for the JSON trace and the CLI: 'draft proposed 4; target kept 2,
+        rejected 1 and resampled 1'. It is the page's English caption (render.round_caption, from the message
+        catalogue), so the two never drift apart."""
+        from .render import round_caption  # render builds on these events: imported when a caption is asked for
+
+        return round_caption(self, "en")
 
     def to_dict(self) -> dict:
         return asdict(self) | {"caption": self.caption}

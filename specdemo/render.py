@@ -286,7 +286,7 @@ PLAIN_REASON_KEY = {"fallback": "reason.fallback", "prefill": "reason.prefill"}
 
 def round_caption(rnd: Round, lang: str | None = None) -> str:
     """The round in plain words, for talks: 'draft proposed 4; target kept 2, rejected 1 and resampled 1'.
-    (events.Round.caption is the English one that the JSON trace carries.)"""
+    events.Round.caption is this in English: the caption the JSON trace and the CLI carry."""
     parts = [tr("caption.kept", lang, n=rnd.n_accepted)]
     labels = [t.label for t in rnd.tokens]
     if "resampled" in labels:

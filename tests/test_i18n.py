@@ -147,6 +147,19 @@ def test_step_captions_in_both_languages(run):
     assert run.rounds[1].caption in en  # the JSON trace's English caption is the English page's caption
 
 
+def test_the_trace_caption_is_the_pages_english_caption_for_every_kind_of_round(pair, run):
+    """One caption, not twins: the JSON trace's (events.Round.caption) is render.round_caption in English, for
+    rounds drafted by the draft model, copied by lookup, a lookup fallback, the head's prefill and its rounds, and
+    a round that stops the run."""
+    runs = [run] + [speculative_generate(pair, "ROMEO:\nROMEO:\n", SamplingConfig(0.0),
+                                         SpecConfig(k=3, max_new_tokens=24, strategy=s)) for s in ("lookup", "eagle")]
+    rounds = [r for t in runs for r in t.rounds]
+    assert {"draft", "lookup", "fallback", "prefill", "eagle"} <= {r.source for r in rounds}
+    assert any(r.stop_reason for r in rounds)
+    for r in rounds:
+        assert r.caption == render.round_caption(r, "en") == r.to_dict()["caption"], r.source
+
+
 def test_figures_follow_the_language_and_presenter_mode(run, pair):
     base = None
     figs = tuple(views.charts(run, base, "zh-CN", presenter=False).values()) + (
