@@ -34,6 +34,7 @@ def baseline_steps(
     target = target_lm or CachedLM(pair.target, pair.vocab_size)
     target.reset()
     pending = torch.tensor(prompt_ids, dtype=torch.long, device=dev)
+    eos = pair.eos_token_ids  # the generation config's EOS ids and the tokenizer's, as in the speculative loop
     busy = 0.0
     for i in range(max_new_tokens):
         t0 = time.perf_counter()
@@ -44,7 +45,7 @@ def baseline_steps(
         device_sync(dev)
         t1 = time.perf_counter()
         busy += t1 - t0
-        stop = "eos" if tok_id == pair.eos_token_id else ("max_new_tokens" if i + 1 == max_new_tokens else None)
+        stop = "eos" if tok_id in eos else ("max_new_tokens" if i + 1 == max_new_tokens else None)
         token = Token(tok_id, pair.token_text(tok_id), "bonus", 1, p=p_x)
         yield Step(i, token, (t1 - t0) * 1e3, busy, stop)
         if stop:

@@ -24,13 +24,14 @@ _HF_GREEDY: dict = {}
 
 @torch.inference_mode()
 def hf_greedy(pair, prompt: str, n: int, eos: int | None = None) -> list[int]:
+    """transformers' greedy output, stopping where generate stops by itself (the target's generation config), or
+    at `eos` where a test plants another end-of-text token."""
     key = (id(pair.target), prompt, n, eos)
     if key not in _HF_GREEDY:
         ids = torch.tensor([pair.encode(prompt)])
-        out = pair.target.generate(
-            ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n, min_new_tokens=0,
-            eos_token_id=pair.eos_token_id if eos is None else eos, pad_token_id=pair.eos_token_id,
-        )
+        stop = {} if eos is None else {"eos_token_id": eos}
+        out = pair.target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
+                                   min_new_tokens=0, pad_token_id=pair.eos_token_id, **stop)
         _HF_GREEDY[key] = out[0, ids.shape[1]:].tolist()
     return _HF_GREEDY[key]
 
@@ -331,3 +332,30 @@ def test_temperatures_from_the_greedy_bound_up_sample_and_stay_finite(pair32):
         trace = speculative_generate(pair32, "ROMEO:\n", cfg, SpecConfig(k=4, max_new_tokens=24, seed=1))
         assert len(trace.output_ids) == 24
         assert all(0.0 <= d.q <= 1.0 and 0.0 <= d.p <= 1.0 for r in trace.rounds for d in r.drafts)
+
+
+def test_runs_stop_where_generate_stops_at_the_generation_configs_eos_list(pair32):
+    """A target whose generation_config names a list of EOS ids other than the tokenizer's (as Llama-3's chat models
+    end a turn with <|eot_id|>): speculative runs and the baseline stop after the first of them, as transformers'
+    generate does with its own settings. They used to read only the tokenizer's EOS and ran on."""
+    prompt = "ROMEO:\n"
+    reference = hf_greedy(pair32, prompt, 60)
+    id_b = reference[12]
+    id_a = next(i for i in range(pair32.vocab_size - 1, 0, -1) if i not in reference)  # never produced here
+    assert pair32.tokenizer.eos_token_id not in reference
+    stopping = copy.copy(pair32)
+    stopping.target = copy.copy(pair32.target)  # the same weights, a generation config of its own
+    stopping.target.generation_config = copy.deepcopy(pair32.target.generation_config)
+    stopping.target.generation_config.eos_token_id = [id_a, id_b]
+    assert pair32.target.generation_config.eos_token_id != [id_a, id_b]
+    assert stopping.eos_token_ids == {id_a, id_b, pair32.tokenizer.eos_token_id}
+    with torch.inference_mode():
+        ids = torch.tensor([pair32.encode(prompt)])
+        own = stopping.target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=60)
+    expected = reference[: reference.index(id_b) + 1]
+    assert own[0, ids.shape[1]:].tolist() == expected  # generate's own stopping
+    for strategy, k in (("fixed", 1), ("fixed", 4), ("lookup", 4), ("eagle", 4)):
+        trace = speculative_generate(stopping, prompt, GREEDY, SpecConfig(k=k, max_new_tokens=60, strategy=strategy))
+        assert trace.output_ids == expected and trace.stop_reason == "eos", (strategy, k)
+    base = baseline_generate(stopping, prompt, GREEDY, max_new_tokens=60)
+    assert base.output_ids == expected and base.stop_reason == "eos"
