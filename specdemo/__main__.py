@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from .config import PRESETS, ConfigError, SamplingConfig
-    from .drafters import check_strategy
+    from .drafters import check_head
     from .models import ModelLoadError, StrategyUnavailable, load_pair
     from .speculative import PromptError
 
@@ -195,11 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         SpecConfig(k=args.k, strategy=args.strategy, ngram=args.ngram)  # bad settings fail before any model loads
         if bool(args.draft) != bool(args.target):
             raise ModelLoadError("--draft and --target go together")
-        if args.draft or args.pair not in PRESETS or not PRESETS[args.pair].eagle_head:
-            check_strategy(None, args.strategy)  # refused before anything loads
+        check_head(args.strategy, None if args.draft else args.pair)  # refused before anything loads
         pair = load_pair((args.draft, args.target) if args.draft else args.pair, device=args.device,
                          draft_dtype=args.draft_dtype, target_dtype=args.target_dtype)
-        check_strategy(pair, args.strategy)
+        check_head(args.strategy, pair.name, pair)
         sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
         if args.command == "generate":
             if args.num_samples < 1:

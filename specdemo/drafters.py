@@ -47,7 +47,7 @@ import torch
 
 import torch.nn.functional as F
 
-from .config import TREE_DEPTH_RANGE, Limits, SamplingConfig, SpecConfig
+from .config import PRESETS, TREE_DEPTH_RANGE, Limits, SamplingConfig, SpecConfig
 from .i18n import Msg
 from .eagle import HeadCache
 from .models import CachedLM, ModelPair, StrategyUnavailable
@@ -376,15 +376,29 @@ class TreeDrafter(EagleDrafter):
         return self.head.step(feat.to(self.dtype), self.embed(tokens).to(self.dtype), self.cache, positions, mask)
 
 
-def check_strategy(pair: ModelPair | None, strategy: str) -> None:
-    """Refuse, in one sentence, a strategy the pair cannot draft with (eagle without a head). pair=None: a custom or
-    hub pair, checked before anything is loaded."""
-    if strategy not in ("eagle", "tree"):
+HEAD_STRATEGIES = ("eagle", "tree")  # the strategies that draft with the pair's EAGLE head
+
+
+def has_head(pair_name) -> bool:
+    """Whether a pair offers HEAD_STRATEGIES: only presets that ship an EAGLE head do."""
+    return pair_name in PRESETS and bool(PRESETS[pair_name].eagle_head)
+
+
+def check_head(strategy: str, pair_name, pair: ModelPair | None = None) -> None:
+    """The one rule for the strategies that draft with an EAGLE head (the page, the API, the CLI and make_drafter
+    all ask here): refuse one, in one sentence (StrategyUnavailable), for a pair without a head. Before anything
+    loads (pair None) by the pair's name: a custom or hub pair, or a preset that ships none. Once loaded, by the
+    pair itself: its head is there, or it says why not (missing, damaged, made for another target)."""
+    if strategy not in HEAD_STRATEGIES:
         return
-    if pair is None:
+    if pair is not None:
+        if pair.head is None:
+            raise StrategyUnavailable("err.no_head", name=repr(pair.name), why=pair.head_error or Msg("head.none"))
+        return
+    if pair_name not in PRESETS:
         raise StrategyUnavailable("err.no_head_custom")
-    if pair.head is None:
-        raise StrategyUnavailable("err.no_head", name=repr(pair.name), why=pair.head_error or Msg("head.none"))
+    if not has_head(pair_name):
+        raise StrategyUnavailable("err.no_head", name=repr(pair_name), why=Msg("head.none"))
 
 
 def make_drafter(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, draft_lm: CachedLM | None = None
@@ -392,7 +406,7 @@ def make_drafter(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, dr
     """The drafter for spec.strategy, made from the pair (its draft model, or its EAGLE head)."""
     if spec.strategy == "lookup":
         return LookupDrafter(pair.vocab_size, spec.ngram)
-    check_strategy(pair, spec.strategy)
+    check_head(spec.strategy, pair.name, pair)
     if spec.strategy == "eagle":
         return EagleDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1)
     if spec.strategy == "tree":

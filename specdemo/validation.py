@@ -17,7 +17,8 @@ import torch
 from . import i18n
 from .config import NGRAM_RANGE, PRESETS, STRATEGIES, ConfigError, Limits, SamplingConfig, SpecConfig
 from .i18n import Msg, Translatable, tr
-from .models import ModelLoadError, ModelPair, load_config, load_pair
+from .drafters import HEAD_STRATEGIES, check_head, has_head  # noqa: F401 (one rule; handlers and views ask here)
+from .models import ModelLoadError, ModelPair, StrategyUnavailable, load_config, load_pair
 from .weights import load_error, role_name
 
 CUSTOM = "custom"  # the pair selector's value for a custom draft/target pair
@@ -140,31 +141,16 @@ def own_strategy(pair_name) -> str:
     return PRESETS[pair_name].strategy if pair_name in PRESETS else "fixed"
 
 
-def has_head(pair_name) -> bool:
-    """Whether a pair offers the eagle strategy: only presets that ship an EAGLE head do."""
-    return pair_name in PRESETS and bool(PRESETS[pair_name].eagle_head)
-
-
-def check_head(strategy: str, pair_name, pair: ModelPair | None = None) -> None:
-    """Refuse eagle, in one sentence, for a pair without a head: before loading anything (custom pairs, presets
-    without one), and after loading (a head that is missing, damaged or made for another target)."""
-    if strategy != "eagle":
-        return
-    if not has_head(pair_name):
-        if pair_name in PRESETS:
-            raise UserError("err.no_head", name=repr(pair_name), why=Msg("head.none"))
-        raise UserError("err.no_head_custom")
-    if pair is not None and pair.head is None:
-        raise UserError("err.no_head", name=repr(pair_name), why=pair.head_error or Msg("head.none"))
-
-
 def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
              run_baseline, lenience, limits: Limits | None = None, chat=None, strategy="fixed", ngram=3) -> Request:
     """A request from raw inputs, or one sentence (UserError) on the first bad one. strategy "" or None: the
     pair's own (own_strategy), as /generate's default."""
     limits = limits or Limits.from_env()
     strategy = own_strategy(pair_name) if strategy in ("", None) else as_strategy(strategy)
-    check_head(strategy, pair_name)
+    try:
+        check_head(strategy, pair_name)  # the head's strategies, refused by name before anything loads
+    except StrategyUnavailable as err:
+        raise user_error(err) from None
     ngram = as_number(Msg("field.ngram"), ngram, int, *NGRAM_RANGE)
     if not isinstance(prompt, str) or not prompt.strip():
         raise UserError("err.prompt_empty")
@@ -192,8 +178,9 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
     return Request(pair_key(pair_name, draft_id, target_id, limits), prompt, sampling, spec, bool(run_baseline), chat)
 
 
-def user_error(err: ModelLoadError) -> UserError:
-    """A load failure as a UserError that keeps its catalogue entry, so that it reaches the page translated."""
+def user_error(err: ModelLoadError | StrategyUnavailable) -> UserError:
+    """A load failure or a refused strategy as a UserError that keeps its catalogue entry, so that it reaches the
+    page translated."""
     return UserError(err.key, **err.params) if err.key else UserError(str(err))
 
 
@@ -204,7 +191,10 @@ def get_pair(key, strategy: str | None = None) -> ModelPair:
     except ModelLoadError as err:
         raise user_error(err) from None
     if strategy is not None:
-        check_head(strategy, pair.name, pair)
+        try:
+            check_head(strategy, pair.name, pair)
+        except StrategyUnavailable as err:
+            raise user_error(err) from None
     return pair
 
 

@@ -126,3 +126,19 @@ def test_bench_strategies_lists_every_strategy_of_the_pair():
     assert {"fixed K=2", "adaptive", "lookup K=8", "eagle K=2"} <= rows
     assert not any(row.startswith("hf") for row in rows)  # --no-hf leaves transformers' modes out
     assert "general prompts" in table and "copy prompts" in table
+
+
+@pytest.mark.parametrize("pair_args,page_pair", [(["--pair", "gpt2"], "gpt2"),
+                                                 (["--draft", "a/b", "--target", "c/d"], "custom")])
+@pytest.mark.parametrize("strategy", ["eagle", "tree"])
+def test_the_cli_and_the_page_refuse_a_head_strategy_alike(capsys, pair_args, page_pair, strategy):
+    """One rule (drafters.check_head) for the strategies that draft with an EAGLE head: the CLI refuses them for a
+    pair without one before any model loads, in the page's sentence (it used to call a preset without a head a
+    custom pair)."""
+    from specdemo.__main__ import main
+    from specdemo.validation import UserError, validate
+
+    with pytest.raises(UserError) as page:
+        validate(page_pair, "a/b", "c/d", "x", 4, 0.0, 0, 1.0, 8, 0, False, 1.0, strategy=strategy)
+    assert main(["generate", *pair_args, "--prompt", "x", "--strategy", strategy]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {page.value}"
