@@ -259,7 +259,8 @@ def step_key(state, lang, evt: gr.EventData, request: gr.Request = None) -> dict
 # ----------------------------------------------------------------------------------------------- experiments
 
 
-TIME_LIMIT_KEY = {"sweep_state": "warn.sweep_time_limit", "race_state": "warn.race_time_limit"}
+TIME_LIMIT_KEY = {"sweep_state": "warn.sweep_time_limit", "race_state": "warn.race_time_limit",
+                  "dist_state": "warn.time_limit"}
 
 
 def experiment(events, view, state_name: str, lang, limits: Limits):
@@ -296,13 +297,14 @@ def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p
 @gpu
 @user_errors
 def strategy_race_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-                     chat=None, lang=None, presenter=False):
-    """Target-only decoding, then every strategy, on the same prompt and seed, one after another (each timed alone).
-    Streams RACE_OUTPUTS: the tokens-over-time chart and a table after every run."""
+                     chat=None, lang=None, presenter=False, ngram=3):
+    """Target-only decoding, then every strategy, on the same prompt and seed, one after another (each timed alone),
+    with the page's K and lookup n-gram size. Streams RACE_OUTPUTS: the tokens-over-time chart and a table after
+    every run."""
     yield views.race_view(None, lang, presenter) | {"race_state": None}  # see `experiment`
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-                   True, 1.0, limits, chat)
+                   True, 1.0, limits, chat, "fixed", ngram)
     events = runs.strategy_race(get_pair(req.pair), req, limits)
     yield from experiment(events, lambda r: views.race_view(r, lang, presenter), "race_state", lang, limits)
 
@@ -310,14 +312,17 @@ def strategy_race_ui(pair_name, draft_id, target_id, prompt, k, temperature, top
 @gpu
 @user_errors
 def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, lenience, n_samples, seed,
-                    chat=None, lang=None, presenter=False) -> dict:
-    """Draw N speculative samples of the first generated token and compare their histogram with the exact p."""
+                    chat=None, lang=None, presenter=False, strategy="fixed", k=4, ngram=3):
+    """Draw N speculative samples of the first drafted token with the page's strategy (its K and n-gram size), as
+    the engine draws and verifies it, and compare their histogram with the exact p (runs.first_token_distribution).
+    Streams DIST_OUTPUTS; like the other experiments it first clears them (see `experiment`)."""
+    yield views.dist_view(None) | {"dist_state": None}
     limits = Limits.from_env()
     n = as_number(Msg("field.samples"), n_samples, int, 10, limits.max_samples)
-    req = validate(pair_name, draft_id, target_id, prompt, 1, temperature, top_k, top_p, 1, seed, False, lenience,
-                   limits, chat)
-    dist = runs.first_token_distribution(get_pair(req.pair), req, n)
-    return views.dist_view(dist, lang, presenter) | {"dist_state": dist}
+    req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, 1, seed, False, lenience,
+                   limits, chat, strategy, ngram)
+    events = runs.first_token_distribution(get_pair(req.pair, req.spec.strategy), req, n, limits)
+    yield from experiment(events, lambda d: views.dist_view(d, lang, presenter), "dist_state", lang, limits)
 
 
 # ----------------------------------------------------------------------------------------------- the pair

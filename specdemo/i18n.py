@@ -211,9 +211,30 @@ EN: dict[str, str] = {
     "sweep.header": "| K | tokens/s | speedup | alpha |",
     "dist.summary": (
         "Total variation distance between the {n} speculative samples and p: **{tv}**. For scale, {n} samples drawn "
-        "from p itself land at {tv_ref}; the draft q alone is {tv_pq} from p."
+        "from p itself land at {tv_ref}."
     ),
     "dist.lossy": " **Lossy:** lenience b = {b} skews the samples toward the draft.",
+    "dist.q": "The draft's q alone is {tv_pq} from p.",
+    "dist.chi2": (
+        "χ² test against p: {chi2} over {dof} degrees of freedom, p-value **{pvalue}** (exact sampling falls below "
+        "0.001 in one check of a thousand)."
+    ),
+    "dist.first": "Samples of the first token of the reply, drafted by {who} and checked by the engine's verify.",
+    "dist.later": (
+        "Samples of token {pos} of the reply, the first that {who} drafts with this seed (the run fixed {before} "
+        "before it), checked by the engine's verify."
+    ),
+    "dist.who_draft": "the draft model",
+    "dist.who_eagle": "the EAGLE head",
+    "dist.who_lookup": "prompt lookup",
+    "dist.who_tree": "the EAGLE head's tree",
+    "dist.note_eagle": "The head's first round is a plain target step: it needs the target's features.",
+    "dist.note_lookup": "q is one-hot on the copied token.",
+    "dist.note_tree": "A tree round's first token is the target's own draw at the root, whichever child it matches.",
+    "err.dist_no_draft": (
+        "In its first {rounds} rounds with this prompt and seed, {who} drafted nothing, so there is no drafted "
+        "token to check; try a prompt that repeats itself."
+    ),
     # ---- the model pair
     "pair.loaded": (
         "**Loaded** `{draft}` ({draft_m}M) drafting for `{target}` ({target_m}M) on {device} ({dtype}), "
@@ -527,10 +548,24 @@ ZH: dict[str, str] = {
     ),
     "sweep.header": "| K | token/s | 加速比 | 接受率 α |",
     "dist.summary": (
-        "{n} 个投机采样样本与 p 之间的总变差距离：**{tv}**。作为参照，直接从 p 抽取 {n} 个样本，距离是 {tv_ref}；"
-        "草稿模型 q 本身与 p 的距离是 {tv_pq}。"
+        "{n} 个投机采样样本与 p 之间的总变差距离：**{tv}**。作为参照，直接从 p 抽取 {n} 个样本，距离是 {tv_ref}。"
     ),
     "dist.lossy": " **有损：** 宽松系数 b = {b} 会让样本偏向草稿模型。",
+    "dist.q": "草稿的 q 本身与 p 的距离是 {tv_pq}。",
+    "dist.chi2": "对 p 的 χ² 检验：统计量 {chi2}，自由度 {dof}，p 值 **{pvalue}**（精确采样时，每一千次检验约有一次低于 0.001）。",
+    "dist.first": "以下是回复第 1 个 token 的样本：由{who}起草，经引擎的验证步骤检验。",
+    "dist.later": (
+        "以下是回复第 {pos} 个 token 的样本：在这个随机种子下，这是{who}起草的第一个 token（在它之前，运行已确定了 "
+        "{before}），经引擎的验证步骤检验。"
+    ),
+    "dist.who_draft": "草稿模型",
+    "dist.who_eagle": "EAGLE 草稿头",
+    "dist.who_lookup": "提示查找",
+    "dist.who_tree": "EAGLE 草稿头的树",
+    "dist.note_eagle": "草稿头的第一轮只是目标模型的一步：它需要目标模型的特征。",
+    "dist.note_lookup": "q 是复制出的 token 上的独热分布。",
+    "dist.note_tree": "树形轮次的第一个 token 总是目标模型在根节点上自己抽取的 token，不论它与哪个子节点相同。",
+    "err.dist_no_draft": "用这个提示词和随机种子运行的前 {rounds} 轮里，{who}没有起草任何 token，所以没有可检验的起草 token；请换一个会重复自身内容的提示词。",
     "pair.loaded": (
         "**已加载**：草稿模型 `{draft}`（{draft_m}M）为目标模型 `{target}`（{target_m}M）起草，"
         "运行在 {device}（{dtype}）上，上下文窗口 {context} 个 token。"

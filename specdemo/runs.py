@@ -17,12 +17,15 @@ import torch
 from .autoregressive import baseline_steps
 from .config import Limits, SpecConfig
 from .events import Trace
-from .models import ModelPair
-from .sampling import first_token_samples, warp
+from .drafters import make_drafter, max_drafts
+from .i18n import Msg
+from .models import CachedLM, ModelPair
+from .sampling import sample, verify, warp
 from .speculative import encode_prompt, finish, run_settings, speculative_rounds
 from .theory import best_k, measure
 from .ties import divergence_steps
-from .validation import Request
+from .tree import tree_attention
+from .validation import Request, UserError
 
 TIME_LIMIT = "time_limit"  # an experiment yields this when its deadline ended it before the next result
 RACE_STRATEGIES = ("fixed", "adaptive", "lookup", "eagle")  # eagle where the pair has a head
@@ -158,7 +161,7 @@ def strategy_race(pair: ModelPair, req: Request, limits: Limits) -> Iterator:
         if strategy == "eagle" and pair.head is None:
             continue
         spec = SpecConfig(k=req.spec.k, max_new_tokens=req.spec.max_new_tokens, seed=req.spec.seed,
-                          top_candidates=0, strategy=strategy)
+                          top_candidates=0, strategy=strategy, ngram=req.spec.ngram)
         rounds = yield from collected(pair, speculative_rounds(pair, ids, req.sampling, spec), deadline)
         if cut_short(rounds):
             yield TIME_LIMIT
@@ -179,25 +182,113 @@ def strategy_race(pair: ModelPair, req: Request, limits: Limits) -> Iterator:
                 return
         drafted = sum(r.k for r in rounds)
         race["entries"] = race["entries"] + [{
-            "strategy": strategy, "k": spec.k, "tokens_per_s": len(out_ids) / rounds[-1].elapsed_s,
+            "strategy": strategy, "k": spec.k, "ngram": spec.ngram, "tokens_per_s": len(out_ids) / rounds[-1].elapsed_s,
             "rounds": len(rounds), "accepted": sum(r.n_accepted for r in rounds) / drafted if drafted else 0.0,
             "per_call": len(out_ids) / len(rounds), "points": points, "same": same}]
         yield dict(race)
 
 
-def first_token_distribution(pair: ModelPair, req: Request, n: int) -> dict:
-    """N speculative samples of the first generated token against the exact p (one device turn: two forwards)."""
-    ids = torch.tensor([encode_prompt(pair, req.prompt, 1, req.chat)], device=pair.device)
+DIST_SEARCH_ROUNDS = 16  # rounds the distribution check runs to reach one that drafts (eagle's first never does)
+DIST_CHUNK = 250  # samples the distribution check draws per turn of the device lock
+
+
+def first_token_distribution(pair: ModelPair, req: Request, n: int, limits: Limits) -> Iterator:
+    """N speculative samples of one drafted position, drawn by the engine's own parts with the page's strategy,
+    against the exact p that the engine tests them against. A generator, like the experiments: None between
+    device turns, then the result dict (or TIME_LIMIT).
+
+    1. The loop runs with the page's strategy and seed, one round per device turn, until the next round drafts:
+       at once for the draft model; after the first round for the EAGLE head (a plain target step: the head needs
+       the target's features), and after the rounds where prompt lookup finds nothing to copy.
+    2. That round's proposal gives q at its first position (the distribution the drafter drew from), and the loop's
+       own verify forward over it (float32 logits from the target's dtype, warped the same way) gives p there.
+    3. N independent trials of that position, each one round of one draft: x ~ q, then the loop's `verify` keeps x
+       or draws from the residual (a tree's first token is the target's own draw at the root, tree.walk's row 0).
+    Exact sampling gives p itself: `chi2` tests the samples against p (pooled where fewer than 5 are expected)."""
+    chat = pair.chat if req.chat is None else req.chat
+    ids = encode_prompt(pair, req.prompt, 1, chat)
+    deadline = time.monotonic() + limits.time_limit_s
+    budget = max(1, min(limits.max_new_tokens, pair.context_window - len(ids)))
+    spec = SpecConfig(k=req.spec.k, max_new_tokens=budget, seed=req.spec.seed, lenience=req.spec.lenience,
+                      top_candidates=0, strategy=req.spec.strategy, ngram=req.spec.ngram)
+    target, drafter = CachedLM(pair.target, pair.vocab_size), make_drafter(spec, req.sampling, pair)
+    loop = speculative_rounds(pair, ids, req.sampling, spec, target_lm=target, drafter=drafter)
     gen = torch.Generator(device=pair.device).manual_seed(req.spec.seed)
-    with pair.lock, torch.inference_mode():
-        p = warp(pair.target(ids).logits[0, -1, : pair.vocab_size], req.sampling)
-        q = warp(pair.draft(ids).logits[0, -1, : pair.vocab_size], req.sampling)
-        draws = first_token_samples(p, q, n, gen, req.spec.lenience)
-        exact = torch.multinomial(p, n, replacement=True, generator=gen)  # n samples of p itself, for scale
-    freq = torch.bincount(draws, minlength=pair.vocab_size).float() / n
-    ref = torch.bincount(exact, minlength=pair.vocab_size).float() / n
-    top = torch.topk(torch.maximum(p, freq), min(15, pair.vocab_size)).indices.tolist()
-    return {"n": n, "lenience": req.spec.lenience, "tokens": [pair.token_text(i) for i in top],
-            "p": p[top].tolist(), "freq": freq[top].tolist(), "q": q[top].tolist(),
-            "tv": 0.5 * (freq - p).abs().sum().item(), "tv_ref": 0.5 * (ref - p).abs().sum().item(),
-            "tv_pq": 0.5 * (p - q).abs().sum().item()}
+    fixed, proposal, tree = list(ids), None, None
+    # 1. rounds until one drafts: a proposal that drafts nothing changes no drafter (lookup, eagle's first round)
+    for _ in range(DIST_SEARCH_ROUNDS):
+        with pair.lock:
+            seq = torch.tensor(fixed, device=pair.device)
+            proposal = drafter.propose(seq, min(max_drafts(spec), budget - (len(fixed) - len(ids)) - 1), gen)
+            if proposal.k:  # 2. the verify forward of that round, as the loop makes it
+                fed_from = target.length
+                tree = getattr(proposal, "tree", None)
+                attention = None if tree is None else tree_attention(tree, fed_from, len(fixed) - fed_from,
+                                                                     pair.dtype)
+                logits, _ = target.feed_features(torch.cat([seq[fed_from:], proposal.tokens]),
+                                                 keep_logits=proposal.k + 1, layers=drafter.feature_layers,
+                                                 tree=attention)
+                p = warp(logits, req.sampling)[:2]  # p at the drafted position (the next row is never read here)
+                break
+            rnd = next(loop)  # the loop's own round, which drafts nothing either
+        fixed += [t.token_id for t in rnd.output]
+        if rnd.stop_reason or time.monotonic() > deadline:
+            break
+        yield None
+    if proposal is None or not proposal.k:
+        if time.monotonic() > deadline:
+            yield TIME_LIMIT
+            return
+        raise UserError("err.dist_no_draft", rounds=DIST_SEARCH_ROUNDS, who=Msg(f"strategy.{req.spec.strategy}"))
+    q = proposal.q[:1]  # [1, V]
+    # 3. n trials of the drafted position, DIST_CHUNK per turn of the device lock
+    draws = []
+    while len(draws) < n:
+        yield None
+        if time.monotonic() > deadline:
+            yield TIME_LIMIT
+            return
+        with pair.lock, torch.inference_mode():
+            m = min(DIST_CHUNK, n - len(draws))
+            if tree is not None:  # the walk draws the target's token at the root, and it is the round's first
+                draws += list(sample(p[:1].expand(m, -1), gen, greedy=req.sampling.greedy))
+                continue
+            xs = q.argmax(-1).expand(m) if req.sampling.greedy else torch.multinomial(q[0], m, True, generator=gen)
+            for x in xs:
+                v = verify(x.view(1), q, p, gen, greedy=req.sampling.greedy, lenience=req.spec.lenience)
+                draws.append(torch.where(v.n_accepted > 0, x, v.next_token))
+    with torch.inference_mode():
+        p1, q1 = p[0], (None if tree is not None else q[0])  # a tree's children are not drawn from a q
+        got = torch.bincount(torch.stack(draws), minlength=pair.vocab_size).double()
+        exact = torch.multinomial(p1, n, replacement=True, generator=gen)  # n samples of p itself, for scale
+        ref = torch.bincount(exact, minlength=pair.vocab_size).double() / n
+        stat, dof, pvalue = chi2(got, p1.double(), n)
+        freq = got / n
+        top = torch.topk(torch.maximum(p1.double(), freq), min(15, pair.vocab_size)).indices.tolist()
+        yield {"n": n, "lenience": req.spec.lenience, "tokens": [pair.token_text(i) for i in top],
+               "p": p1[top].tolist(), "freq": freq[top].tolist(), "q": None if q1 is None else q1[top].tolist(),
+               "tv": 0.5 * (freq - p1).abs().sum().item(), "tv_ref": 0.5 * (ref - p1).abs().sum().item(),
+               "tv_pq": None if q1 is None else 0.5 * (p1 - q1).abs().sum().item(),
+               "chi2": stat, "dof": dof, "pvalue": pvalue,
+               "strategy": req.spec.strategy, "source": proposal.source, "position": len(fixed) - len(ids) + 1,
+               "before": pair.decode(fixed[len(ids):]), "token_ids": top}
+
+
+def chi2(counts: torch.Tensor, p: torch.Tensor, n: int) -> tuple[float, int, float]:
+    """Pearson's chi-square of `counts` [V] (n samples) against p [V]: (statistic, degrees of freedom, p-value).
+    Tokens expected fewer than 5 times share one cell, so that the chi-square approximation holds; a sample of a
+    token that p gives probability 0 cannot come from p, and gets a p-value of 0."""
+    expected = n * p
+    if bool((counts[p == 0] > 0).any()):
+        return float("inf"), 0, 0.0
+    alone = expected >= 5
+    obs = torch.cat([counts[alone], counts[~alone].sum().view(1)])
+    exp = torch.cat([expected[alone], expected[~alone].sum().view(1)])
+    keep = exp > 0
+    obs, exp = obs[keep], exp[keep]
+    dof = int(obs.numel()) - 1
+    stat = float(((obs - exp) ** 2 / exp).sum())
+    if dof < 1:
+        return stat, 0, 1.0
+    return stat, dof, float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64),
+                                                    torch.tensor(stat / 2, dtype=torch.float64)))

@@ -107,19 +107,3 @@ def verify(
     next_token = next_tokens.gather(0, n_accepted.view(1)).squeeze(0)
     return Verdict(n_accepted, next_token, p_x, q_x, accept_prob, r, overlap)
 
-
-def first_token_samples(
-    p_target: torch.Tensor, q_draft: torch.Tensor, n: int, generator: torch.Generator | None, lenience: float = 1.0
-) -> torch.Tensor:
-    """n independent speculative draws of the FIRST token of a round, vectorised: x ~ q, keep it if
-    r < min(1, p(x)/q(x)) with r ~ U[0, lenience), else draw from the residual. p_target, q_draft: [V].
-
-    This is step 3 of the loop at position 1, batched; the first emitted token depends on nothing else, so its
-    histogram can be compared with p directly (the distribution check of the demo).
-    """
-    assert p_target.dim() == 1 and p_target.shape == q_draft.shape
-    x = torch.multinomial(q_draft, n, replacement=True, generator=generator)
-    ratio = (p_target[x] / q_draft[x]).clamp(max=1.0)
-    keep = torch.rand(n, generator=generator, device=p_target.device) * lenience < ratio
-    fallback = torch.multinomial(residual(p_target, q_draft), n, replacement=True, generator=generator)
-    return torch.where(keep, x, fallback)

@@ -164,6 +164,8 @@ def same_text(same, lang=None) -> str:
 
 def race_label(entry: dict, lang=None) -> str:
     suffix = f" = {entry['k']}" if entry["strategy"] in ("fixed", "eagle") else ""
+    if entry["strategy"] == "lookup" and entry.get("ngram"):
+        suffix = f" n = {entry['ngram']}"
     return tr(f"strategy.{entry['strategy']}", lang) + suffix
 
 
@@ -182,15 +184,34 @@ def race_view(race: dict | None, lang=None, presenter=False) -> dict:
     return {"race_plot": plots.present(plots.strategy_race(lines, lang), presenter), "race_md": header + "\n".join(rows)}
 
 
+DIST_WHO_KEY = {"draft": "dist.who_draft", "eagle": "dist.who_eagle", "lookup": "dist.who_lookup",
+                "tree": "dist.who_tree"}
+DIST_NOTE_KEY = {"eagle": "dist.note_eagle", "lookup": "dist.note_lookup", "tree": "dist.note_tree"}
+
+
 def dist_text(dist: dict, lang=None) -> str:
+    """What the distribution check sampled (which position, drafted by whom), how far the samples are from p, and
+    the chi-square test against p."""
+    who = tr(DIST_WHO_KEY.get(dist.get("source"), "dist.who_draft"), lang)
+    before = dist.get("before") or ""
+    if len(before) > 60:
+        before = "…" + before[-60:]
+    where = (tr("dist.first", lang, who=who) if dist.get("position", 1) == 1 else
+             tr("dist.later", lang, pos=dist["position"], who=who, before=md_cell(render.esc(repr(before)))))
+    parts = [where] + ([tr(note, lang)] if (note := DIST_NOTE_KEY.get(dist.get("source"))) else [])
+    parts += [tr("dist.summary", lang, n=dist["n"], tv=f"{dist['tv']:.3f}", tv_ref=f"{dist['tv_ref']:.3f}")]
+    if dist.get("tv_pq") is not None:
+        parts.append(tr("dist.q", lang, tv_pq=f"{dist['tv_pq']:.3f}"))
+    if dist.get("pvalue") is not None:
+        parts.append(tr("dist.chi2", lang, chi2=f"{dist['chi2']:.1f}", dof=dist["dof"], pvalue=f"{dist['pvalue']:.3g}"))
     lossy = tr("dist.lossy", lang, b=dist["lenience"]) if dist["lenience"] < 1 else ""
-    return tr("dist.summary", lang, n=dist["n"], tv=f"{dist['tv']:.3f}", tv_ref=f"{dist['tv_ref']:.3f}",
-              tv_pq=f"{dist['tv_pq']:.3f}") + lossy
+    return " ".join(parts) + lossy
 
 
 def dist_view(dist: dict | None, lang=None, presenter=False) -> dict:
+    """The distribution check's chart and summary; with no result, both cleared."""
     if not dist:
-        return {}
+        return {"dist_plot": None, "dist_md": ""}
     fig = plots.distribution(dist["tokens"], dist["p"], dist["freq"], dist["q"], dist["n"], lang)
     return {"dist_plot": plots.present(fig, presenter), "dist_md": dist_text(dist, lang)}
 

@@ -92,7 +92,7 @@ def test_strategy_race_times_every_strategy_and_keeps_the_text_at_t0(client):
     tables = {out[1] for out in job.outputs() if isinstance(out[1], str) and out[1]}
     assert len(tables) == 5, "one new table after each run"
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    names = ["target only", "fixed K = 3", "adaptive", "prompt lookup", "EAGLE head = 3"]
+    names = ["target only", "fixed K = 3", "adaptive", "prompt lookup n = 3", "EAGLE head = 3"]
     assert [r.split("|")[1].strip() for r in rows] == names
     verdicts = [r.split("|")[-2].strip() for r in rows[1:]]
     assert all(v == "yes" or (v.startswith("no: parts at token") and v.endswith("a near-tie")) for v in verdicts), table

@@ -9,7 +9,10 @@ import pytest
 import torch
 
 from specdemo import SamplingConfig, SpecConfig, runs, speculative_generate
+from specdemo.config import Limits
+from specdemo.speculative import speculative_rounds
 from specdemo.ties import explain_divergence
+from specdemo.validation import validate
 
 GREEDY = SamplingConfig(temperature=0.0)
 
@@ -54,3 +57,58 @@ def test_an_explanation_past_the_deadline_ends_after_one_forward(pair32):
         next(late)
     assert done.value.value == runs.TIME_LIMIT
     assert not pair32.lock.locked()
+
+
+# ------------------------------------------------------------------------------------------------ distribution check
+
+COPY = "ROMEO:\nWhat light through yonder window breaks?\nJULIET:\nWhat light through yonder"
+
+
+def distribution(pair, strategy: str, prompt: str = "ROMEO:\n", n: int = 1000, lenience: float = 1.0, k: int = 3,
+                 temperature: float = 1.0, seed: int = 0) -> dict:
+    """The Distribution check tab's run, as its handler makes it, to the end."""
+    limits = Limits.from_env()
+    req = validate("shakespeare", "", "", prompt, k, temperature, 0, 1.0, 1, seed, False, lenience, limits, None,
+                   strategy, 3)
+    *between, dist = runs.first_token_distribution(pair, req, n, limits)
+    assert all(step is None for step in between) and isinstance(dist, dict), dist
+    return dist
+
+
+def engine_round(pair, strategy: str, prompt: str, dist: dict, k: int = 3, temperature: float = 1.0):
+    """The engine's own round that drafted the token the check sampled, with its top candidates' p and q."""
+    ids = pair.encode(prompt)
+    spec = SpecConfig(k=k, max_new_tokens=256, seed=0, top_candidates=20, strategy=strategy)
+    for rnd in speculative_rounds(pair, ids, SamplingConfig(temperature), spec):
+        if rnd.k:
+            assert rnd.prefix_len - len(ids) + 1 == dist["position"], "the check sampled another position"
+            return rnd
+    raise AssertionError("the engine never drafted")
+
+
+@pytest.mark.parametrize("strategy,prompt", [("fixed", "ROMEO:\n"), ("adaptive", "ROMEO:\n"), ("lookup", COPY),
+                                             ("eagle", "ROMEO:\n"), ("tree", "ROMEO:\n")])
+def test_the_distribution_check_samples_the_engines_p_with_the_pages_strategy(pair, strategy, prompt):
+    """The check drafts with the page's strategy and tests the samples against the p that the engine's own verify
+    forward gives at that position (float32 logits from the bf16 target, as the loop computes them; not a plain
+    bf16 forward), and q is the drafter's own. The EAGLE head's first round is a plain target step, so its check
+    samples token 2. The samples pass the chi-square test against that p."""
+    dist = distribution(pair, strategy, prompt)
+    rnd = engine_round(pair, strategy, prompt, dist)
+    assert dist["source"] == rnd.source
+    assert dist["position"] == (2 if strategy in ("eagle", "tree") else 1)
+    engine = {c.token_id: c for c in rnd.drafts[0].top}
+    shared = [(i, j) for j, i in enumerate(dist["token_ids"]) if i in engine and engine[i].p > 1e-4]
+    assert len(shared) >= 3, (dist["token_ids"], list(engine))
+    for token, j in shared:
+        assert dist["p"][j] == pytest.approx(engine[token].p, rel=1e-5, abs=1e-7), (strategy, token)
+        if strategy != "tree":
+            assert dist["q"][j] == pytest.approx(engine[token].q, rel=1e-5, abs=1e-7), (strategy, token)
+    assert dist["pvalue"] > 1e-3, dist
+
+
+def test_the_distribution_checks_chi_square_sees_a_lossy_run(pair):
+    """The same check with lenience b = 0.3 (the lossy knob: drafts are kept too often) fails its chi-square test:
+    the test has the power to see a sampler that does not follow p."""
+    dist = distribution(pair, "fixed", lenience=0.3)
+    assert dist["pvalue"] < 1e-6, dist

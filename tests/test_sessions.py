@@ -96,14 +96,15 @@ def test_a_runs_first_update_clears_the_previous_runs_charts(client):
 
 EXPERIMENTS = {  # api name, inputs after (pair, draft, target, prompt), which output is the table
     "/k_sweep": ([0.8, 0, 1.0, 16, 0, 1, 2, None, "en", False], 1),
-    "/strategy_race": ([3, 0.0, 0, 1.0, 16, 0, None, "en", False], 1),
+    "/strategy_race": ([3, 0.0, 0, 1.0, 16, 0, None, "en", False, 3], 1),
+    "/distribution_check": ([1.0, 0, 1.0, 1.0, 200, 0, None, "en", False, "fixed", 3, 3], 1),
 }
 
 
 @pytest.mark.parametrize("api", EXPERIMENTS)
 def test_an_experiment_that_ends_before_its_first_result_leaves_no_earlier_one(app_url, monkeypatch, api):
-    """A K sweep or a race that the time limit (or Stop, or an error) ends before its first result must not leave
-    the previous result's plot and table on the page: its first update clears them."""
+    """A K sweep, a race or a distribution check that the time limit (or Stop, or an error) ends before its first
+    result must not leave the previous result's plot and table on the page: its first update clears them."""
     client = Client(app_url, verbose=False)
     args, table = EXPERIMENTS[api]
     done = client.submit("shakespeare", "", "", "ROMEO:\n", *args, api_name=api).result(timeout=300)
@@ -112,5 +113,30 @@ def test_an_experiment_that_ends_before_its_first_result_leaves_no_earlier_one(a
     job = client.submit("shakespeare", "", "", "ROMEO:\n", *args, api_name=api)
     job.result(timeout=300)
     shown = on_page(job.outputs())
-    assert shown[table] == "" and plot_data(shown[0]) is not None, shown
-    assert not any(tr.get("y") for tr in plot_data(shown[0])), "the plot still shows a result"
+    assert shown[table] == "", shown
+    assert not any(tr.get("y") for tr in plot_data(shown[0]) or []), "the plot still shows a result"
+
+
+def test_a_distribution_check_refused_for_bad_input_leaves_no_earlier_result(client):
+    client.submit("shakespeare", "", "", "ROMEO:\n", *EXPERIMENTS["/distribution_check"][0],
+                  api_name="/distribution_check").result(timeout=300)
+    args = EXPERIMENTS["/distribution_check"][0]
+    job = client.submit("shakespeare", "", "", "  ", *args, api_name="/distribution_check")
+    with pytest.raises(Exception, match="The prompt is empty"):
+        job.result(timeout=300)
+    assert on_page(job.outputs())[:2] == [None, ""]
+
+
+def test_the_experiments_follow_the_pages_strategy_and_ngram(client):
+    """The race runs prompt lookup with the page's n-gram size, and the distribution check drafts with the page's
+    strategy: with the EAGLE head, whose first round is a plain target step, it samples the reply's token 2."""
+    race = client.submit("shakespeare", "", "", "ROMEO:\n", 3, 0.0, 0, 1.0, 12, 0, None, "en", False, 2,
+                         api_name="/strategy_race").result(timeout=300)
+    names = [row.split("|")[1].strip() for row in race[1].splitlines()[2:]]
+    assert "prompt lookup n = 2" in names, names
+    args = list(EXPERIMENTS["/distribution_check"][0])
+    args[-3] = "eagle"
+    _, summary = client.submit("shakespeare", "", "", "ROMEO:\n", *args, api_name="/distribution_check").result(
+        timeout=300)
+    assert summary.startswith("Samples of token 2 of the reply, the first that the EAGLE head drafts"), summary
+    assert "χ² test against p" in summary
