@@ -18,6 +18,7 @@ import torch
 from .autoregressive import baseline_generate
 from .config import SamplingConfig, SpecConfig
 from .devices import cpu_has_bf16, dtype_name
+from .drafters import tree_shape
 from .events import acceptance
 from .models import CachedLM, ModelPair, load_pair_uncached
 from .speculative import device_sync, encode_prompt, speculative_generate
@@ -140,23 +141,27 @@ def target_variants(pair: ModelPair) -> dict[str, ModelPair]:
     return targets
 
 
-def isolated_draft_ms(pair: ModelPair, strategy: str) -> float | None:
+def isolated_draft_ms(pair: ModelPair, strategy: str, width: int = 0) -> float | None:
     """One draft step, hot, median: the draft model's cached forward, or the EAGLE head's step with its LM rows
     (None for lookup, which runs no model)."""
     if strategy == "lookup":
         return None
     if strategy == "eagle":
         return head_step_ms(pair)
+    if strategy == "tree":
+        return head_step_ms(pair, width=width or tree_shape(SpecConfig(strategy="tree"), pair.head)[0])
     return forward_ms(pair.draft, pair.vocab_size, 1)
 
 
 @torch.inference_mode()
-def head_step_ms(pair: ModelPair, context: int = 128, reps: int = 30) -> float:
+def head_step_ms(pair: ModelPair, context: int = 128, reps: int = 30, width: int = 0) -> float:
     """Median time of one EAGLE draft step (head layer, LM rows, argmax, next embedding) after `context` positions
-    of true features, the way EagleDrafter drafts its second and later tokens."""
+    of true features, the way EagleDrafter drafts its second and later tokens. width > 0: one depth of a draft
+    tree instead (TreeDrafter): `width` frontier positions in one head call with a tree mask, their LM rows and
+    their top-`width` children."""
     from .drafters import EagleDrafter
 
-    drafter = EagleDrafter(pair.head, pair.target, SamplingConfig(0.0), pair.vocab_size, context + reps + 8)
+    drafter = EagleDrafter(pair.head, pair.target, SamplingConfig(0.0), pair.vocab_size, context + reps + 8 + width)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(pair.vocab_size, (context + 1,), generator=gen).to(pair.device)
     _, feats = CachedLM(pair.target, pair.vocab_size).feed_features(ids[:-1], layers=drafter.feature_layers)
@@ -165,11 +170,47 @@ def head_step_ms(pair: ModelPair, context: int = 128, reps: int = 30) -> float:
     for _ in range(reps):
         device_sync(pair.device)
         t0 = time.perf_counter()
-        x = drafter.head.d2t[torch.nn.functional.linear(g, drafter.head.lm_rows).argmax(-1)]
-        g = drafter.step(g, x)
+        if width:
+            n = drafter.cache.length
+            mask = torch.cat([torch.ones(width, n, dtype=torch.bool, device=pair.device),
+                              torch.eye(width, dtype=torch.bool, device=pair.device)], dim=1)
+            x = drafter.head.d2t[torch.nn.functional.linear(g, drafter.head.lm_rows).topk(width, dim=-1).indices[0]]
+            out = drafter.head.step(g.expand(width, -1), drafter.embed(x).to(drafter.dtype), drafter.cache,
+                                    torch.full((width,), n, device=pair.device), mask)
+            torch.nn.functional.linear(out, drafter.head.lm_rows).float().log_softmax(-1).topk(width, dim=-1)
+        else:
+            x = drafter.head.d2t[torch.nn.functional.linear(g, drafter.head.lm_rows).argmax(-1)]
+            g = drafter.step(g, x)
         device_sync(pair.device)
         times.append(time.perf_counter() - t0)
         drafter.cache.crop(context)
+    return statistics.median(times) * 1e3
+
+
+@torch.inference_mode()
+def tree_verify_ms(pair: ModelPair, nodes: int, context: int = 128, reps: int = 30) -> float:
+    """Median time of one target forward over the last fixed token and a `nodes`-node draft tree (the tree mask of
+    a bushy tree: two children per node, breadth first) after `context` cached tokens."""
+    from .tree import DraftTree, tree_attention
+
+    lm = CachedLM(pair.target, pair.vocab_size)
+    gen = torch.Generator().manual_seed(0)
+    lm.feed(torch.randint(pair.vocab_size, (context,), generator=gen).to(pair.device))
+    parents = torch.tensor([i // 2 - 1 for i in range(nodes)], device=pair.device)
+    depths = torch.zeros(nodes, dtype=torch.long, device=pair.device)
+    for i in range(nodes):
+        depths[i] = 1 if parents[i] < 0 else depths[parents[i]] + 1
+    tree = DraftTree(parents, depths, torch.ones(nodes, device=pair.device), int(depths.max()))
+    x = torch.randint(pair.vocab_size, (nodes + 1,), generator=gen).to(pair.device)
+    attention = tree_attention(tree, context, 1, pair.dtype)
+    times = []
+    for _ in range(reps):
+        device_sync(pair.device)
+        t0 = time.perf_counter()
+        lm.feed_features(x, keep_logits=nodes + 1, tree=attention)
+        device_sync(pair.device)
+        times.append(time.perf_counter() - t0)
+        lm.crop(context)
     return statistics.median(times) * 1e3
 
 
@@ -230,14 +271,15 @@ def summarize(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig, n_pro
     methods, include_hf = list(totals), "hf_assisted" in totals
     tps = {m: totals[m]["tokens"] / totals[m]["seconds"] for m in methods}
     fastest = max((m for m in naive), key=tps.get)
-    k_full = spec.k if spec.strategy != "adaptive" else None
+    tree = tree_shape(spec, pair.head) if spec.strategy == "tree" else None
+    k_full = tree[2] if tree else spec.k if spec.strategy != "adaptive" else None
     m = measure(rounds, steps, k_full)  # t_target from the naive runs, t_draft and t_verify from the speculative
     alpha, c, verify_cost = m["alpha_empirical"], m["c"], m["verify_cost"]
     emitted = sum(len(r.output) for r in rounds)
     ceiling_paper = predicted_speedup(alpha, spec.k, c)  # Leviathan et al.: verify costs one target step
     ceiling_measured = predicted_speedup(alpha, spec.k, c, verify_cost)
     speedup = tps["speculative"] / tps["naive"]
-    iso_draft = isolated_draft_ms(pair, spec.strategy)
+    iso_draft = isolated_draft_ms(pair, spec.strategy, tree[0] if tree else 0)
     iso_target = forward_ms(pair.target, pair.vocab_size, 1)
     own_logits = forward_ms(pair.target, pair.vocab_size, 1, float32_logits=False)
     result = {
@@ -264,7 +306,17 @@ def summarize(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig, n_pro
         "fraction_of_ceiling_paper": speedup / ceiling_paper,
         "fraction_of_ceiling_measured_verify": speedup / ceiling_measured,
         "overhead_ms_per_round": sum(r.overhead_ms for r in rounds) / len(rounds),
+        "target_calls": len(rounds),
     }
+    if tree:  # the chain's theory lines do not apply; the tree's own costs, in target steps
+        full = [r for r in rounds if r.tree and r.k == tree[2]] or [r for r in rounds if r.tree]
+        depth_of = [max(nd.depth for nd in r.tree) for r in full]
+        result |= {
+            "tree_shape": {"topk": tree[0], "depth": tree[1], "budget": tree[2]},
+            "tree_verify_ms_isolated": tree_verify_ms(pair, tree[2]),
+            "head_ms_per_depth": sum(r.draft_ms for r in full) / max(1, sum(depth_of)),
+            "head_ms_per_depth_isolated": iso_draft,
+        }
     return result
 
 
@@ -290,6 +342,20 @@ def format_bench(res: dict) -> str:
                      f"{res['hf_assisted_speedup_vs_naive']:.2f}x |")
         lines.append("")
         lines.append(f"specdemo vs transformers assisted: {res['speedup_vs_hf_assisted']:.2f}x")
+    if "tree_shape" in res:
+        t, step = res["tree_shape"], res["t_target_isolated_ms"]
+        lines += [
+            f"tree top-k {t['topk']}, depth {t['depth']}, budget {t['budget']}: {res['mean_accepted_length']:.2f} "
+            f"tokens per target call ({res['target_calls']} calls), {res['drafts_per_round']:.1f} nodes a round",
+            f"verify of the tree ({t['budget']} nodes + the last fixed token): {res['t_verify_ms']:.2f} ms in the loop "
+            f"= {res['verify_cost']:.2f} target steps; {res['tree_verify_ms_isolated']:.2f} ms = "
+            f"{res['tree_verify_ms_isolated'] / step:.2f} steps in isolation",
+            f"the head per depth: {res['head_ms_per_depth']:.2f} ms in the loop (the root's read included) = "
+            f"{res['head_ms_per_depth'] / step:.3f} target steps; one depth in isolation "
+            f"{res['head_ms_per_depth_isolated']:.2f} ms = {res['head_ms_per_depth_isolated'] / step:.3f} steps",
+            f"loop overhead {res['overhead_ms_per_round']:.2f} ms per round",
+        ]
+        return "\n".join(lines)
     lines += [
         f"alpha (empirical) {res['alpha_empirical']:.3f}, alpha (mean sum min(p,q)) {res['alpha_overlap']:.3f}, "
         f"acceptance rate {res['acceptance_rate']:.3f}",

@@ -1,0 +1,91 @@
+"""Choose a head's default draft-tree shape on SELECTION prompts, by a rule fixed before measuring (README, "Draft
+trees"): tokens per target call for each candidate shape at T = 0 and T = 0.7, turned into a modelled speed-up with
+the verify cost of the tree's size and the head's cost per depth. Prints one table; writes nothing.
+
+    .venv/bin/python scripts/select_tree.py --pair smollm2-135m --prompts 20 --max-new-tokens 48
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from specdemo import SamplingConfig, SpecConfig, load_pair, speculative_generate  # noqa: E402
+
+SHAPES = [(1, 4, 4), (2, 3, 6), (2, 4, 8), (3, 4, 12), (4, 5, 16), (2, 6, 12)]
+# one target forward over n new tokens with a tree mask, in one-token steps (issue 24's calibration: SmolLM2 in
+# bf16, 2 threads, this CPU, 2026-11-24)
+VERIFY_STEPS = {1: 1.00, 5: 1.12, 8: 1.18, 12: 1.30, 16: 1.43, 24: 1.60, 32: 1.77, 48: 2.24, 64: 2.59}
+HEAD_PER_DEPTH, HEAD_FIXED = 0.06, 0.03
+
+
+def verify_steps(n: int) -> float:
+    """v(n), linear between the calibration's points."""
+    xs = sorted(VERIFY_STEPS)
+    lo = max(x for x in xs if x <= n)
+    hi = min(x for x in xs if x >= n)
+    if lo == hi:
+        return VERIFY_STEPS[lo]
+    return VERIFY_STEPS[lo] + (VERIFY_STEPS[hi] - VERIFY_STEPS[lo]) * (n - lo) / (hi - lo)
+
+
+def tokens_per_call(pair, prompts, temperature, spec_kw, max_new_tokens) -> tuple[float, float]:
+    tokens = calls = drafted_rounds = drafts = 0
+    for i, prompt in enumerate(prompts):
+        spec = SpecConfig(max_new_tokens=max_new_tokens, seed=i, top_candidates=0, **spec_kw)
+        tr = speculative_generate(pair, prompt, SamplingConfig(temperature), spec)
+        tokens += len(tr.output_ids)
+        calls += len(tr.rounds)
+        for r in tr.rounds:
+            if r.source in ("eagle", "tree"):
+                drafted_rounds += 1
+                drafts += r.k
+    return tokens / calls, drafts / max(1, drafted_rounds)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pair", default="smollm2-135m")
+    ap.add_argument("--prompts", type=int, default=20)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    args = ap.parse_args()
+    pair = load_pair(args.pair)
+    if args.pair == "smollm2-135m":
+        from smollm2_prompts import SELECTION
+
+        prompts = SELECTION[: args.prompts]
+    else:
+        from specdemo.bench import BENCH_PROMPTS
+
+        prompts = BENCH_PROMPTS[: args.prompts]
+    print(f"{args.pair}: {len(prompts)} prompts x {args.max_new_tokens} tokens")
+    print("| shape (top-k, depth, budget) | T = 0 tokens/call | modelled | T = 0.7 tokens/call | modelled | mean |")
+    print("|---|---:|---:|---:|---:|---:|")
+    rows = []
+    chain = {}
+    for t in (0.0, 0.7):
+        tau, drafts = tokens_per_call(pair, prompts, t, {"strategy": "eagle", "k": 4}, args.max_new_tokens)
+        chain[t] = (tau, tau / (1.07 + HEAD_PER_DEPTH * drafts + HEAD_FIXED))
+    print(f"| eagle chain K = 4 with its stop | {chain[0.0][0]:.2f} | {chain[0.0][1]:.3f} | {chain[0.7][0]:.2f} | "
+          f"{chain[0.7][1]:.3f} | {(chain[0.0][1] + chain[0.7][1]) / 2:.3f} |", flush=True)
+    for topk, depth, budget in SHAPES:
+        cells = []
+        for t in (0.0, 0.7):
+            tau, _ = tokens_per_call(pair, prompts, t, {"strategy": "tree", "tree_topk": topk, "tree_depth": depth,
+                                                        "tree_budget": budget}, args.max_new_tokens)
+            cells.append((tau, tau / (verify_steps(budget + 1) + HEAD_PER_DEPTH * depth + HEAD_FIXED)))
+        mean = (cells[0][1] + cells[1][1]) / 2
+        rows.append(((topk, depth, budget), mean))
+        print(f"| {topk}, {depth}, {budget} | {cells[0][0]:.2f} | {cells[0][1]:.3f} | {cells[1][0]:.2f} | "
+              f"{cells[1][1]:.3f} | {mean:.3f} |", flush=True)
+    best = max(rows, key=lambda r: r[1])
+    print(f"best by the rule: top-k {best[0][0]}, depth {best[0][1]}, budget {best[0][2]} (mean modelled {best[1]:.3f})")
+
+
+if __name__ == "__main__":
+    main()
