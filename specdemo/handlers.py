@@ -38,7 +38,7 @@ STEP_OUTPUTS = ("state", "step_tokens", "step_caption")
 SWEEP_OUTPUTS = ("sweep_plot", "sweep_md", "sweep_state")
 RACE_OUTPUTS = ("race_plot", "race_md", "race_state")
 DIST_OUTPUTS = ("dist_plot", "dist_md", "dist_state")
-PAIR_OUTPUTS = ("pair_status", "custom_box", "examples", "chat", "pair_state")
+PAIR_OUTPUTS = ("pair_status", "custom_box", "examples", "chat", "pair_state", "pair", "draft", "target")
 REDRAW_OUTPUTS = ("legend", "keys", "tokens", "stats", "film", *views.CHARTS, "insp_plot", "insp_reason",
                   "step_tokens", "step_caption", "sweep_plot", "sweep_md", "dist_plot", "dist_md", "race_plot",
                   "race_md", "pair_status")
@@ -334,22 +334,32 @@ def update_strategies(pair_name, strategy):
     return gr.update(choices=views.strategy_choices(pair_name), value=value)
 
 
-def change_pair(pair_name, draft_id, target_id, lang=None, progress=gr.Progress()) -> dict:
-    """Load the chosen pair with a visible progress indicator. A failure keeps the previous pair working.
+def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, progress=gr.Progress()) -> dict:
+    """Load the chosen pair with a visible progress indicator. A failure keeps the previous pair working, and puts
+    the selector (and a custom pair's ids) back on it with the one-sentence error, so that the next Generate runs
+    the pair that is loaded, not the one that failed. `loaded`: the pair state, the loaded pair's description with
+    the selector values that chose it ("chosen"); a change back to those values loads nothing.
     Updates PAIR_OUTPUTS: the chat switch takes the pair's default mode."""
     custom = pair_name == CUSTOM
     examples = PRESETS[pair_name].examples if pair_name in PRESETS else ()
-    if custom and not ((draft_id or "").strip() and (target_id or "").strip()):
-        return {"pair_status": tr("pair.enter_ids", lang), "custom_box": gr.update(visible=True), "pair_state": None}
+    chosen = {"pair": pair_name} | ({"draft": (draft_id or "").strip(), "target": (target_id or "").strip()}
+                                    if custom else {})
+    if loaded and loaded.get("chosen") == chosen:  # it is loaded: the selector was put back on it after a failure
+        return {}
+    if custom and not (chosen["draft"] and chosen["target"]):
+        return {"pair_status": tr("pair.enter_ids", lang), "custom_box": gr.update(visible=True)}
     progress(0.1, desc=tr("pair.loading", lang, name=pair_name))
     try:
         pair = get_pair(pair_key(pair_name, draft_id, target_id, Limits.from_env()))
     except UserError as err:
         gr.Warning(err.text(lang))
-        return {"pair_status": tr("pair.failed", lang, error=render.esc(err.text(lang))),
-                "custom_box": gr.update(visible=custom), "pair_state": None}
+        out = {"pair_status": tr("pair.failed", lang, error=render.esc(err.text(lang)))}
+        back = (loaded or {}).get("chosen")
+        if back is None:  # nothing loaded yet to go back to
+            return out | {"custom_box": gr.update(visible=custom)}
+        return out | back | {"custom_box": gr.update(visible=back["pair"] == CUSTOM)}
     progress(1.0, desc=tr("pair.done", lang))
-    desc = pair.describe()
+    desc = pair.describe() | {"chosen": chosen}
     out = {"pair_status": views.pair_info(desc, lang), "custom_box": gr.update(visible=custom), "pair_state": desc,
            "chat": gr.update(value=pair.chat, interactive=pair.has_chat_template)}
     if examples:

@@ -225,7 +225,7 @@ def results(u, limits: Limits) -> None:
 
 def wire_events(demo: gr.Blocks, u) -> None:
     """Which handler each event calls, with which inputs and outputs, in which queue group."""
-    o = vars(u) | {"chat": u.c["chat"]}  # the outputs, by the names handlers.py uses
+    o = vars(u) | {name: u.c[name] for name in ("chat", "pair", "draft", "target")}  # outputs, by handlers' names
 
     def wire(fn, names):
         """The handler, adapted to its outputs by name, and the components of those names."""
@@ -296,7 +296,7 @@ def wire_page(demo: gr.Blocks, u, wire, view: list) -> None:
     c = u.c
     # a pair change loads models, but never waits behind (or holds up) the model runs: its own queue group
     pair_change = dict(**wire(handlers.change_pair, handlers.PAIR_OUTPUTS),
-                       inputs=[c["pair"], c["draft"], c["target"], u.lang], api_visibility="private",
+                       inputs=[c["pair"], c["draft"], c["target"], u.lang, u.pair_state], api_visibility="private",
                        concurrency_id="pairs", concurrency_limit=env_int("SPECDEMO_CONCURRENCY", 4))
     c["pair"].change(**pair_change)
     c["pair"].change(handlers.update_strategies, [c["pair"], c["strategy"]], c["strategy"],

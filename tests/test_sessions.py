@@ -4,13 +4,16 @@ never waits for another's, and nothing on one session's page outlives the run or
 from __future__ import annotations
 
 import json
+import os
 import threading
 
 import gradio as gr
 import pytest
 from gradio_client import Client
 
+from conftest import CHROMIUM, CHROMIUM_ARGS
 from specdemo import views
+from specdemo.config import PRESETS
 
 RUN = ("shakespeare", "", "", "JULIET:\n", 4, 0.8, 0, 1.0, 40, 1, False, 1.0, None, "fixed")  # /generate_stream
 
@@ -140,3 +143,37 @@ def test_the_experiments_follow_the_pages_strategy_and_ngram(client):
         timeout=300)
     assert summary.startswith("Samples of token 2 of the reply, the first that the EAGLE head drafts"), summary
     assert "χ² test against p" in summary
+
+
+# ------------------------------------------------------------------------------------------------ the page
+
+STATUS = "(document.querySelector('#sd-pair-status')?.innerText || '')"
+
+
+def test_a_failed_pair_load_puts_the_selector_back_on_the_loaded_pair(app_url):
+    """A custom pair that fails to load leaves the pair that was loaded working: the selector goes back to it (with
+    the one-sentence error still shown), so the next Generate runs it instead of trying the failed pair again."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("Debian chromium is not installed")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_context(viewport={"width": 1400, "height": 1400}, locale="en-US").new_page()
+        page.goto(app_url, wait_until="load")
+        page.wait_for_function(f"{STATUS}.includes('Loaded')", timeout=120000)
+        page.locator("#sd-pair input").click()
+        page.locator(f"li[role='option'][data-index='{len(PRESETS)}']").click()  # custom, after the presets
+        page.wait_for_function(f"{STATUS}.includes('Enter a draft')", timeout=60000)
+        page.locator("#sd-draft-id textarea, #sd-draft-id input").first.fill("nobody/no-such-draft")
+        page.locator("#sd-target-id textarea, #sd-target-id input").first.fill("nobody/no-such-target")
+        page.click("#sd-load")
+        page.wait_for_function(f"{STATUS}.includes('Could not load')", timeout=120000)
+        page.wait_for_function("document.querySelector('#sd-pair input').value.startsWith('shakespeare:')",
+                               timeout=60000)
+        assert not page.locator("#sd-draft-id").is_visible()
+        page.click("#sd-generate")
+        page.wait_for_function("document.querySelector('#sd-stats').innerText.includes('done')", timeout=120000)
+        assert "Could not load" in page.evaluate(STATUS), "the error was replaced"
+        assert page.input_value("#sd-pair input").startswith("shakespeare:")
+        browser.close()
