@@ -41,9 +41,15 @@ def add_common(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lenience", type=float, default=1.0, help="b in (0,1]; below 1 is lossy")
-    ap.add_argument("--strategy", default="fixed", help="drafting strategy: fixed, adaptive, lookup or eagle "
-                    "(the pair's EAGLE head, for the embedded pairs)")
+    ap.add_argument("--strategy", default="fixed", help="drafting strategy: fixed, adaptive, lookup, eagle (the "
+                    "pair's EAGLE head drafts a chain, for the embedded pairs) or tree (it drafts a tree, EAGLE-2)")
     ap.add_argument("--ngram", type=int, default=3, help="lookup: the longest n-gram matched (1-8)")
+    ap.add_argument("--tree-topk", type=int, default=0, help="tree: children per node, and nodes expanded per "
+                    "depth (1-16; 0 = the head's own)")
+    ap.add_argument("--tree-depth", type=int, default=0, help="tree: the deepest drafted token (1-16; 0 = the "
+                    "head's own)")
+    ap.add_argument("--tree-budget", type=int, default=0, help="tree: the most nodes a tree keeps (0 = the head's "
+                    "own; SPECDEMO_MAX_TREE caps it)")
     ap.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
     ap.add_argument("--draft-dtype", default=None, help="auto, float32, bfloat16 or float16 (default: auto)")
     ap.add_argument("--target-dtype", default=None, help="auto, float32, bfloat16 or float16 (default: auto)")
@@ -62,10 +68,25 @@ def one_line(text: str) -> str:
 
 
 def round_line(rnd, use_colour: bool) -> str:
-    """One round on one line: its tokens in order, marked by label (and coloured in a terminal), then its caption."""
+    """One round on one line: its tokens in order, marked by label (and coloured in a terminal), then its caption.
+    A tree round says the tree's size and how deep the target's path went: 'round 3 [tree 14 · kept 3 +1]: ...'."""
     body = "".join(colour(MARK[t.label][0] + one_line(t.text) + MARK[t.label][1], t.label, use_colour)
                    for t in rnd.tokens)
-    return f"round {rnd.index + 1}: {body}   ({rnd.caption})"
+    tag = ""
+    if rnd.tree:
+        added = any(t.label in ("resampled", "bonus") for t in rnd.tokens)
+        tag = f" [tree {rnd.k} \u00b7 kept {rnd.n_accepted}{' +1' if added else ''}]"
+    return f"round {rnd.index + 1}{tag}: {body}   ({rnd.caption})"
+
+
+def spec_of(args, **kw):
+    """The SpecConfig that the command line asks for (kw: what a command sets itself, such as the seed)."""
+    from . import SpecConfig
+
+    return SpecConfig(**{"k": args.k, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+                         "lenience": args.lenience, "strategy": args.strategy, "ngram": args.ngram,
+                         "tree_topk": args.tree_topk, "tree_depth": args.tree_depth,
+                         "tree_budget": args.tree_budget} | kw)
 
 
 def divergence_line(d) -> str:
@@ -78,14 +99,13 @@ def divergence_line(d) -> str:
 
 
 def cmd_generate(args, pair, sampling) -> int:
-    from . import SpecConfig, baseline_generate, speculative_generate
+    from . import baseline_generate, speculative_generate
     from .ties import explain_divergence
 
     use_colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     for i in range(args.num_samples):
-        spec = SpecConfig(k=args.k, max_new_tokens=args.max_new_tokens, seed=args.seed + i, lenience=args.lenience,
-                          strategy=args.strategy, ngram=args.ngram,
-                          top_candidates=8 if args.json else 0)  # only the JSON trace shows the top candidates
+        spec = spec_of(args, seed=args.seed + i,
+                       top_candidates=8 if args.json else 0)  # only the JSON trace shows the top candidates
         trace = speculative_generate(pair, args.prompt, sampling, spec, chat=args.chat)
         base = None
         if args.baseline:
@@ -127,7 +147,6 @@ def cmd_generate(args, pair, sampling) -> int:
 
 
 def cmd_bench(args, pair, sampling) -> int:
-    from . import SpecConfig
     from .bench import bench_prompts, format_bench, run_bench
     from .strategies_bench import format_strategies, run_strategies
 
@@ -135,11 +154,11 @@ def cmd_bench(args, pair, sampling) -> int:
     if args.strategies:
         res = run_strategies(pair, sampling, args.k, args.max_new_tokens, args.prompts, seed=args.seed,
                              ngram=args.ngram, lookup_k=args.lookup_k, k_search=not args.no_k_search,
-                             include_hf=not args.no_hf, log=log)
+                             include_hf=not args.no_hf, log=log,
+                             tree=(args.tree_topk, args.tree_depth, args.tree_budget))
         print(json.dumps(res, indent=2) if args.json else format_strategies(res))
         return 0
-    spec = SpecConfig(k=args.k, max_new_tokens=args.max_new_tokens, seed=args.seed, lenience=args.lenience,
-                      strategy=args.strategy, ngram=args.ngram, top_candidates=0)
+    spec = spec_of(args, top_candidates=0)
     prompts = bench_prompts(pair)[: args.prompts]
     res = run_bench(pair, sampling, spec, prompts, include_hf=not args.no_hf, log=log)
     print(json.dumps(res, indent=2) if args.json else format_bench(res))
@@ -168,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--prompts", type=int, default=10, help="how many of the built-in prompts to use")
     bench.add_argument("--no-hf", action="store_true", help="skip transformers' assisted generation")
     bench.add_argument("--strategies", action="store_true",
-                       help="time target-only (each dtype), fixed K=1..8, adaptive, lookup and transformers' "
-                            "equivalents, interleaved prompt by prompt; adds the copy-friendly prompts")
+                       help="time target-only (each dtype), fixed K=1..8, adaptive, lookup, the EAGLE head's chain "
+                            "and tree (where the pair has one; --tree-* sizes) and transformers' equivalents, "
+                            "interleaved prompt by prompt; adds the copy-friendly prompts")
     bench.add_argument("--lookup-k", type=int, default=8, help="--strategies: tokens copied per lookup round")
     bench.add_argument("--no-k-search", action="store_true", help="--strategies: only the given K for fixed")
     bench.set_defaults(max_new_tokens=128, temperature=0.0)
@@ -190,9 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "generate":
         args.prompt = args.prompt.replace("\\n", "\n")  # let a shell user type ROMEO:\n
     try:
-        from .config import SpecConfig
-
-        SpecConfig(k=args.k, strategy=args.strategy, ngram=args.ngram)  # bad settings fail before any model loads
+        spec_of(args)  # bad settings fail before any model loads
         if bool(args.draft) != bool(args.target):
             raise ModelLoadError("--draft and --target go together")
         check_head(args.strategy, None if args.draft else args.pair)  # refused before anything loads

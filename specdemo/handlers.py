@@ -105,13 +105,14 @@ def on_screen(spec, base, first: bool, lang=None, presenter=False) -> dict:
 @gpu
 @user_errors
 def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-                run_baseline, lenience, chat=None, strategy="fixed", lang=None, presenter=False, ngram=3):
+                run_baseline, lenience, chat=None, strategy="fixed", lang=None, presenter=False, ngram=3, tree_topk=0,
+                tree_depth=0, tree_budget=0):
     """The Generate button: streams RUN_OUTPUTS. The text, stats and state change every round; the charts every
     CHART_EVERY_S. The trace is downloaded in the browser from the trace JSON (ui.DOWNLOAD_JS, after `trace_of`):
     a server file would put its path (gradio's cache folder) into the page and the API's answer."""
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-                   run_baseline, lenience, limits, chat, strategy, ngram)
+                   run_baseline, lenience, limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget)
     pair = get_pair(req.pair, req.spec.strategy)
     if req.spec.lossy:
         gr.Warning(tr("warn.lossy", lang, b=req.spec.lenience))
@@ -150,7 +151,8 @@ def trace_of(state) -> dict:
 def generate_api(pair: str = DEFAULT_PRESET, prompt: str = PRESETS[DEFAULT_PRESET].examples[0], k: int = 4,
                  temperature: float = 0.8, top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
                  baseline: bool = True, lenience: float = 1.0, draft: str = "", target: str = "",
-                 chat: bool | None = None, strategy: str = "", ngram: int = 3) -> dict:
+                 chat: bool | None = None, strategy: str = "", ngram: int = 3, tree_topk: int = 0,
+                 tree_depth: int = 0, tree_budget: int = 0) -> dict:
     """Run speculative sampling (and the target-only baseline) and return the full trace as JSON.
 
     pair: a preset name, or "custom" with draft and target model ids. chat: true wraps the prompt (a user message)
@@ -158,15 +160,18 @@ def generate_api(pair: str = DEFAULT_PRESET, prompt: str = PRESETS[DEFAULT_PRESE
     null (the default) takes the pair's own default (chat for instruct presets). strategy: "" (the default) takes
     the pair's own, the one the page opens it with (eagle for smollm2-135m, fixed for shakespeare and custom
     pairs); "fixed" (K drafts a round), "adaptive" (the draft stops when unsure; K is ignored), "lookup" (copy
-    after a matching n-gram of up to `ngram` tokens; no draft model) or "eagle" (the pair's EAGLE head drafts up
-    to K tokens from the target's features; the embedded pairs only, refused in one sentence elsewhere). Returns
+    after a matching n-gram of up to `ngram` tokens; no draft model), "eagle" (the pair's EAGLE head drafts up
+    to K tokens from the target's features; the embedded pairs only, refused in one sentence elsewhere) or "tree"
+    (the head drafts a tree, EAGLE-2: `tree_topk` children per node and nodes expanded per depth, `tree_depth` deep,
+    at most `tree_budget` nodes, the server's SPECDEMO_MAX_TREE at most; 0 takes the head's own size; K is not
+    used; each tree round's JSON lists its nodes: id, text, parent, depth, head_p, p, on_path). Returns
     {"speculative": trace, "baseline": trace or null}; each trace has text, token_ids, rounds (labels, p, q, r,
     min(1, p/q), top candidates, timings) and metrics. A run that the time limit ended has no baseline: its
     settings say "baseline": "not measured".
     """
     limits = Limits.from_env()
     req = validate(pair, draft, target, prompt, k, temperature, top_k, top_p, max_new_tokens, seed, baseline,
-                   lenience, limits, chat, strategy, ngram)
+                   lenience, limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget)
     loaded = get_pair(req.pair, req.spec.strategy)
     *_, (spec, base, _) = runs.run_stream(req, loaded, limits)  # run to the end; the last snapshot is the whole run
     return views.trace_payload(spec, base)
@@ -329,8 +334,9 @@ def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, 
 
 
 def update_strategies(pair_name, strategy):
-    """On a pair change: list eagle only where it is offered; a pair without a head falls back to fixed."""
-    value = strategy if strategy != "eagle" or has_head(pair_name) else "fixed"
+    """On a pair change: list eagle and tree only where they are offered; a pair without a head falls back to
+    fixed."""
+    value = strategy if strategy not in ("eagle", "tree") or has_head(pair_name) else "fixed"
     return gr.update(choices=views.strategy_choices(pair_name), value=value)
 
 

@@ -350,7 +350,9 @@ EN: dict[str, str] = {
     "film.copied": "copied from token {pos} ({n}-gram match)",
     "film.fallback": "nothing to copy: the target chose one token",
     "ui.strategy": "Drafting strategy",
-    "ui.strategy_info": "adaptive: the draft stops when unsure (up to 12 tokens). prompt lookup: copy from the text so far, no draft model. EAGLE head: one layer drafts up to K tokens from the target's own features (a head with a confidence stop ends early where it is unsure)",
+    "ui.strategy_info": "adaptive: the draft stops when unsure (up to 12 tokens). prompt lookup: copy from the text so far, no draft model. EAGLE head: one layer drafts up to K tokens from the target's own features (a head with a confidence stop ends early where it is unsure). "
+        "EAGLE tree: the head drafts a tree of alternatives, and the target checks all of it in one forward (K is not "
+        "used)",
     "strategy.fixed": "fixed K",
     "strategy.adaptive": "adaptive",
     "strategy.lookup": "prompt lookup",
@@ -358,7 +360,9 @@ EN: dict[str, str] = {
     "race.intro": "Target-only decoding, then every drafting strategy, on the same prompt and seed, one after another so that each is timed alone. At temperature 0 every text must equal the target's.",
     "race.run": "Run the race",
     "race.target_only": "target only",
-    "race.header": "| run | tokens/s | speedup | target calls | acceptance | mean accepted length | same text as target only |",
+    "race.header": (
+        "| run | tokens/s | speedup | target calls | acceptance | tokens per target call | same text as target "
+        "only |"),
     "race.same": "yes",
     "race.differs_sampling": "no (sampled)",
     "race.differs_tie": (
@@ -375,6 +379,50 @@ EN: dict[str, str] = {
     "ui.ngram": "Lookup n-gram size",
     "ui.ngram_info": "prompt lookup finds the last n tokens (or fewer) earlier in the text and copies what followed them",
     "err.strategy": "Strategy must be one of {choices}, got {value}.",
+    # ---- draft trees (strategy "tree"): the settings, the caption, the film strip, the drawing (render.tree_html)
+    "strategy.tree": "EAGLE tree",
+    "ui.tree_topk": "Tree top-k: children per node, and nodes expanded per depth (0 = the head's own)",
+    "ui.tree_depth": "Tree depth: the deepest drafted token (0 = the head's own)",
+    "ui.tree_budget": "Tree budget: the most nodes a tree keeps (0 = the head's own)",
+    "field.tree_topk": "Tree top-k",
+    "field.tree_depth": "Tree depth",
+    "field.tree_budget": "Tree budget",
+    "err.tree_range": "{name} must be 0 (the head's own) or between {lo} and {hi}, got {value}.",
+    "err.tree_cap": "{name} must be at most {max} nodes on this server (SPECDEMO_MAX_TREE), got {value}.",
+    "caption.tree_miss": (
+        "the head drafted a tree of {k} tokens; the target's path went {n} deep, then it chose {y}, which the tree "
+        "did not have"),
+    "caption.tree_miss_root": (
+        "the head drafted a tree of {k} tokens; the target chose {y}, which the tree did not have"),
+    "caption.tree_leaf": (
+        "the head drafted a tree of {k} tokens; the target's path went {n} deep, reached a leaf and added {y} as a "
+        "free extra token"),
+    "caption.tree_cut": "the head drafted a tree of {k} tokens; the target's path went {n} deep",
+    "film.tree": "tree {k} \u00b7 kept {n}",
+    "reason.tree_path": (
+        "Kept {x}: at its parent the target drew it from p (p = {p}), and the tree had it there (head p = {q}), so "
+        "the walk went on."),
+    "reason.tree_refused": (
+        "The head's likeliest child here was {x} (head p = {q}; the target's p = {p}), but the target drew {y}, which "
+        "the tree did not have here: its correction. Each child counts as drafted with q = 1, so the walk is exact."),
+    "reason.tree_bonus": (
+        "The walk reached a leaf after {n} kept tokens, so the target's own p there gave a free extra token {y}."),
+    "chart.q_tree": "head p of the tree's children",
+    "tree.title": (
+        "The round's draft tree: depth runs left to right from the last fixed token; hover a node for the head's "
+        "probability and the target's p"),
+    "tree.path": "the target's path (kept)",
+    "tree.refused": "a child the target refused",
+    "tree.unused": "not visited",
+    "tree.shade": "shade: the head's probability",
+    "tree.tip_node": "{x}: head p = {hp}, target p = {p} (at its parent), depth {d}",
+    "tree.tip_path": "on the target's path: kept",
+    "tree.tip_refused": "refused: the target drew {y} here",
+    "tree.tip_unused": "not visited: the target's path went another way",
+    "tree.tip_root": "{x}: the last fixed token, where the tree grows from",
+    "tree.tip_resampled": "{y}: the target's correction (p = {p}); the tree did not have it here",
+    "tree.tip_bonus": "{y}: the target's free extra token (p = {p}), drawn at a leaf",
+    "race.tree": "EAGLE tree (top-k {topk}, depth {depth}, {budget} nodes)",
 }
 
 ZH: dict[str, str] = {
@@ -655,7 +703,8 @@ ZH: dict[str, str] = {
     "film.copied": "复制自第 {pos} 个 token（{n} 元匹配）",
     "film.fallback": "无可复制：目标模型选出一个 token",
     "ui.strategy": "起草策略",
-    "ui.strategy_info": "自适应：草稿模型没有把握时提前停止（最多 12 个 token）。提示查找：从已有文本中复制，不用草稿模型。EAGLE 草稿头：用一层网络根据目标模型自身的特征起草，最多 K 个 token（设有置信度阈值的草稿头没有把握时提前停止）",
+    "ui.strategy_info": "自适应：草稿模型没有把握时提前停止（最多 12 个 token）。提示查找：从已有文本中复制，不用草稿模型。EAGLE 草稿头：用一层网络根据目标模型自身的特征起草，最多 K 个 token（设有置信度阈值的草稿头没有把握时提前停止）。"
+        "EAGLE 草稿树：草稿头起草一棵包含多个备选的树，目标模型用一次前向计算检验整棵树（不使用 K）",
     "strategy.fixed": "固定 K",
     "strategy.adaptive": "自适应",
     "strategy.lookup": "提示查找",
@@ -663,7 +712,7 @@ ZH: dict[str, str] = {
     "race.intro": "先只用目标模型解码，再依次运行每种起草策略：提示词和随机种子相同，逐个运行，各自单独计时。温度为 0 时，每种策略的输出都必须与目标模型完全相同。",
     "race.run": "开始赛跑",
     "race.target_only": "仅目标模型",
-    "race.header": "| 运行 | token/秒 | 加速比 | 目标模型调用次数 | 接受率 | 平均接受长度 | 与仅目标模型的输出相同 |",
+    "race.header": "| 运行 | token/秒 | 加速比 | 目标模型调用次数 | 接受率 | 每次目标模型调用产出的 token 数 | 与仅目标模型的输出相同 |",
     "race.same": "是",
     "race.differs_sampling": "否（随机采样）",
     "race.differs_tie": "否：在第 {pos} 个 token 处分开，{spec} 对 {base}；logit 差在验证中为 {gv}，在单步解码中为 {gs}（bf16 舍入 ±{tol}）：近似平局",
@@ -674,6 +723,39 @@ ZH: dict[str, str] = {
     "ui.ngram": "查找的 n-gram 长度",
     "ui.ngram_info": "提示查找：在前文中找到最后 n 个（或更少）token，复制它们后面的内容",
     "err.strategy": "起草策略只能是 {choices} 之一，收到的是 {value}。",
+    "strategy.tree": "EAGLE 草稿树",
+    "ui.tree_topk": "草稿树 top-k：每个节点的子节点数，也是每层展开的节点数（0 = 草稿头自带的设置）",
+    "ui.tree_depth": "草稿树深度：最深的草稿 token 所在的层（0 = 草稿头自带的设置）",
+    "ui.tree_budget": "草稿树规模：一棵树最多保留的节点数（0 = 草稿头自带的设置）",
+    "field.tree_topk": "草稿树 top-k",
+    "field.tree_depth": "草稿树深度",
+    "field.tree_budget": "草稿树规模",
+    "err.tree_range": "{name}必须是 0（草稿头自带的设置）或在 {lo} 到 {hi} 之间，收到的是 {value}。",
+    "err.tree_cap": "本服务器上{name}最多 {max} 个节点（SPECDEMO_MAX_TREE），收到的是 {value}。",
+    "caption.tree_miss": "草稿头起草了一棵含 {k} 个 token 的树；目标模型沿树走了 {n} 层，然后选了 {y}，而树里没有它",
+    "caption.tree_miss_root": "草稿头起草了一棵含 {k} 个 token 的树；目标模型选了 {y}，而树里没有它",
+    "caption.tree_leaf": "草稿头起草了一棵含 {k} 个 token 的树；目标模型沿树走了 {n} 层，到达叶子节点，并额外免费给出了 {y}",
+    "caption.tree_cut": "草稿头起草了一棵含 {k} 个 token 的树；目标模型沿树走了 {n} 层",
+    "film.tree": "树 {k} \u00b7 接受 {n}",
+    "reason.tree_path": "接受 {x}：目标模型在它的父节点处从 p 中抽到了它（p = {p}），而树在那里恰好有它（草稿头概率 {q}），所以继续向下走。",
+    "reason.tree_refused": (
+        "这里草稿头最看好的子节点是 {x}（草稿头概率 {q}；目标模型的 p = {p}），但目标模型抽到的是 {y}，树在这里没有它："
+        "这就是目标模型的修正。每个子节点都按 q = 1 的草稿处理，所以这样沿树走是精确的。"),
+    "reason.tree_bonus": "沿树走了 {n} 个接受的 token 后到达叶子节点，于是目标模型在那里用自己的 p 额外给出了 {y}。",
+    "chart.q_tree": "树中子节点的草稿头概率",
+    "tree.title": "本轮的草稿树：从最后一个已确定的 token 出发，深度从左到右增加；把鼠标移到节点上可查看草稿头的概率和目标模型的 p",
+    "tree.path": "目标模型走过的路径（接受）",
+    "tree.refused": "目标模型拒绝的子节点",
+    "tree.unused": "未走到",
+    "tree.shade": "颜色深浅：草稿头的概率",
+    "tree.tip_node": "{x}：草稿头概率 {hp}，目标模型 p = {p}（在父节点处），深度 {d}",
+    "tree.tip_path": "在目标模型的路径上：接受",
+    "tree.tip_refused": "被拒绝：目标模型在这里抽到的是 {y}",
+    "tree.tip_unused": "未走到：目标模型的路径走了另一条分支",
+    "tree.tip_root": "{x}：最后一个已确定的 token，草稿树从这里长出",
+    "tree.tip_resampled": "{y}：目标模型的修正（p = {p}）；树在这里没有它",
+    "tree.tip_bonus": "{y}：目标模型免费给出的额外 token（p = {p}），在叶子节点处抽出",
+    "race.tree": "EAGLE 草稿树（top-k {topk}，深度 {depth}，{budget} 个节点）",
 }
 
 MESSAGES: dict[str, dict[str, str]] = {"en": EN, "zh-CN": ZH}

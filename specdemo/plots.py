@@ -10,6 +10,7 @@ carry no markup.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 
 import plotly.graph_objects as go
@@ -164,12 +165,18 @@ def inspector(rnd: Round, position: int, top: int = 10, lang: str | None = None)
         else:
             title = tr("chart.inspector_bonus", lang, round=rnd.index + 1, pos=position)
     cands = cands[:top]
+    q_name = tr("chart.q_draft", lang)
+    if rnd.tree and position <= len(rnd.drafts):  # a tree: q is the head's p of the node's children (drawn as q = 1)
+        parent = next((nd.id for nd in rnd.tree if nd.on_path and nd.depth == position - 1), -1)
+        head_p = {nd.token_id: nd.head_p for nd in rnd.tree if nd.parent == parent}
+        cands = [dataclasses.replace(c, q=head_p.get(c.token_id, 0.0)) for c in cands]
+        q_name, overlap = tr("chart.q_tree", lang), None  # the walk has no residual: a miss is the target's draw
     fig = _fig(title, tr("chart.token", lang), tr("chart.probability", lang))
     labels = [_token_label(c.text, lang) for c in cands]
     # identical texts (different ids) would share a bar; make them distinct
     labels = [f"{lbl} #{c.token_id}" if labels.count(lbl) > 1 else lbl for lbl, c in zip(labels, cands, strict=True)]
     fig.add_bar(x=labels, y=[c.p for c in cands], name=tr("chart.p_target", lang), marker_color=PALETTE["target"])
-    fig.add_bar(x=labels, y=[c.q for c in cands], name=tr("chart.q_draft", lang), marker_color=PALETTE["draft"],
+    fig.add_bar(x=labels, y=[c.q for c in cands], name=q_name, marker_color=PALETTE["draft"],
                 marker_pattern_shape="/")
     if overlap is not None and overlap < 1 - 1e-6:
         res = [max(0.0, c.p - c.q) / (1 - overlap) for c in cands]

@@ -202,7 +202,9 @@ def filmstrip_html(rounds: list[Round], selected: int | None = None, lang: str |
             cells.append(" \u2192 " + span(visible(t.text), t.label,
                                            token_title(t.label, t.p, None, None, None, lang, own=rnd.k == 0)))
         verdict = tr("film.kept", lang, n=rnd.n_accepted, k=rnd.k) + (" +1" if added else "")
-        if rnd.k == 0 and rnd.source in SOURCE_FILM_KEY:  # nothing drafted: the tag says what the target did
+        if rnd.tree:  # a draft tree: its size, and the depth of the target's path through it
+            verdict = tr("film.tree", lang, k=rnd.k, n=rnd.n_accepted) + (" +1" if added else "")
+        elif rnd.k == 0 and rnd.source in SOURCE_FILM_KEY:  # nothing drafted: the tag says what the target did
             verdict = tr(SOURCE_FILM_KEY[rnd.source], lang)
         elif rnd.source == "lookup":  # where prompt lookup copied its proposal from (a position in prompt + output)
             verdict = tr("film.copied", lang, pos=rnd.copied_from, n=rnd.ngram) + " \u00b7 " + verdict
@@ -257,6 +259,8 @@ def done_status(spec: Trace, lang: str | None = None) -> str:
 
 def reason(rnd: Round, position: int, lang: str | None = None) -> str:
     """One line (HTML) on why the token at `position` (1-based) was kept, rejected or added."""
+    if rnd.tree:
+        return tree_reason(rnd, position, lang)
     if position <= len(rnd.drafts):
         d = rnd.drafts[position - 1]
         x = repr(d.text)
@@ -295,10 +299,12 @@ def round_caption(rnd: Round, lang: str | None = None) -> str:
         parts.append(tr("caption.bonus", lang))
     if rnd.source in PLAIN_STEP_CAPTION_KEY:  # the target's own token, named: what it chose
         text = tr(PLAIN_STEP_CAPTION_KEY[rnd.source], lang, y=repr("".join(t.text for t in rnd.output)))
+    elif rnd.tree:
+        text = tree_caption(rnd, lang)
     elif rnd.source == "eagle" and rnd.unsure:
         text = tr("caption.eagle_unsure", lang, k=rnd.k, conf=f"{rnd.unsure[0]:.2f}", stop=f"{rnd.unsure[1]:g}",
                   parts=tr("caption.sep", lang).join(parts))
-    elif rnd.source == "eagle":
+    elif rnd.source in ("eagle", "tree"):  # (a tree round with no budget left drafts nothing)
         text = tr("caption.eagle", lang, k=rnd.k, parts=tr("caption.sep", lang).join(parts))
     elif rnd.source == "lookup":
         text = tr("caption.lookup", lang, k=rnd.k, pos=rnd.copied_from, n=rnd.ngram,
@@ -317,3 +323,180 @@ def step_caption(rounds: list[Round], cursor: int, lang: str | None = None) -> s
     if cursor == 0:
         return tr("step.before", lang, n=len(rounds))
     return tr("step.round", lang, i=cursor, n=len(rounds), caption=round_caption(rounds[cursor - 1], lang))
+
+
+# ------------------------------------------------------------------------------------------------ draft trees
+
+
+def tree_end(rnd: Round):
+    """The token that ended a tree round: the target's correction (resampled) or its free extra token at a leaf
+    (bonus); None where the token budget or EOS cut the round before it."""
+    return next((t for t in rnd.tokens if t.label in ("resampled", "bonus")), None)
+
+
+# how a tree round ended: at a leaf (bonus), off the tree (the correction; at the root itself), or cut by the budget
+TREE_CAPTION_KEY = {"leaf": "caption.tree_leaf", "miss": "caption.tree_miss", "miss_root": "caption.tree_miss_root",
+                    "cut": "caption.tree_cut"}
+
+
+def tree_caption(rnd: Round, lang: str | None = None) -> str:
+    """'the head drafted a tree of 14 tokens; the target's path went 3 deep, then it chose ' Rome', which the tree
+    did not have' (or '... reached a leaf and added ' Rome' as a free extra token')."""
+    end, n = tree_end(rnd), rnd.n_accepted
+    how = "cut" if end is None else "leaf" if end.label == "bonus" else "miss" if n else "miss_root"
+    return tr(TREE_CAPTION_KEY[how], lang, k=rnd.k, n=n, y=repr(end.text) if end is not None else "")
+
+
+def tree_reason(rnd: Round, position: int, lang: str | None = None) -> str:
+    """Why the token at `position` of a tree round's path was kept, or refused, or added (the walk of tree.py)."""
+    end = tree_end(rnd)
+    if position <= len(rnd.drafts):
+        d = rnd.drafts[position - 1]
+        if d.accepted:
+            return trh("reason.tree_path", lang, x=repr(d.text), p=f"{d.p:.3g}", q=f"{d.q:.3g}")
+        y = repr(end.text) if end is not None else "?"
+        return trh("reason.tree_refused", lang, x=repr(d.text), q=f"{d.q:.3g}", p=f"{d.p:.3g}", y=y)
+    if end is not None and end.label == "bonus":
+        return trh("reason.tree_bonus", lang, n=rnd.n_accepted, y=repr(end.text))
+    return trh("reason.no_bonus", lang)
+
+
+TREE_CSS = """
+.sd-tree { margin: 6px 0; }
+.sd-tree-title { font-size: 13px; color: var(--body-text-color-subdued, #666); margin-bottom: 2px; }
+.sd-tree-legend { display: flex; flex-wrap: wrap; gap: 4px 12px; font-size: 12px; margin-bottom: 4px; }
+.sd-tree-sw { display: inline-block; width: 1.6em; height: 0.9em; border-radius: 3px; vertical-align: middle;
+  margin-right: 4px; }
+.sd-tree-scroll { overflow: auto; max-height: 480px; }
+.sd-tree svg { display: block; width: 100%; height: auto; max-width: var(--w); min-width: min(var(--w), 560px); }
+.sd-tree svg text { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 14px; fill: #111;
+  white-space: pre; }
+.sd-tree-node rect { stroke-width: 1.5; }
+.sd-tree-path rect { fill: #009E73; stroke: #009E73; stroke-width: 3; }
+.sd-tree-refused rect { fill: #D55E00; stroke: #D55E00; stroke-width: 2; stroke-dasharray: 5 3; }
+.sd-tree-refused text { text-decoration: line-through; }
+.sd-tree-unused { opacity: 0.4; }
+.sd-tree-unused rect { fill: #777; stroke: #888; }
+.sd-tree-root rect { fill: #fff; stroke: #555; stroke-width: 2; }
+.sd-tree-root text { font-weight: 700; }
+.sd-tree-resampled rect { fill: #0072B2; fill-opacity: 0.3; stroke: #0072B2; stroke-width: 3; }
+.sd-tree-resampled text { text-decoration: underline; }
+.sd-tree-bonus rect { fill: #E69F00; fill-opacity: 0.4; stroke: #9a6a00; stroke-width: 2.5; stroke-dasharray: 2 2; }
+.sd-tree-bonus text { font-weight: 700; }
+.sd-edge { fill: none; stroke: #aaa; stroke-width: 1.5; }
+.sd-edge-path { stroke: #009E73; stroke-width: 3.5; }
+.sd-edge-refused { stroke: #D55E00; stroke-dasharray: 5 3; }
+.sd-edge-unused { opacity: 0.4; }
+.sd-edge-end { stroke: #0072B2; stroke-width: 3; }
+.sd-present .sd-tree-title, .sd-present .sd-tree-legend { font-size: 17px; }
+.sd-present .sd-tree svg { max-width: calc(var(--w) * 1.6); }
+.sd-present .sd-tree-scroll { max-height: none; }
+"""
+CSS += TREE_CSS
+
+TREE_COL, TREE_NODE_W, TREE_NODE_H, TREE_ROW, TREE_PAD = 124, 110, 26, 34, 6  # the drawing's grid, in SVG pixels
+# a node's second tooltip line, by what the walk did with it (the root's and the end's own lines say it all)
+TREE_TIP_KEY = {"path": "tree.tip_path", "refused": "tree.tip_refused", "unused": "tree.tip_unused",
+                "resampled": "tree.tip_resampled", "bonus": "tree.tip_bonus", "root": "tree.tip_root"}
+# the drawing's key, with each entry's swatch
+TREE_LEGEND_KEY = {"path": "tree.path", "refused": "tree.refused", "unused": "tree.unused",
+                   "resampled": "legend.resampled", "bonus": "legend.bonus", "shade": "tree.shade"}
+TREE_SWATCH = {"path": "background: #009E73b0; border: 2px solid #009E73",
+               "refused": "background: #D55E0060; border: 2px dashed #D55E00",
+               "unused": "background: #7773; border: 1px solid #8886",
+               "resampled": "background: #0072B24d; border: 2px solid #0072B2",
+               "bonus": "background: #E69F0066; border: 2px dotted #9a6a00",
+               "shade": "background: linear-gradient(90deg, #009E7320, #009E73d0)"}
+TREE_CHARS = 11  # the characters a node shows (its tooltip has the whole token)
+
+
+def tree_label(text: str) -> str:
+    shown = visible(text)
+    return shown if len(shown) <= TREE_CHARS else shown[: TREE_CHARS - 1] + "\u2026"
+
+
+def tree_html(rnd: Round, lang: str | None = None, root: str | None = None) -> str:
+    """A tree round's draft tree as SVG (empty for other rounds). Depth runs left to right from the root, the last
+    fixed token (`root`: its text, where the caller knows it). The target's path runs along the top row in the
+    accepted colour, followed by the token that ended the round (the correction, underlined, or the bonus at a
+    leaf, bold); the children it refused at the path's end are struck through, and the branches it never visited
+    are faded. A node's shade is the head's probability; its tooltip gives that and the target's p. Every token's
+    text is escaped."""
+    if not rnd.tree:
+        return ""
+    nodes, end_tok = rnd.tree, tree_end(rnd)
+    path = [nd.id for nd in nodes if nd.on_path]
+    end = path[-1] if path else -1
+    refused_at = end if end_tok is not None and end_tok.label == "resampled" else None
+    # 1. children in drawing order: the path first (so it runs straight along the top row), then by head p
+    kids: dict[int, list] = {}
+    for nd in sorted(nodes, key=lambda nd: (not nd.on_path, -nd.head_p)):
+        kids.setdefault(nd.parent, []).append(nd.id)
+    if end_tok is not None:
+        kids.setdefault(end, []).insert(0, "end")
+    # 2. rows: each leaf gets its own; a node sits on its first child's row
+    rows: dict = {}
+    leaves = iter(range(len(nodes) + 2))
+
+    def place(nid) -> None:
+        for kid in kids.get(nid, []):
+            place(kid)
+        rows[nid] = rows[kids[nid][0]] if kids.get(nid) else next(leaves)
+
+    place(-1)
+    depth = {nd.id: nd.depth for nd in nodes} | {-1: 0}
+    depth["end"] = depth[end] + 1
+    xy = {nid: (TREE_PAD + depth[nid] * TREE_COL, TREE_PAD + rows[nid] * TREE_ROW) for nid in rows}
+    width = max(x for x, _ in xy.values()) + TREE_NODE_W + 2 * TREE_PAD
+    height = (max(rows.values()) + 1) * TREE_ROW - (TREE_ROW - TREE_NODE_H) + 2 * TREE_PAD
+
+    def status(nid) -> str:
+        if nid == -1:
+            return "root"
+        if nid == "end":
+            return end_tok.label
+        nd = nodes[nid]
+        return "path" if nd.on_path else "refused" if nd.parent == refused_at else "unused"
+
+    # 3. edges, then nodes (drawn over them)
+    parts = []
+    for parent, children in kids.items():
+        x1, y1 = xy[parent][0] + TREE_NODE_W, xy[parent][1] + TREE_NODE_H / 2
+        for kid in children:
+            x2, y2 = xy[kid][0], xy[kid][1] + TREE_NODE_H / 2
+            kind = {"path": "path", "refused": "refused", "unused": "unused"}.get(status(kid), "end")
+            xm = (x1 + x2) / 2
+            parts.append(f'<path class="sd-edge sd-edge-{kind}" d="M{x1:.0f},{y1:.0f} C{xm:.0f},{y1:.0f} '
+                         f'{xm:.0f},{y2:.0f} {x2:.0f},{y2:.0f}"/>')
+    y_end = repr(end_tok.text) if end_tok is not None else ""
+    for nid, (x, y) in xy.items():
+        kind = status(nid)
+        if nid == -1:
+            text = root if root is not None else "\u2026"
+            tip, shade = tr(TREE_TIP_KEY[kind], lang, x=repr(text) if root is not None else text), None
+        elif nid == "end":
+            text = end_tok.text
+            tip, shade = tr(TREE_TIP_KEY[kind], lang, y=y_end, p=fmt(end_tok.p, lang)), None
+        else:
+            nd = nodes[nid]
+            text, shade = nd.text, 0.1 + 0.75 * min(max(nd.head_p, 0.0), 1.0) ** 0.5  # sqrt: small p stay apart
+            tip = (tr("tree.tip_node", lang, x=repr(nd.text), hp=f"{nd.head_p:.3g}", p=f"{nd.p:.3g}", d=nd.depth)
+                   + "\n" + tr(TREE_TIP_KEY[kind], lang, y=y_end))
+        style = f' style="fill-opacity: {shade:.2f}"' if shade is not None else ""
+        parts.append(f'<g class="sd-tree-node sd-tree-{kind}" data-node="{"root" if nid == -1 else nid}" '
+                     f'transform="translate({x},{y})">'
+                     f"<title>{esc(tip)}</title>"
+                     f'<rect width="{TREE_NODE_W}" height="{TREE_NODE_H}" rx="5"{style}/>'
+                     f'<text x="7" y="{TREE_NODE_H - 8}">{esc(tree_label(text))}</text></g>')
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
+           f'height="{height}" style="--w: {width}px" role="img" aria-label="{esc(round_caption(rnd, lang))}">'
+           f'{"".join(parts)}</svg>')
+    return (f'<div class="sd-tree" data-round="{rnd.index}"><div class="sd-tree-title">{esc(tr("tree.title", lang))}'
+            f"</div>{tree_legend(lang)}<div class=\"sd-tree-scroll\">{svg}</div></div>")
+
+
+def tree_legend(lang: str | None = None) -> str:
+    """The drawing's key: the path, a refused child, a branch not visited, the two ways a round ends, the shade."""
+    items = "".join(f'<span><span class="sd-tree-sw" style="{TREE_SWATCH[kind]}"></span>{esc(tr(key, lang))}</span>'
+                    for kind, key in TREE_LEGEND_KEY.items())
+    return f'<div class="sd-tree-legend">{items}</div>'

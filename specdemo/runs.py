@@ -17,7 +17,7 @@ import torch
 from .autoregressive import baseline_steps
 from .config import Limits, SpecConfig
 from .events import Trace
-from .drafters import make_drafter, max_drafts
+from .drafters import make_drafter, max_drafts, tree_shape
 from .i18n import Msg
 from .models import CachedLM, ModelPair
 from .sampling import sample, verify, warp
@@ -28,7 +28,7 @@ from .tree import tree_attention
 from .validation import Request, UserError
 
 TIME_LIMIT = "time_limit"  # an experiment yields this when its deadline ended it before the next result
-RACE_STRATEGIES = ("fixed", "adaptive", "lookup", "eagle")  # eagle where the pair has a head
+RACE_STRATEGIES = ("fixed", "adaptive", "lookup", "eagle", "tree")  # eagle and tree where the pair has a head
 
 
 def one_at_a_time(pair: ModelPair, events: Iterator, deadline: float) -> Iterator:
@@ -158,10 +158,11 @@ def strategy_race(pair: ModelPair, req: Request, limits: Limits) -> Iterator:
             "base_points": [(s.elapsed_s, i + 1) for i, s in enumerate(base)], "entries": []}
     yield dict(race)
     for strategy in RACE_STRATEGIES:
-        if strategy == "eagle" and pair.head is None:
+        if strategy in ("eagle", "tree") and pair.head is None:
             continue
         spec = SpecConfig(k=req.spec.k, max_new_tokens=req.spec.max_new_tokens, seed=req.spec.seed,
-                          top_candidates=0, strategy=strategy, ngram=req.spec.ngram)
+                          top_candidates=0, strategy=strategy, ngram=req.spec.ngram, tree_topk=req.spec.tree_topk,
+                          tree_depth=req.spec.tree_depth, tree_budget=req.spec.tree_budget)
         rounds = yield from collected(pair, speculative_rounds(pair, ids, req.sampling, spec), deadline)
         if cut_short(rounds):
             yield TIME_LIMIT
@@ -184,7 +185,8 @@ def strategy_race(pair: ModelPair, req: Request, limits: Limits) -> Iterator:
         race["entries"] = race["entries"] + [{
             "strategy": strategy, "k": spec.k, "ngram": spec.ngram, "tokens_per_s": len(out_ids) / rounds[-1].elapsed_s,
             "rounds": len(rounds), "accepted": sum(r.n_accepted for r in rounds) / drafted if drafted else 0.0,
-            "per_call": len(out_ids) / len(rounds), "points": points, "same": same}]
+            "per_call": len(out_ids) / len(rounds), "points": points, "same": same,
+            "tree": tree_shape(spec, pair.head) if strategy == "tree" else None}]
         yield dict(race)
 
 

@@ -27,7 +27,7 @@ import torch
 
 from .config import SamplingConfig, SpecConfig
 from .events import Candidate, DraftPosition, Round, Token, Trace, TreeNode
-from .drafters import Drafter, RoundOutcome, make_drafter, max_drafts
+from .drafters import Drafter, RoundOutcome, make_drafter, max_drafts, tree_shape
 from .i18n import Translatable
 from .models import CachedLM, ModelPair, dtype_name
 from .sampling import verify, warp
@@ -370,8 +370,10 @@ def run_settings(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig | N
                 "strategy": spec.strategy}
         if spec.strategy == "lookup":
             out["ngram"] = spec.ngram
-        if spec.strategy == "eagle" and pair.head is not None:  # the head drafts; the draft model sits idle
+        if spec.strategy in ("eagle", "tree") and pair.head is not None:  # the head drafts; the draft model idles
             out["head_dtype"] = dtype_name(pair.head.lm_rows.dtype)
+        if spec.strategy == "tree" and pair.head is not None:  # the sizes it drafted with (0s resolved, capped)
+            out["tree_topk"], out["tree_depth"], out["tree_budget"] = tree_shape(spec, pair.head)
     return out
 
 

@@ -14,6 +14,7 @@ from .autoregressive import baseline_generate
 from .bench import COPY_PROMPTS, assisted_generate, bench_prompts, forward_ms, head_step_ms, target_variants
 from .config import SamplingConfig, SpecConfig
 from .devices import dtype_name
+from .drafters import tree_shape
 from .events import acceptance
 from .models import ModelPair
 from .speculative import speculative_generate
@@ -32,9 +33,10 @@ class CallCounter:
 
 def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_tokens: int, n_prompts: int = 10,
                    seed: int = 0, ngram: int = 3, lookup_k: int = 8, k_search: bool = True, include_hf: bool = True,
-                   log=print) -> dict:
+                   log=print, tree: tuple[int, int, int] = (0, 0, 0)) -> dict:
     """Every drafting strategy against target-only decoding (in each dtype the machine offers) and transformers'
-    assisted generation (constant K, its default schedule, prompt lookup), interleaved prompt by prompt.
+    assisted generation (constant K, its default schedule, prompt lookup), interleaved prompt by prompt. Where the
+    pair has a head, its chain (eagle) and its tree, of the sizes `tree` (top-k, depth, budget; 0 = the head's own).
 
     The general prompts and the copy-friendly ones are timed as two groups. Speedups are against target-only in
     the pair's target dtype and against the fastest target-only in any dtype.
@@ -44,9 +46,11 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
     targets = target_variants(pair)
     own = dtype_name(pair.dtype)
     ks = list(range(1, 9)) if k_search else [k]
-    methods = method_names(pair, targets, ks, k, lookup_k, include_hf)
+    tree_spec = SpecConfig(strategy="tree", tree_topk=tree[0], tree_depth=tree[1], tree_budget=tree[2])
+    shape = tree_shape(tree_spec, pair.head) if pair.head is not None else None
+    methods = method_names(pair, targets, ks, k, lookup_k, include_hf, shape)
     counter = CallCounter(pair.target)
-    run = method_runner(pair, targets, sampling, k, max_new_tokens, ngram, lookup_k, counter)
+    run = method_runner(pair, targets, sampling, k, max_new_tokens, ngram, lookup_k, counter, shape)
 
     for m in methods:  # warm-up: first calls pay for allocation, kernels, lazily built tables
         run(m, general[0], seed)
@@ -78,20 +82,28 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
         "isolated": iso, "groups": {g: summarise(tot, own, iso) for g, tot in groups.items()}}
 
 
-def method_names(pair: ModelPair, targets: dict, ks: list[int], k: int, lookup_k: int, include_hf: bool) -> list[str]:
-    """The race's entrants: target-only in each dtype, fixed K for each K searched, adaptive, lookup, eagle (if the
-    pair has a head), and transformers' three assisted modes."""
+def method_names(pair: ModelPair, targets: dict, ks: list[int], k: int, lookup_k: int, include_hf: bool,
+                 shape: tuple[int, int, int] | None = None) -> list[str]:
+    """The race's entrants: target-only in each dtype, fixed K for each K searched, adaptive, lookup, eagle and the
+    head's tree of `shape` (if the pair has a head), and transformers' three assisted modes."""
     methods = [f"target-only {name}" for name in targets]
     methods += [f"fixed K={kk}" for kk in ks] + ["adaptive", f"lookup K={lookup_k}"]
     if pair.head is not None:
         methods.append(f"eagle K={k}")
+        if shape is not None:
+            methods.append(tree_method(shape))
     if include_hf:
         methods += [f"hf assisted K={k}", "hf assisted default", f"hf prompt lookup K={lookup_k}"]
     return methods
 
 
+def tree_method(shape: tuple[int, int, int]) -> str:
+    """A tree's row name: 'tree 2x4 N=8' (top-k, depth, budget)."""
+    return f"tree {shape[0]}x{shape[1]} N={shape[2]}"
+
+
 def method_runner(pair: ModelPair, targets: dict, sampling: SamplingConfig, k: int, max_new_tokens: int, ngram: int,
-                  lookup_k: int, counter: CallCounter):
+                  lookup_k: int, counter: CallCounter, shape: tuple[int, int, int] | None = None):
     """run(method, prompt, seed) -> (tokens, seconds, target calls, trace or None), for any of `method_names`."""
 
     def run(method: str, prompt: str, s: int):
@@ -105,9 +117,10 @@ def method_runner(pair: ModelPair, targets: dict, sampling: SamplingConfig, k: i
             n, secs = assisted_generate(pair, prompt, sampling, spec, mode)
             return n, secs, counter.n - before, None
         strategy = method.split()[0]
-        kk = int(method.split("=")[1]) if "=" in method else k
+        kk = int(method.split("=")[1]) if "=" in method and strategy != "tree" else k
+        sizes = dict(zip(("tree_topk", "tree_depth", "tree_budget"), shape)) if strategy == "tree" else {}
         spec = SpecConfig(k=kk, max_new_tokens=max_new_tokens, seed=s, strategy=strategy, ngram=ngram,
-                          top_candidates=0)
+                          top_candidates=0, **sizes)
         tr = speculative_generate(pair, prompt, sampling, spec)
         return len(tr.output_ids), tr.wall_s, len(tr.rounds), tr
 
@@ -136,7 +149,9 @@ def summarise(tot: dict, own: str, iso: dict) -> dict:
             v = sum(r.verify_ms for r in rounds) / len(rounds) / t_target
             E = emitted / len(rounds)
             ceiling = E / (c_loop * k_mean + v)
-            step = None if m.startswith("lookup") else iso["head_ms"] if m.startswith("eagle") else iso["draft_ms"]
+            # a tree's head calls each cover a whole frontier, so no one-token step prices its nodes
+            step = (None if m.startswith(("lookup", "tree")) else iso["head_ms"] if m.startswith("eagle")
+                    else iso["draft_ms"])
             c_iso = step / iso["target_ms"][own] if step else 0.0
             row |= {"acceptance_rate": a["acceptance_rate"], "alpha_empirical": a["alpha_empirical"],
                     "mean_accepted_length": E, "mean_k": k_mean, "c_loop": c_loop, "c_isolated": c_iso,

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import gradio as gr
 
 from . import handlers, i18n, plots, render, views
-from .config import DEFAULT_PRESET, NGRAM_RANGE, PRESETS, Limits, env_int
+from .config import DEFAULT_PRESET, NGRAM_RANGE, PRESETS, TREE_DEPTH_RANGE, TREE_TOPK_RANGE, Limits, env_int
 
 # Delegated click: any element with data-round inside the component selects that round (film strip rows, tokens).
 CLICK_JS = """
@@ -97,7 +97,8 @@ DOWNLOAD_JS = """
 """
 
 GENERATE_INPUTS = ("pair", "draft", "target", "prompt", "k", "temperature", "top_k", "top_p", "max_new", "seed",
-                   "baseline", "lenience", "chat", "strategy")  # then lang, presenter and ngram (generate_ui's order)
+                   "baseline", "lenience", "chat", "strategy")  # then lang, presenter, ngram and TREE_INPUTS
+TREE_INPUTS = ("tree_topk", "tree_depth", "tree_budget")  # generate_ui's last three parameters
 
 
 def named(fn, names: tuple[str, ...]):
@@ -152,6 +153,14 @@ def controls(u, limits: Limits) -> None:
         c["ngram"] = gr.Slider(*NGRAM_RANGE, value=3, step=1, label=L("ui.ngram"),
                                info=L("ui.ngram_info"), visible=preset.strategy == "lookup",
                                elem_id="sd-ngram")
+        with gr.Column(visible=preset.strategy == "tree", elem_id="sd-tree-sizes") as u.tree_box:
+            # 0 takes the head's own size (drafters.tree_shape); the budget stops at the server's limit
+            c["tree_topk"] = gr.Slider(0, TREE_TOPK_RANGE[1], value=0, step=1, label=L("ui.tree_topk"),
+                                       elem_id="sd-tree-topk")
+            c["tree_depth"] = gr.Slider(0, TREE_DEPTH_RANGE[1], value=0, step=1, label=L("ui.tree_depth"),
+                                        elem_id="sd-tree-depth")
+            c["tree_budget"] = gr.Slider(0, limits.max_tree, value=0, step=1, label=L("ui.tree_budget"),
+                                         elem_id="sd-tree-budget")
     c["temperature"] = gr.Slider(0, 2, value=0.8, step=0.05, label=L("ui.temperature"))
     with gr.Row():
         c["top_k"] = gr.Number(0, label=L("ui.top_k"), precision=0, minimum=0)
@@ -241,7 +250,7 @@ def wire_events(demo: gr.Blocks, u) -> None:
 def wire_runs(u, wire, view: list) -> None:
     """The model runs (Generate, the K sweep, the distribution check, the race), Stop, and the trace download."""
     c = u.c
-    inputs = [c[name] for name in GENERATE_INPUTS] + view + [c["ngram"]]
+    inputs = [c[name] for name in GENERATE_INPUTS] + view + [c["ngram"]] + [c[name] for name in TREE_INPUTS]
     run_args = dict(**wire(handlers.generate_ui, handlers.RUN_OUTPUTS), inputs=inputs, concurrency_id="models",
                     api_visibility="undocumented", show_progress="minimal")
     gen_click = u.go_btn.click(api_name="generate_stream", **run_args)
@@ -249,8 +258,8 @@ def wire_runs(u, wire, view: list) -> None:
     for event in (gen_click, gen_submit):
         event.success(**wire(handlers.select_round, handlers.INSPECT_OUTPUTS), inputs=[u.state, u.round_sl] + view,
                       api_visibility="private")
-    c["strategy"].change(lambda s: gr.update(visible=s == "lookup"), c["strategy"], c["ngram"],
-                         api_visibility="private", queue=False, show_progress="hidden")
+    c["strategy"].change(lambda s: (gr.update(visible=s == "lookup"), gr.update(visible=s == "tree")), c["strategy"],
+                         [c["ngram"], u.tree_box], api_visibility="private", queue=False, show_progress="hidden")
 
     common = [c["pair"], c["draft"], c["target"], c["prompt"]]
     sweep_event = u.sweep_btn.click(

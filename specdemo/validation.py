@@ -15,7 +15,8 @@ from decimal import Decimal
 import torch
 
 from . import i18n
-from .config import NGRAM_RANGE, PRESETS, STRATEGIES, ConfigError, Limits, SamplingConfig, SpecConfig
+from .config import (NGRAM_RANGE, PRESETS, STRATEGIES, TREE_DEPTH_RANGE, TREE_TOPK_RANGE, ConfigError, Limits,
+                     SamplingConfig, SpecConfig)
 from .i18n import Msg, Translatable, tr
 from .drafters import HEAD_STRATEGIES, check_head, has_head  # noqa: F401 (one rule; handlers and views ask here)
 from .models import ModelLoadError, ModelPair, StrategyUnavailable, load_config, load_pair
@@ -141,10 +142,27 @@ def own_strategy(pair_name) -> str:
     return PRESETS[pair_name].strategy if pair_name in PRESETS else "fixed"
 
 
+TREE_FIELD_KEY = {"tree_topk": "field.tree_topk", "tree_depth": "field.tree_depth", "tree_budget": "field.tree_budget"}
+
+
+def tree_size(name: str, value, hi: int, limits: Limits) -> int:
+    """One of a tree's sizes (TREE_FIELD_KEY): 0 (the head's own) or 1..hi. The budget's hi is the server's
+    SPECDEMO_MAX_TREE, and a budget above it is refused saying so."""
+    field = Msg(TREE_FIELD_KEY[name])
+    number = as_number(field, value, int)
+    if name == "tree_budget" and number > limits.max_tree:
+        raise UserError("err.tree_cap", name=field, max=limits.max_tree, value=value)
+    if not 0 <= number <= hi:
+        raise UserError("err.tree_range", name=field, lo=1, hi=hi, value=value)
+    return number
+
+
 def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-             run_baseline, lenience, limits: Limits | None = None, chat=None, strategy="fixed", ngram=3) -> Request:
+             run_baseline, lenience, limits: Limits | None = None, chat=None, strategy="fixed", ngram=3,
+             tree_topk=0, tree_depth=0, tree_budget=0) -> Request:
     """A request from raw inputs, or one sentence (UserError) on the first bad one. strategy "" or None: the
-    pair's own (own_strategy), as /generate's default."""
+    pair's own (own_strategy), as /generate's default. The tree's sizes (0: the head's own) are checked whatever
+    the strategy, as the n-gram size is."""
     limits = limits or Limits.from_env()
     strategy = own_strategy(pair_name) if strategy in ("", None) else as_strategy(strategy)
     try:
@@ -152,6 +170,9 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
     except StrategyUnavailable as err:
         raise user_error(err) from None
     ngram = as_number(Msg("field.ngram"), ngram, int, *NGRAM_RANGE)
+    tree_topk = tree_size("tree_topk", tree_topk, TREE_TOPK_RANGE[1], limits)
+    tree_depth = tree_size("tree_depth", tree_depth, TREE_DEPTH_RANGE[1], limits)
+    tree_budget = tree_size("tree_budget", tree_budget, limits.max_tree, limits)
     if not isinstance(prompt, str) or not prompt.strip():
         raise UserError("err.prompt_empty")
     if len(prompt) > limits.max_prompt_chars:
@@ -170,7 +191,7 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
     try:
         sampling = SamplingConfig(temperature, top_k, top_p)
         spec = SpecConfig(k=k, max_new_tokens=max_new_tokens, seed=seed, lenience=lenience, strategy=strategy,
-                          ngram=ngram)
+                          ngram=ngram, tree_topk=tree_topk, tree_depth=tree_depth, tree_budget=tree_budget)
     except ConfigError as err:
         raise UserError(str(err)) from None
     if chat is not None and not isinstance(chat, bool):

@@ -82,7 +82,19 @@ def default_position(state, round_no) -> int:
         return 1
     rnd = rounds[min(max(int(round_no or 1), 1), len(rounds)) - 1]
     rejected = [d.position for d in rnd.drafts if d.checked and not d.accepted]
-    return rejected[0] if rejected else rnd.k + 1
+    return rejected[0] if rejected else last_position(rnd)
+
+
+def last_position(rnd) -> int:
+    """Where the token the target added sits: K + 1 in a chain round, the path's length + 1 in a tree round (whose
+    k counts every node of the tree)."""
+    return rnd.n_accepted + 1 if rnd.tree else rnd.k + 1
+
+
+def root_text(rounds: list, idx: int) -> str | None:
+    """The last fixed token before round idx (a tree's root), where an earlier round shows it."""
+    before = rounds[idx - 1].output if idx > 0 else []
+    return before[-1].text if before else None
 
 
 def inspector(state, round_no, position, lang=None, presenter=False) -> dict:
@@ -93,11 +105,13 @@ def inspector(state, round_no, position, lang=None, presenter=False) -> dict:
                 "insp_reason": f'<div class="sd-caption">{render.trh("reason.generate_first", lang)}</div>'}
     idx = min(max(int(round_no or 1), 1), len(rounds)) - 1
     rnd = rounds[idx]
-    pos = min(max(int(position or 1), 1), rnd.k + 1)
-    if pos == rnd.k + 1 and not rnd.bonus_top and rnd.drafts:
-        pos = next((d.position for d in rnd.drafts if d.checked and not d.accepted), rnd.k)
+    last = last_position(rnd)
+    pos = min(max(int(position or 1), 1), last)
+    if pos == last and not rnd.bonus_top and rnd.drafts:
+        pos = next((d.position for d in rnd.drafts if d.checked and not d.accepted), len(rnd.drafts))
+    tree = render.tree_html(rnd, lang, root_text(rounds, idx))  # a tree round's drawing, below the reason
     return {"insp_plot": plots.present(plots.inspector(rnd, pos, lang=lang), presenter),
-            "insp_reason": f'<div class="sd-caption">{render.reason(rnd, pos, lang)}</div>'}
+            "insp_reason": f'<div class="sd-caption">{render.reason(rnd, pos, lang)}</div>{tree}'}
 
 
 def opened_round(state, round_no, lang=None, presenter=False) -> dict:
@@ -107,11 +121,12 @@ def opened_round(state, round_no, lang=None, presenter=False) -> dict:
 
 
 def step_view(state, lang=None) -> dict:
-    """The step-through's text up to the cursor and its caption."""
+    """The step-through's text up to the cursor and its caption; above the text, a tree round's drawing."""
     rounds = rounds_of(state)
     cursor = state.get("cursor", 0) if rounds else 0
     prompt = shown_prompt(state["spec"]) if rounds else ""
-    return {"step_tokens": render.tokens_html(prompt, rounds, upto=cursor, lang=lang) if rounds
+    tree = render.tree_html(rounds[cursor - 1], lang, root_text(rounds, cursor - 1)) if cursor else ""
+    return {"step_tokens": tree + render.tokens_html(prompt, rounds, upto=cursor, lang=lang) if rounds
             else render.tokens_html("", []), "step_caption": render.step_caption(rounds, cursor, lang)}
 
 
@@ -166,6 +181,8 @@ def race_label(entry: dict, lang=None) -> str:
     suffix = f" = {entry['k']}" if entry["strategy"] in ("fixed", "eagle") else ""
     if entry["strategy"] == "lookup" and entry.get("ngram"):
         suffix = f" n = {entry['ngram']}"
+    if entry["strategy"] == "tree" and entry.get("tree"):  # the tree's sizes: (top-k, depth, budget)
+        return tr("race.tree", lang, topk=entry["tree"][0], depth=entry["tree"][1], budget=entry["tree"][2])
     return tr(f"strategy.{entry['strategy']}", lang) + suffix
 
 
@@ -220,12 +237,12 @@ def dist_view(dist: dict | None, lang=None, presenter=False) -> dict:
 
 
 def strategy_choices(pair_name):
-    """The strategy selector's choices for a pair: eagle only where the pair has a head (a pure function of the
-    preset, so a pair change updates it without loading anything)."""
+    """The strategy selector's choices for a pair: eagle and tree only where the pair has a head (a pure function of
+    the preset, so a pair change updates it without loading anything)."""
     choices = [(i18n.label("strategy.fixed"), "fixed"), (i18n.label("strategy.adaptive"), "adaptive"),
                (i18n.label("strategy.lookup"), "lookup")]
     if has_head(pair_name):
-        choices.append((i18n.label("strategy.eagle"), "eagle"))
+        choices += [(i18n.label("strategy.eagle"), "eagle"), (i18n.label("strategy.tree"), "tree")]
     return choices
 
 

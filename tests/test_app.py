@@ -83,16 +83,17 @@ def test_generate_endpoint_defaults_to_the_pairs_own_strategy(client, pair):
 
 
 def test_strategy_race_times_every_strategy_and_keeps_the_text_at_t0(client):
-    """The Strategy race tab's endpoint: target only, then fixed, adaptive, lookup and the EAGLE head, with one table
-    row each; at T = 0 each text must equal the target's (the table says so), or the row says where a bf16 near-tie
-    parted them."""
+    """The Strategy race tab's endpoint: target only, then fixed, adaptive, lookup, the EAGLE head's chain and its
+    tree, with one table row each; at T = 0 each text must equal the target's (the table says so), or the row says
+    where a bf16 near-tie parted them."""
     job = client.submit("shakespeare", "", "", "ROMEO:\nO, she doth teach the torches to burn bright!\nROMEO:\n", 3,
                         0.0, 0, 1.0, 48, 0, None, "en", False, api_name="/strategy_race")
     fig, table = job.result()[:2]
     tables = {out[1] for out in job.outputs() if isinstance(out[1], str) and out[1]}
-    assert len(tables) == 5, "one new table after each run"
+    assert len(tables) == 6, "one new table after each run"
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    names = ["target only", "fixed K = 3", "adaptive", "prompt lookup n = 3", "EAGLE head = 3"]
+    names = ["target only", "fixed K = 3", "adaptive", "prompt lookup n = 3", "EAGLE head = 3",
+             "EAGLE tree (top-k 2, depth 4, 8 nodes)"]
     assert [r.split("|")[1].strip() for r in rows] == names
     verdicts = [r.split("|")[-2].strip() for r in rows[1:]]
     assert all(v == "yes" or (v.startswith("no: parts at token") and v.endswith("a near-tie")) for v in verdicts), table

@@ -266,10 +266,10 @@ def test_the_race_is_redrawn_in_chinese_without_a_rerun(page):
     page.get_by_role("tab", name="Strategy race").click()
     set_slider(page, "sd-max-new", 48)
     page.click("#sd-race-run")
-    page.wait_for_function("document.querySelector('#sd-race-table').innerText.includes('EAGLE head')", timeout=120000)
+    page.wait_for_function("document.querySelector('#sd-race-table').innerText.includes('EAGLE tree')", timeout=120000)
     english = page.inner_text("#sd-race-table")
     numbers = re.findall(r"\d+\.\d+x", english)
-    assert "target only" in english and "prompt lookup" in english and len(numbers) == 5, english
+    assert "target only" in english and "prompt lookup" in english and len(numbers) == 6, english
     assert "Tokens over time" in page.inner_text("#sd-race-plot") or "target only" in page.inner_text("#sd-race-plot")
     page.get_by_text("简体中文", exact=True).click()
     page.wait_for_function("document.querySelector('#sd-race-table').innerText.includes('仅目标模型')")

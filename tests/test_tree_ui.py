@@ -1,0 +1,271 @@
+"""Draft trees as a person sees and calls them (issue 24, "Seeing it" and "Bad input"): the caption, the film strip,
+the inspector's reason, the drawing of a round's tree (render.tree_html), the JSON trace, the refusals of bad sizes
+(validation.py), the CLI's flags, /generate's parameters and the page in headless Chromium. Every run is a real
+tree run of the embedded Shakespeare pair; the engine's own tests are in test_tree.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import os
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from specdemo import SamplingConfig, SpecConfig, render, speculative_generate, views
+from specdemo.config import Limits
+from specdemo.events import Round, Trace
+from specdemo.validation import UserError, validate
+
+from conftest import CHROMIUM
+
+SVG = "{http://www.w3.org/2000/svg}"
+SHAPE = dict(tree_topk=2, tree_depth=2, tree_budget=4)  # small: rounds that reach a leaf and rounds that miss
+
+
+@pytest.fixture(scope="module")
+def tree_trace(pair) -> Trace:
+    """A sampled tree run: some rounds end off the tree (the target's correction), some at a leaf (a bonus)."""
+    return speculative_generate(pair, "ROMEO:\n", SamplingConfig(0.8),
+                                SpecConfig(strategy="tree", max_new_tokens=32, seed=0, **SHAPE))
+
+
+def ending(rnd: Round) -> str:
+    labels = [t.label for t in rnd.tokens]
+    return "leaf" if "bonus" in labels else "miss" if "resampled" in labels else "cut"
+
+
+def tree_rounds(trace: Trace, kind: str | None = None) -> list[Round]:
+    return [r for r in trace.rounds if r.tree and kind in (None, ending(r))]
+
+
+def test_the_run_has_both_endings(tree_trace):
+    assert tree_trace.rounds[0].source == "prefill" and tree_trace.rounds[0].tree is None
+    assert tree_rounds(tree_trace, "leaf") and tree_rounds(tree_trace, "miss"), "the seed should give both endings"
+
+
+def test_caption_film_strip_and_reason_say_what_the_walk_did(tree_trace):
+    for rnd in tree_rounds(tree_trace):
+        end = next((t for t in rnd.tokens if t.label in ("resampled", "bonus")), None)
+        en, zh = render.round_caption(rnd, "en"), render.round_caption(rnd, "zh-CN")
+        assert en.startswith(f"the head drafted a tree of {rnd.k} tokens; ")
+        assert zh.startswith(f"草稿头起草了一棵含 {rnd.k} 个 token 的树；")
+        assert rnd.caption == en and rnd.to_dict()["caption"] == en  # the JSON trace's caption is the English one
+        if ending(rnd) == "leaf":
+            assert f"went {rnd.n_accepted} deep, reached a leaf and added {end.text!r} as a free extra token" in en
+            assert "到达叶子节点" in zh
+        elif rnd.n_accepted:
+            assert f"went {rnd.n_accepted} deep, then it chose {end.text!r}, which the tree did not have" in en
+        else:
+            assert en.endswith(f"the target chose {end.text!r}, which the tree did not have")
+        film = html.unescape(render.filmstrip_html([rnd], lang="en"))
+        assert f"tree {rnd.k} \u00b7 kept {rnd.n_accepted} +1 \u00b7 " in film
+        assert f"树 {rnd.k} \u00b7 接受 {rnd.n_accepted} +1" in html.unescape(render.filmstrip_html([rnd], lang="zh-CN"))
+        # the inspector opens on the refused child, or on the bonus at the leaf, and says why
+        state = {"spec": tree_trace, "base": None, "cursor": 0}
+        pos = views.default_position(state, rnd.index + 1)
+        reason = html.unescape(views.inspector(state, rnd.index + 1, pos)["insp_reason"])
+        if ending(rnd) == "leaf":
+            assert pos == rnd.n_accepted + 1 and f"reached a leaf after {rnd.n_accepted} kept tokens" in reason
+        else:
+            refused = rnd.drafts[pos - 1]
+            assert not refused.accepted and f"likeliest child here was {refused.text!r}" in reason
+            assert f"the target drew {end.text!r}" in reason
+        assert 'class="sd-tree"' in reason  # the drawing sits below the reason
+        if rnd.n_accepted:
+            kept = html.unescape(views.inspector(state, rnd.index + 1, 1)["insp_reason"])
+            assert f"Kept {rnd.drafts[0].text!r}" in kept
+
+
+def nodes_of(svg_html: str) -> list[ET.Element]:
+    svg = ET.fromstring(re.search(r"<svg .*</svg>", svg_html, re.S).group(0))  # well-formed XML: all escaped
+    return [g for g in svg.iter(f"{SVG}g") if "sd-tree-node" in g.get("class", "")]
+
+
+def kind_of(g: ET.Element) -> str:
+    return g.get("class").split()[-1].removeprefix("sd-tree-")
+
+
+def test_the_drawing_marks_the_path_the_refused_children_and_the_unused_branches(tree_trace):
+    for rnd in tree_rounds(tree_trace):
+        root = views.root_text(tree_trace.rounds, rnd.index)
+        drawn = render.tree_html(rnd, "en", root)
+        groups = nodes_of(drawn)
+        kinds = [kind_of(g) for g in groups]
+        path = [nd for nd in rnd.tree if nd.on_path]
+        end = path[-1].id if path else -1
+        refused = [nd for nd in rnd.tree if nd.parent == end] if ending(rnd) == "miss" else []
+        assert kinds.count("root") == 1 and kinds.count("path") == len(path) == rnd.n_accepted
+        assert kinds.count("refused") == len(refused)
+        assert kinds.count("unused") == rnd.k - len(path) - len(refused)
+        assert kinds.count("resampled" if ending(rnd) == "miss" else "bonus") == 1
+        by_id = {int(g.get("data-node")): g for g in groups if g.get("data-node").isdigit()}
+        assert sorted(by_id) == [nd.id for nd in rnd.tree]
+        for nd in rnd.tree:  # hovering a node shows the head's probability and the target's p
+            tip = by_id[nd.id].find(f"{SVG}title").text
+            assert f"head p = {nd.head_p:.3g}, target p = {nd.p:.3g}" in tip and f"depth {nd.depth}" in tip
+        # the shade follows the head's probability
+        shade = sorted((nd.head_p, float(re.search(r"fill-opacity: ([\d.]+)", by_id[nd.id].find(f"{SVG}rect")
+                                                   .get("style")).group(1))) for nd in rnd.tree)
+        assert [s for _, s in shade] == sorted(s for _, s in shade)
+        # depth runs left to right; the path (and the token that ended the round) runs along the top row
+        x = {g.get("data-node"): [float(v) for v in re.findall(r"[\d.]+", g.get("transform"))] for g in groups}
+        for nd in rnd.tree:
+            assert x[str(nd.id)][0] > x[str(nd.parent) if nd.parent >= 0 else "root"][0]
+        assert {x[str(nd.id)][1] for nd in path} <= {min(y for _, y in x.values())}
+        assert root is None or f"{root!r}: the last fixed token" in drawn.replace("&#x27;", "'")
+    assert render.tree_html(tree_trace.rounds[0]) == ""  # the prefill round has no tree
+
+
+HOSTILE = "<script>alert('x')</script><img src=x onerror=alert(1)>\x07&"
+
+
+def hostile_round(trace: Trace) -> Round:
+    rnd = tree_rounds(trace, "miss")[0]
+    tree = [dataclasses.replace(nd, text=HOSTILE + str(nd.id)) for nd in rnd.tree]
+    tokens = [dataclasses.replace(t, text=HOSTILE) for t in rnd.tokens]
+    return dataclasses.replace(rnd, tree=tree, tokens=tokens)
+
+
+def test_the_drawing_escapes_every_token(tree_trace):
+    drawn = render.tree_html(hostile_round(tree_trace), "en", root=HOSTILE)
+    assert "<script" not in drawn and "<img" not in drawn and "\x07" not in drawn
+    texts = [g.find(f"{SVG}text").text for g in nodes_of(drawn)]
+    assert all(t.startswith("<script>") for t in texts)  # shown as text, cut to fit a node
+    titles = [g.find(f"{SVG}title").text for g in nodes_of(drawn)]
+    assert all("<img src=x onerror=alert(1)>\\x07&" in t for t in titles)  # the tooltips say it all, as text
+
+
+def test_the_json_trace_carries_every_node_and_reads_back(tree_trace):
+    data = json.loads(json.dumps(tree_trace.to_dict()))
+    settings = data["settings"]
+    assert (settings["strategy"], settings["tree_topk"], settings["tree_depth"], settings["tree_budget"]) == (
+        "tree", 2, 2, 4)
+    for rnd, back in zip(tree_trace.rounds, data["rounds"], strict=True):
+        if not rnd.tree:
+            assert back["tree"] is None
+            continue
+        nodes = back["tree"]
+        assert [set(n) for n in nodes] == [{"id", "token_id", "text", "parent", "depth", "head_p", "p", "on_path"}] * \
+            len(nodes)
+        assert len(nodes) == back["k"] <= 4 and all(n["depth"] <= 2 and -1 <= n["parent"] < n["id"] for n in nodes)
+        path = [n for n in nodes if n["on_path"]]
+        assert len(path) == back["n_accepted"] and [n["depth"] for n in path] == list(range(1, len(path) + 1))
+        assert [n["text"] for n in path] == [t["text"] for t in back["tokens"][: len(path)]]
+    assert Trace.from_dict(data).rounds == tree_trace.rounds
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+
+
+def ask(limits: Limits | None = None, pair_name: str = "shakespeare", draft: str = "", target: str = "", **sizes):
+    return validate(pair_name, draft, target, "ROMEO:\n", 4, 0.8, 0, 1.0, 16, 0, False, 1.0,
+                    limits or Limits(max_tree=8), None, "tree", 3, **sizes)
+
+
+@pytest.mark.parametrize("sizes,en,zh", [
+    (dict(tree_topk=17), "Tree top-k must be 0 (the head's own) or between 1 and 16, got 17.", "草稿树 top-k必须是 0"),
+    (dict(tree_depth=-1), "Tree depth must be 0 (the head's own) or between 1 and 16, got -1.", "草稿树深度必须是 0"),
+    (dict(tree_budget=9), "Tree budget must be at most 8 nodes on this server (SPECDEMO_MAX_TREE), got 9.",
+     "本服务器上草稿树规模最多 8 个节点"),
+    (dict(tree_budget="2.5"), "Tree budget must be a whole number, got 2.5.", "草稿树规模必须是整数"),
+    (dict(tree_topk="many"), "Tree top-k must be a number, got 'many'.", "草稿树 top-k必须是数字"),
+])
+def test_bad_tree_sizes_are_refused_in_one_sentence(sizes, en, zh):
+    with pytest.raises(UserError) as info:
+        ask(**sizes)
+    assert info.value.text("en") == en and info.value.text("zh-CN").startswith(zh)
+    assert info.value.text("en").count(". ") == 0  # one sentence
+
+
+def test_the_server_limit_caps_the_budget_and_zero_takes_the_heads_own():
+    assert ask(tree_budget=8).spec.tree_budget == 8
+    assert ask(Limits(max_tree=64), tree_budget=64).spec.tree_budget == 64
+    spec = ask(tree_topk=0, tree_depth=0, tree_budget=0).spec
+    assert (spec.strategy, spec.tree_topk, spec.tree_depth, spec.tree_budget) == ("tree", 0, 0, 0)
+
+
+def test_a_pair_without_a_head_refuses_the_tree():
+    with pytest.raises(UserError, match="cannot draft with the EAGLE head: none was trained for it"):
+        ask(pair_name="gpt2")
+    with pytest.raises(UserError, match="Only the embedded pairs have an EAGLE head"):
+        ask(pair_name="custom", draft="owner/draft", target="owner/target")
+
+
+def test_the_strategy_choices_offer_the_tree_only_with_a_head():
+    assert "tree" in [v for _, v in views.strategy_choices("shakespeare")]
+    assert "tree" not in [v for _, v in views.strategy_choices("gpt2")]
+
+
+# ------------------------------------------------------------------------------------------------ the CLI
+
+
+def test_the_cli_prints_each_tree_round_with_its_size(capsys):
+    from specdemo.__main__ import main
+
+    args = ["generate", "--pair", "shakespeare", "--strategy", "tree", "--temperature", "0", "--max-new-tokens", "16",
+            "--tree-topk", "2", "--tree-depth", "3", "--tree-budget", "6"]
+    assert main(args + ["--json"]) == 0
+    trace = json.loads(capsys.readouterr().out)
+    assert (trace["settings"]["tree_depth"], trace["settings"]["tree_budget"]) == (3, 6)
+    assert main(args + ["--rounds"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("round ")]
+    assert len(lines) == len(trace["rounds"])
+    for line, rnd in zip(lines, trace["rounds"], strict=True):
+        if rnd["tree"]:
+            added = " +1" if any(t["label"] in ("resampled", "bonus") for t in rnd["tokens"]) else ""
+            assert line.startswith(f"round {rnd['index'] + 1} [tree {rnd['k']} \u00b7 kept {rnd['n_accepted']}"
+                                   f"{added}]: "), line
+        assert line.endswith(f"({rnd['caption']})")
+    assert main(args[:-2] + ["--tree-budget", "-1"]) == 2
+    assert "tree_budget must be 0 (the head's default) or at least 1" in capsys.readouterr().err
+    assert main(["generate", "--pair", "gpt2", "--strategy", "tree"]) == 2
+    assert "EAGLE head" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ /generate
+
+
+def test_generate_endpoint_takes_the_tree_sizes(client, pair):
+    out = client.predict(pair="shakespeare", prompt="ROMEO:\n", temperature=0.8, max_new_tokens=24, seed=2,
+                         baseline=False, strategy="tree", tree_topk=2, tree_depth=3, tree_budget=5,
+                         api_name="/generate")
+    trace = out["speculative"]
+    assert trace["text"] == pair.decode(trace["token_ids"]) and 0 < len(trace["token_ids"]) <= 24
+    s = trace["settings"]
+    assert (s["strategy"], s["tree_topk"], s["tree_depth"], s["tree_budget"]) == ("tree", 2, 3, 5)
+    rounds = [r for r in trace["rounds"] if r["source"] == "tree" and r["tree"]]
+    assert rounds and all(r["k"] == len(r["tree"]) <= 5 for r in rounds)
+    assert all(n["depth"] <= 3 and n["text"] == pair.token_text(n["token_id"]) for r in rounds for n in r["tree"])
+    with pytest.raises(Exception) as info:
+        client.predict(pair="shakespeare", prompt="ROMEO:\n", strategy="tree", tree_budget=10_000,
+                       api_name="/generate")
+    assert "Tree budget must be at most" in str(info.value) and "SPECDEMO_MAX_TREE" in str(info.value)
+
+
+# ------------------------------------------------------------------------------------------------ the page
+
+browser_only = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian chromium is not installed")
+
+
+@browser_only
+def test_the_drawing_keeps_hostile_text_inert_in_chromium(tree_trace, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    from conftest import CHROMIUM_ARGS
+
+    page_file = tmp_path / "tree.html"
+    page_file.write_text(f"<!doctype html><meta charset=utf-8><style>{render.CSS}</style>"
+                         f"{render.tree_html(hostile_round(tree_trace), 'en', root=HOSTILE)}")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        pg = b.new_page()
+        dialogs = []
+        pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        pg.goto(page_file.as_uri())
+        pg.locator(".sd-tree-node").first.hover()
+        assert dialogs == [] and pg.locator(".sd-tree script, .sd-tree img").count() == 0
+        assert pg.locator(".sd-tree-node text").first.text_content().startswith("<script>")
+        b.close()
