@@ -269,3 +269,88 @@ def test_the_drawing_keeps_hostile_text_inert_in_chromium(tree_trace, tmp_path):
         assert dialogs == [] and pg.locator(".sd-tree script, .sd-tree img").count() == 0
         assert pg.locator(".sd-tree-node text").first.text_content().startswith("<script>")
         b.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    from conftest import CHROMIUM_ARGS
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def tree_kinds(page, where: str) -> dict:
+    return page.eval_on_selector_all(f"{where} .sd-tree-node", """gs => {
+        const out = {};
+        for (const g of gs) { const k = g.classList[1].replace('sd-tree-', ''); out[k] = (out[k] || 0) + 1; }
+        return out; }""")
+
+
+@browser_only
+def test_a_tree_round_is_drawn_on_the_page_and_stepped_through_in_presenter_mode(browser, app_url):
+    """In Chinese at 1280x720: choose the EAGLE tree, generate, open tree rounds in the inspector until one ends off
+    the tree; its drawing shows the path, the refused children and the faded branches, with tooltips. Then presenter
+    mode and the arrow keys bring the first tree round's drawing onto the projector's screen, enlarged."""
+    context = browser.new_context(viewport={"width": 1280, "height": 720}, locale="zh-CN")
+    page = context.new_page()
+    page.goto(app_url)
+    page.wait_for_function("(document.querySelector('#sd-pair-status')?.innerText || '').includes('已加载')",
+                           timeout=120000)
+    folded = page.locator("#sd-settings .label-wrap")  # the folded settings (who drafts, the budget), if folded
+    if folded.count() and not page.locator("#sd-settings .label-wrap.open").count():
+        folded.click()
+    page.locator("#sd-strategy").get_by_text("EAGLE 草稿树", exact=True).click()
+    page.wait_for_selector("#sd-tree-sizes", state="visible")
+    assert "草稿树规模" in page.inner_text("#sd-tree-sizes")
+    box = page.locator("#sd-max-new input[type=number]")
+    box.fill("40")
+    box.press("Enter")
+    page.locator("#sd-prompt textarea").fill("ROMEO:\n")
+    page.click("#sd-generate")
+    page.wait_for_function("document.querySelector('#sd-stats').innerText.includes('完成')"
+                           " && !document.querySelector('#sd-stats .sd-recorded')", timeout=300000)
+    rows = page.locator("#sd-film .sd-row")
+    verdicts = [rows.nth(i).inner_text() for i in range(rows.count())]
+    assert sum(bool(re.search(r"树 \d+ · 接受 \d+", v)) for v in verdicts) >= len(verdicts) - 2, verdicts
+    for i in range(1, min(rows.count(), 12)):  # round 1 is the prefill
+        rows.nth(i).click()
+        page.wait_for_selector(f"#sd-reason .sd-tree[data-round='{i}']", timeout=60000)
+        kinds = tree_kinds(page, "#sd-reason")
+        if kinds.get("refused") and kinds.get("unused"):
+            break
+    else:
+        pytest.fail(f"no round in the first 12 ended off the tree with unused branches: {verdicts[:12]}")
+    kept = int(re.search(r"接受 (\d+)", verdicts[i]).group(1))
+    assert kinds["root"] == 1 and kinds.get("path", 0) == kept and kinds["resampled"] == 1
+    svg = page.locator("#sd-reason .sd-tree svg")
+    svg.scroll_into_view_if_needed()
+    size = svg.bounding_box()
+    assert size["width"] > 300 and size["height"] > 60
+    style = page.eval_on_selector_all("#sd-reason .sd-tree-node", """gs => gs.map(g => [g.classList[1],
+        getComputedStyle(g).opacity, getComputedStyle(g.querySelector('rect')).stroke])""")
+    assert all(float(o) < 0.6 for c, o, _ in style if c == "sd-tree-unused")  # faded
+    assert all(float(o) == 1 and s == "rgb(0, 158, 115)" for c, o, s in style if c == "sd-tree-path")
+    tip = page.locator("#sd-reason .sd-tree-refused title").first.text_content()
+    assert "草稿头概率" in tip and "目标模型 p =" in tip and "被拒绝" in tip
+    assert "草稿头最看好的子节点" in page.inner_text("#sd-reason")
+    # presenter mode, stepped from the keyboard to round 2, the first tree round
+    page.locator("#sd-presenter input").check()
+    page.wait_for_function("document.querySelector('#sd-app').classList.contains('sd-present')")
+    page.locator("#sd-stats").click()
+    for _ in range(2):
+        page.keyboard.press("ArrowRight")
+    page.wait_for_function("(document.querySelector('#sd-step-caption')?.innerText || '').includes('第 2 轮')",
+                           timeout=60000)
+    assert "草稿头起草了一棵含" in page.inner_text("#sd-step-caption")
+    drawing = page.locator("#sd-step-tokens .sd-tree svg")
+    drawing.wait_for(timeout=30000)
+    box = drawing.bounding_box()
+    assert 0 <= box["y"] < 720 and box["x"] >= 0 and box["x"] + box["width"] <= 1280, box  # on the screen
+    scale = page.eval_on_selector("#sd-step-tokens .sd-tree svg",
+                                  "s => s.getBoundingClientRect().width / s.viewBox.baseVal.width")
+    assert scale >= 1.2, scale  # enlarged for the projector
+    context.close()
