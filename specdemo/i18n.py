@@ -423,6 +423,9 @@ EN: dict[str, str] = {
     "tree.tip_resampled": "{y}: the target's correction (p = {p}); the tree did not have it here",
     "tree.tip_bonus": "{y}: the target's free extra token (p = {p}), drawn at a leaf",
     "race.tree": "EAGLE tree (top-k {topk}, depth {depth}, {budget} nodes)",
+    "chart.theory_tree": (
+        "A tree round is not K drafts in a row, so the chain's E/(cK+1) does not apply.<br>This run: {per_call} "
+        "tokens per target call, {speedup}x measured."),
 }
 
 ZH: dict[str, str] = {
@@ -756,6 +759,9 @@ ZH: dict[str, str] = {
     "tree.tip_resampled": "{y}：目标模型的修正（p = {p}）；树在这里没有它",
     "tree.tip_bonus": "{y}：目标模型免费给出的额外 token（p = {p}），在叶子节点处抽出",
     "race.tree": "EAGLE 草稿树（top-k {topk}，深度 {depth}，{budget} 个节点）",
+    "chart.theory_tree": (
+        "树形轮次不是连续 K 个草稿，链式的 E/(cK+1) 不适用。<br>本次运行：每次目标模型调用产出 {per_call} 个 token，"
+        "实测加速 {speedup}x。"),
 }
 
 MESSAGES: dict[str, dict[str, str]] = {"en": EN, "zh-CN": ZH}

@@ -131,6 +131,12 @@ def speedup_vs_theory(spec: Trace | None, base: Trace | None, k_max: int = 12, l
         fig.add_annotation(text=tr("chart.theory_needs_baseline", lang), showarrow=False,
                            x=0.5, y=0.5, xref="paper", yref="paper")
         return fig
+    if spec.settings.get("strategy") == "tree":  # a tree's round is not K drafts in a row: no E/(cK+1) for it
+        m = spec.metrics()
+        fig.add_annotation(text=tr("chart.theory_tree", lang, per_call=f"{m['mean_accepted_length']:.2f}",
+                                   speedup=f"{m['tokens_per_s'] / base.metrics()['tokens_per_s']:.2f}"),
+                           showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+        return fig
     model = measure(spec.rounds, base.steps, spec.settings["k"])
     a, c, v = model["alpha_empirical"], model["c"], model["verify_cost"]
     ks = list(range(1, k_max + 1))

@@ -62,7 +62,8 @@ def test_caption_film_strip_and_reason_say_what_the_walk_did(tree_trace):
             assert en.endswith(f"the target chose {end.text!r}, which the tree did not have")
         film = html.unescape(render.filmstrip_html([rnd], lang="en"))
         assert f"tree {rnd.k} \u00b7 kept {rnd.n_accepted} +1 \u00b7 " in film
-        assert f"树 {rnd.k} \u00b7 接受 {rnd.n_accepted} +1" in html.unescape(render.filmstrip_html([rnd], lang="zh-CN"))
+        film_zh = html.unescape(render.filmstrip_html([rnd], lang="zh-CN"))
+        assert f"树 {rnd.k} \u00b7 接受 {rnd.n_accepted} +1" in film_zh
         # the inspector opens on the refused child, or on the bonus at the leaf, and says why
         state = {"spec": tree_trace, "base": None, "cursor": 0}
         pos = views.default_position(state, rnd.index + 1)
@@ -119,6 +120,18 @@ def test_the_drawing_marks_the_path_the_refused_children_and_the_unused_branches
     assert render.tree_html(tree_trace.rounds[0]) == ""  # the prefill round has no tree
 
 
+def test_the_theory_chart_says_the_chains_model_does_not_apply_to_a_tree(tree_trace, pair):
+    from specdemo import baseline_generate, plots
+
+    base = baseline_generate(pair, "ROMEO:\n", SamplingConfig(0.8), max_new_tokens=8)
+    fig = plots.speedup_vs_theory(tree_trace, base, lang="en")
+    per_call = f"{tree_trace.metrics()['mean_accepted_length']:.2f} tokens per target call"
+    note = fig.layout.annotations[0].text
+    assert not fig.data and "does not apply" in note and per_call in note
+    chain = dataclasses.replace(tree_trace, settings=tree_trace.settings | {"strategy": "eagle"})
+    assert plots.speedup_vs_theory(chain, base, lang="en").data  # the chain's curves, for comparison
+
+
 HOSTILE = "<script>alert('x')</script><img src=x onerror=alert(1)>\x07&"
 
 
@@ -166,8 +179,10 @@ def ask(limits: Limits | None = None, pair_name: str = "shakespeare", draft: str
 
 
 @pytest.mark.parametrize("sizes,en,zh", [
-    (dict(tree_topk=17), "Tree top-k must be 0 (the head's own) or between 1 and 16, got 17.", "草稿树 top-k必须是 0"),
-    (dict(tree_depth=-1), "Tree depth must be 0 (the head's own) or between 1 and 16, got -1.", "草稿树深度必须是 0"),
+    (dict(tree_topk=17), "Tree top-k must be 0 (the head's own) or between 1 and 16, got 17.",
+     "草稿树 top-k必须是 0"),
+    (dict(tree_depth=-1), "Tree depth must be 0 (the head's own) or between 1 and 16, got -1.",
+     "草稿树深度必须是 0"),
     (dict(tree_budget=9), "Tree budget must be at most 8 nodes on this server (SPECDEMO_MAX_TREE), got 9.",
      "本服务器上草稿树规模最多 8 个节点"),
     (dict(tree_budget="2.5"), "Tree budget must be a whole number, got 2.5.", "草稿树规模必须是整数"),
