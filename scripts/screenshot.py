@@ -2,6 +2,7 @@
 
   assets/screenshot.png               English, 1500 px wide, the whole page, a round open in the inspector
   assets/screenshot-presenter-zh.png  简体中文 in presenter mode, 1280x720 (a projector), stepped to round 3
+  assets/screenshot-tree.png          English, 1280x800, the EAGLE tree: stepped to a round whose path left the tree
 
 Run: .venv/bin/python scripts/screenshot.py [--out-dir assets]. Needs Debian's chromium and a CJK font
 (`scripts/setup.sh --dev` installs both; without the font the Chinese renders as boxes).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -28,7 +30,7 @@ def ready(page, loaded: str, legend: str) -> None:
     page.wait_for_selector("#sd-race .js-plotly-plot")
     page.wait_for_function(f"document.querySelector('#sd-pair-status').innerText.includes('{loaded}')")
     # the server's redraw in the browser's language is a separate event from the pair's status
-    page.wait_for_function(f"document.querySelector('#sd-legend').innerText.includes('{legend}')")
+    page.wait_for_function(f"document.querySelector('#sd-legend').innerText.includes({legend!r})")
 
 
 def generate(page, prompt: str) -> None:
@@ -73,6 +75,35 @@ def presenter_zh(browser, url: str, out: Path, prompt: str) -> None:
     context.close()
 
 
+def tree_round(browser, url: str, out: Path, prompt: str) -> None:
+    """The draft tree of a round, as the step-through shows it: the caption, the drawing and the text so far. The
+    round is the first whose path went at least two nodes deep and then left the tree (the target's correction)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, locale="en-US")
+    page = context.new_page()
+    page.goto(url)
+    ready(page, "Loaded", "the draft's guess that the target kept")
+    folded = page.locator("#sd-settings .label-wrap")
+    if folded.count() and not page.locator("#sd-settings .label-wrap.open").count():
+        folded.click()
+    page.locator("#sd-strategy").get_by_text("EAGLE tree", exact=True).click()
+    generate(page, prompt)
+    rows = page.locator("#sd-film .sd-row")
+    pick = next((i for i in range(rows.count()) if rows.nth(i).locator(".sd-resampled").count()
+                 and re.search(r"kept ([2-9]|1\d)", rows.nth(i).inner_text())), 1)
+    page.locator("#sd-stats").click()
+    page.keyboard.press("Home")
+    for _ in range(pick + 1):
+        page.keyboard.press("ArrowRight")
+    page.wait_for_function(f"(document.querySelector('#sd-step-caption')?.innerText || '')"
+                           f".includes('Round {pick + 1} of')")
+    page.wait_for_selector("#sd-step-tokens .sd-tree svg")
+    page.wait_for_timeout(500)
+    page.evaluate("window.scrollTo(0, window.scrollY + document.querySelector('#sd-tabs')"
+                  ".getBoundingClientRect().top - 4)")
+    page.screenshot(path=str(out))
+    context.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out-dir", type=Path, default=ROOT / "assets")
@@ -92,10 +123,12 @@ def main() -> None:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
             english(browser, url, args.out_dir / "screenshot.png", examples[min(1, len(examples) - 1)])
             presenter_zh(browser, url, args.out_dir / "screenshot-presenter-zh.png", examples[-1])
+            if PRESETS[DEFAULT_PRESET].eagle_head:  # the tree is the head's: a pair without one has no tree
+                tree_round(browser, url, args.out_dir / "screenshot-tree.png", examples[0])
             browser.close()
     finally:
         app.demo.close()
-    for name in ("screenshot.png", "screenshot-presenter-zh.png"):
+    for name in ("screenshot.png", "screenshot-presenter-zh.png", "screenshot-tree.png"):
         print(args.out_dir / name)
 
 

@@ -38,7 +38,8 @@ STEP_OUTPUTS = ("state", "step_tokens", "step_caption")
 SWEEP_OUTPUTS = ("sweep_plot", "sweep_md", "sweep_state")
 RACE_OUTPUTS = ("race_plot", "race_md", "race_state")
 DIST_OUTPUTS = ("dist_plot", "dist_md", "dist_state")
-PAIR_OUTPUTS = ("pair_status", "custom_box", "examples", "chat", "pair_state", "pair", "draft", "target")
+PAIR_OUTPUTS = ("pair_status", "custom_box", "examples", "chat", "pair_state", "k", "temperature", "max_new",
+                "pair", "draft", "target")
 REDRAW_OUTPUTS = ("legend", "keys", "tokens", "stats", "film", *views.CHARTS, "insp_plot", "insp_reason",
                   "step_tokens", "step_caption", "sweep_plot", "sweep_md", "dist_plot", "dist_md", "race_plot",
                   "race_md", "pair_status")
@@ -345,7 +346,8 @@ def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, progress
     the selector (and a custom pair's ids) back on it with the one-sentence error, so that the next Generate runs
     the pair that is loaded, not the one that failed. `loaded`: the pair state, the loaded pair's description with
     the selector values that chose it ("chosen"); a change back to those values loads nothing.
-    Updates PAIR_OUTPUTS: the chat switch takes the pair's default mode."""
+    Updates PAIR_OUTPUTS: the chat switch takes the pair's default mode, and K, the temperature and the token budget
+    a preset's page defaults."""
     custom = pair_name == CUSTOM
     examples = PRESETS[pair_name].examples if pair_name in PRESETS else ()
     chosen = {"pair": pair_name} | ({"draft": (draft_id or "").strip(), "target": (target_id or "").strip()}
@@ -370,6 +372,8 @@ def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, progress
            "chat": gr.update(value=pair.chat, interactive=pair.has_chat_template)}
     if examples:
         out["examples"] = gr.Dataset(samples=[[e] for e in examples])
+    if pair_name in PRESETS:  # the preset's own page defaults (config.PairPreset)
+        out |= views.preset_defaults(pair_name, Limits.from_env())
     return out
 
 
@@ -395,3 +399,8 @@ def redraw(lang, presenter, state, round_no, position, sweep, dist, race, pair_d
 
 def tab_labels(lang) -> dict:
     return views.tab_labels(lang)
+
+
+def notice_in(notices, lang):
+    """The page's notice (ui.build_demo: why the default pair is missing) in `lang`; nothing where there is none."""
+    return notices.get(i18n.normalize(lang), notices[i18n.DEFAULT]) if notices else gr.skip()

@@ -32,13 +32,26 @@ EN: dict[str, str] = {
     "app.title": "specdemo: speculative sampling, round by round",
     "app.intro": (
         "# specdemo: speculative sampling, round by round\n"
-        "A small **draft** model guesses K tokens; the large **target** scores all of them in **one** forward pass "
-        "and keeps each guess with probability min(1, p/q). At the first rejection it draws a replacement from the "
-        "residual max(0, p − q), so the text follows **exactly** the target's distribution, only with fewer target "
-        "calls ([Chen et al. 2023](https://arxiv.org/abs/2302.01318), "
+        "A small **draft** model guesses K tokens; the large **target** checks them all in **one** pass, and the "
+        "text still follows the target **exactly**."
+    ),
+    "app.how_box": "How it works",
+    "app.how": (
+        "The target keeps each guess with probability min(1, p/q). At the first rejection it draws a replacement "
+        "from the residual max(0, p − q), so the text follows **exactly** the target's distribution, only with fewer "
+        "target calls ([Chen et al. 2023](https://arxiv.org/abs/2302.01318), "
         "[Leviathan et al. 2023](https://arxiv.org/abs/2211.17192)).\n"
         "Hover a token for p, q, r and min(1, p/q); click a round to see why it was kept or resampled."
     ),
+    "ui.settings": "Settings: who drafts, K, temperature, tokens, seed",
+    "ui.view": "Show",
+    "ui.view_kept": "the reply",
+    "ui.view_story": "the full story",
+    "notice.missing_install": (
+        "The page opens on the embedded Shakespeare pair because the readable {name} pair's model is not installed "
+        "here and the model hub cannot be reached; run `bash scripts/setup.sh` to get it."
+    ),
+    "notice.missing": "The page opens on the embedded Shakespeare pair because the {name} pair could not be loaded here: {why}",
     "ui.language": "Language",
     "ui.presenter": "Presenter mode (large text for a projector)",
     "ui.pair": "Model pair (draft \u2192 target)",
@@ -157,6 +170,11 @@ EN: dict[str, str] = {
     "stats.speedup": "measured speedup",
     "stats.not_measured": "speedup not measured: the time limit ended the run before the target-only baseline",
     "stats.lossy": "Lossy run: lenience b < 1, so the output does not follow the target.",
+    "stats.recorded": (
+        "A recorded run, not live: {pair}, {strategy}, K = {k}, T = {t}, seed {seed}; recorded on {date} ({machine}). "
+        "Generate replaces it with a live run."
+    ),
+    "stats.recorded_cpu": "{cpu} CPU, {threads} threads",
     "status.speculative": "running speculative...",
     "status.baseline": "running the target-only baseline: {n} tokens",
     "status.done": "done ({reason})",
@@ -284,6 +302,10 @@ EN: dict[str, str] = {
     "err.both_ids": "Enter both a draft and a target model id for a custom pair.",
     "err.unknown_pair": "Unknown model pair {name}; choose one of {presets} or custom.",
     "err.oom": "The GPU ran out of memory for this request. Try fewer tokens or a smaller pair.",
+    "err.memory_busy": (
+        "This pair would need {need} GB more, and {used} GB of this server's {budget} GB for models are taken by "
+        "pairs loaded, being loaded or still running; try again in a minute, or use a pair that is already loaded."
+    ),
     "toast.warning": "Warning",
     "toast.error": "Error",
     "err.not_a_repo_id": (
@@ -432,13 +454,26 @@ ZH: dict[str, str] = {
     "app.title": "specdemo：逐轮看懂投机采样",
     "app.intro": (
         "# specdemo：逐轮看懂投机采样\n"
-        "先由一个小的**草稿模型**猜出 K 个 token，再由大的**目标模型**用**一次**前向计算给这些猜测全部打分，"
-        "并以 min(1, p/q) 的概率接受每一个。遇到第一个被拒绝的位置，就从残差分布 max(0, p − q) 中重新采样一个 "
-        "token 替换它。这样生成的文本**严格**服从目标模型的分布，只是调用目标模型的次数更少"
+        "小的**草稿模型**先猜出 K 个 token，大的**目标模型**用**一次**前向计算检验全部猜测，"
+        "生成的文本仍然**严格**服从目标模型的分布。"
+    ),
+    "app.how_box": "原理",
+    "app.how": (
+        "目标模型以 min(1, p/q) 的概率接受每一个猜测。遇到第一个被拒绝的位置，就从残差分布 max(0, p − q) 中"
+        "重新采样一个 token 替换它。这样生成的文本**严格**服从目标模型的分布，只是调用目标模型的次数更少"
         "（[Chen et al. 2023](https://arxiv.org/abs/2302.01318)、"
         "[Leviathan et al. 2023](https://arxiv.org/abs/2211.17192)）。\n"
         "鼠标悬停在 token 上可以看到 p、q、r 和 min(1, p/q)；点击某一轮，可以看到每个 token 为什么被接受或被重采样。"
     ),
+    "ui.settings": "设置：起草方式、K、温度、token 数、随机种子",
+    "ui.view": "显示",
+    "ui.view_kept": "回复",
+    "ui.view_story": "完整过程",
+    "notice.missing_install": (
+        "本页打开的是内置的莎士比亚模型对，因为可读的 {name} 模型对所需的模型没有安装在这台服务器上，"
+        "也连不上模型 Hub；运行 `bash scripts/setup.sh` 即可获得。"
+    ),
+    "notice.missing": "本页打开的是内置的莎士比亚模型对，因为 {name} 模型对无法在这里加载：{why}",
     "ui.language": "语言",
     "ui.presenter": "演示模式（放大字号，适合投影）",
     "ui.pair": "模型对（草稿模型 \u2192 目标模型）",
@@ -548,6 +583,11 @@ ZH: dict[str, str] = {
     "stats.speedup": "实测加速比",
     "stats.not_measured": "未测加速比：运行在只用目标模型的基线开始前已到时间上限",
     "stats.lossy": "有损运行：宽松系数 b < 1，输出不服从目标模型的分布。",
+    "stats.recorded": (
+        "这是一次录制的运行，不是现场生成：{pair}，{strategy}，K = {k}，T = {t}，随机种子 {seed}；录制于 {date}"
+        "（{machine}）。点击“生成”会换成一次现场运行。"
+    ),
+    "stats.recorded_cpu": "{cpu} CPU，{threads} 个线程",
     "status.speculative": "投机采样运行中…",
     "status.baseline": "只用目标模型的基线运行中：已生成 {n} 个 token",
     "status.done": "完成（{reason}）",
@@ -659,6 +699,10 @@ ZH: dict[str, str] = {
     "err.both_ids": "自定义模型对需要同时填写草稿模型和目标模型的 id。",
     "err.unknown_pair": "未知的模型对 {name}；请从 {presets} 或 custom 中选择。",
     "err.oom": "GPU 显存不够完成这个请求。请减少 token 数，或换一对更小的模型。",
+    "err.memory_busy": (
+        "这对模型还需要 {need} GB，而本服务器留给模型的 {budget} GB 中已有 {used} GB 被已加载、正在加载或仍在运行的"
+        "模型对占用；请一分钟后再试，或使用已经加载的模型对。"
+    ),
     "toast.warning": "警告",
     "toast.error": "出错了",
     "err.not_a_repo_id": (

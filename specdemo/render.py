@@ -15,7 +15,7 @@ import html
 import json
 
 from .events import Round, Step, Trace
-from .i18n import CHOICES, DEFAULT, template, tr
+from .i18n import CHOICES, DEFAULT, EN, template, tr
 
 PALETTE = {  # Okabe-Ito colours (Okabe & Ito 2008, "Color Universal Design")
     "accepted": "#009E73",
@@ -53,9 +53,20 @@ CSS = """
 .sd-bonus { background: #E69F0040; font-weight: 700; outline: 1px dotted #9a6a00; }
 .sd-legend { display: flex; flex-wrap: wrap; gap: 10px; font-size: 13px; margin: 6px 0; }
 .sd-legend .sd-tok { padding: 1px 6px; }
-.sd-cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(130px, 1fr)); gap: 8px; }
-.sd-card { border: 1px solid var(--border-color-primary, #ddd); border-radius: 8px; padding: 6px 10px; }
-.sd-card b { display: block; font-size: 20px; }
+.sd-leg { white-space: nowrap; }
+/* the reply as text (ui.VIEW_JS): the rejected drafts, and their legend entry, show only in the full story */
+body:not(.sd-story) .sd-tokens .sd-rejected, body:not(.sd-story) .sd-legend .sd-leg-rejected { display: none; }
+/* the first screen (1280x720): a compact header, and a token view that ends above the fold */
+#sd-intro h1 { font-size: 1.6em; margin: 0 0 2px; }
+#sd-lang, #sd-view { display: flex; flex-direction: row; align-items: center; gap: 10px; padding-top: 4px;
+  padding-bottom: 4px; }
+#sd-lang > [data-testid="block-info"], #sd-view > [data-testid="block-info"] { margin: 0; }
+#sd-token-view .html-container { max-height: max(220px, min(420px, calc(100vh - 380px))) !important; }
+#sd-intro p { margin: 0; }
+#sd-notice { border-left: 4px solid #E69F00; padding-left: 8px; }
+.sd-cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(118px, 1fr)); gap: 8px; }
+.sd-card { border: 1px solid var(--border-color-primary, #ddd); border-radius: 8px; padding: 4px 10px; }
+.sd-card b { display: block; font-size: 19px; }
 .sd-card span { font-size: 12px; color: var(--body-text-color-subdued, #666); }
 .sd-film { font-family: ui-monospace, monospace; font-size: 13px; max-height: 420px; overflow-y: auto; }
 .sd-row { display: grid; grid-template-columns: 4.5em 1fr 14em; gap: 8px; align-items: center;
@@ -65,6 +76,8 @@ CSS = """
 .sd-cell { border: 1px solid #8886; border-radius: 3px; margin-right: 2px; padding: 0 3px; }
 .sd-caption { font-size: 15px; padding: 4px 0; }
 .sd-lossy { color: #D55E00; font-weight: 700; }
+.sd-recorded { font-size: 13px; border-left: 4px solid #0072B2; background: #0072B214; padding: 4px 8px;
+  margin-bottom: 6px; border-radius: 4px; }
 .sd-keys { font-size: 13px; color: var(--body-text-color-subdued, #666); margin: 2px 0 6px; }
 .sd-keys kbd { font-family: ui-monospace, monospace; font-size: 12px; border: 1px solid #8888; border-bottom-width: 2px;
   border-radius: 4px; padding: 0 5px; background: var(--block-background-fill, #fff); }
@@ -82,7 +95,7 @@ CSS = """
 .sd-present #sd-main { flex-direction: column; }
 .sd-present #sd-controls { min-width: 0 !important; max-width: 480px; }
 .sd-present #sd-results { width: 100%; max-width: none; }
-.sd-present #sd-controls > :not(#sd-run-row) { display: none; }
+.sd-present #sd-controls > :not(#sd-run-row):not(#sd-view) { display: none; }
 """
 
 # gradio's toasts name their level in English ("Warning", "Error"): gradio 6 draws neither a translation nor the
@@ -149,8 +162,9 @@ def span(text: str, label: str, title: str, extra: str = "") -> str:
 
 
 def legend(lang: str | None = None) -> str:
-    items = "".join(span(tr(LABEL_KEY[lbl], lang), lbl, tr(CUE_KEY[lbl], lang))
-                    + f"<small>{esc(tr(LEGEND_KEY[lbl], lang))}</small>" for lbl in LABELS)
+    """What each colour means; each entry in its own span, so that the reply-as-text view can hide one (CSS)."""
+    items = "".join(f'<span class="sd-leg sd-leg-{lbl}">{span(tr(LABEL_KEY[lbl], lang), lbl, tr(CUE_KEY[lbl], lang))}'
+                    f" <small>{esc(tr(LEGEND_KEY[lbl], lang))}</small></span>" for lbl in LABELS)
     return f'<div class="sd-legend">{items}</div>'
 
 
@@ -244,8 +258,23 @@ def stats_html(spec: Trace | None, base: Trace | None = None, running: str = "",
     note = ""
     if spec is not None and spec.metrics()["lossy"]:
         note = f'<div class="sd-lossy">{esc(tr("stats.lossy", lang))}</div>'
+    if spec is not None and spec.settings.get("recorded") is not None:  # recorded.py: the run the page opens on
+        note += recorded_note(spec, lang)
     status = f"<div><small>{esc(running)}</small></div>" if running else ""
     return f'{note}<div class="sd-cards">{"".join(cards)}</div>{status}'
+
+
+def recorded_note(spec: Trace, lang: str | None = None) -> str:
+    """A recorded run says so, with the settings it was made with and when and where (recorded.py)."""
+    s, rec = spec.settings, spec.settings.get("recorded") or {}
+    strategy = s.get("strategy", "fixed")
+    name = tr(f"strategy.{strategy}", lang) if f"strategy.{strategy}" in EN else strategy
+    device = rec.get("device", "cpu")
+    machine = (tr("stats.recorded_cpu", lang, cpu=rec.get("cpu", "?"), threads=rec.get("threads", "?"))
+               if device == "cpu" else device)
+    text = tr("stats.recorded", lang, pair=s.get("pair", "?"), strategy=name, k=s.get("k", "?"),
+              t=f"{s.get('temperature', 0):g}", seed=s.get("seed", "?"), date=rec.get("date", "?"), machine=machine)
+    return f'<div class="sd-recorded">{esc(text)}</div>'
 
 
 def stop_text(reason: str | None, lang: str | None = None) -> str:

