@@ -1,8 +1,8 @@
 """Which device a pair runs on, and which dtype each of its two models runs in.
 
 Owns the device choice (SPECDEMO_DEVICE, else cuda, then mps, then cpu), the dtype names the CLI and the environment
-accept, the CPU's bf16 check, and the rule that picks a model's dtype by its role in the pair (`pick_dtype`). It
-loads nothing: models.py asks it before it loads.
+accept, the CPU's bf16 check, the rule that picks a model's dtype by its role in the pair (`pick_dtype`), and the
+memory budget that model pairs share (`model_budget_bytes`). It loads nothing: models.py asks it before it loads.
 """
 
 from __future__ import annotations
@@ -129,17 +129,27 @@ def memory_bytes(device: torch.device) -> int:
     return total
 
 
+def model_budget_bytes(device: torch.device) -> int:
+    """The memory that model pairs on `device` may take together: SPECDEMO_MODEL_MEMORY_MB megabytes (10^6 bytes)
+    where the operator sets it, else half the device's memory. models.load_pair counts every pair against it: the
+    pairs in its LRU, the loads in progress, and evicted pairs that a run still holds."""
+    from .config import env_int
+
+    set_mb = env_int("SPECDEMO_MODEL_MEMORY_MB", 0)
+    return set_mb * 1_000_000 if set_mb > 0 else memory_bytes(device) // 2
+
+
 def default_max_params_m(device: torch.device | None = None) -> int:
     """The largest custom model a visitor may load when SPECDEMO_MAX_PARAMS_M is not set, in millions of parameters:
-    the LRU's SPECDEMO_MAX_PAIRS pairs of two models that size must fit in half the device's memory, at 2 bytes a
-    parameter on a GPU and 4 on a CPU (where weights may pass through float32 while they load). A 16 GB CPU Space
-    gets 500 M; an 80 GB GPU 10,000 M."""
+    the LRU's SPECDEMO_MAX_PAIRS pairs of two models that size must fit in the models' memory budget
+    (model_budget_bytes: half the device's memory), at 2 bytes a parameter on a GPU and 4 on a CPU (where weights
+    may pass through float32 while they load). A 16 GB CPU Space gets 500 M; an 80 GB GPU 10,000 M."""
     from .config import env_int
 
     device = device or pick_device()
     per_param = 2 if device.type in ("cuda", "mps") else 4
     pairs = max(1, env_int("SPECDEMO_MAX_PAIRS", 2))
-    return int(memory_bytes(device) * 0.5 / (per_param * 2 * pairs) / 1e6)
+    return int(model_budget_bytes(device) / (per_param * 2 * pairs) / 1e6)
 
 
 def default_max_tree(device: torch.device | None = None) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from pathlib import Path
 import torch
 
 from .config import DEFAULT_PRESET, PRESETS, env_int
-from .devices import DTypeArg, dtype_name, pick_device, pick_dtype, requested_dtype
+from .devices import DTypeArg, dtype_name, model_budget_bytes, pick_device, pick_dtype, requested_dtype
 from .weights import (INSTALL_HINT, ModelLoadError, checked_folder, display_id, find_packaged_file, hub_offline,
                       hub_reachable, labels, load_error, offline_for, preset_draft, role_name, save_plain_folder)
 from .i18n import Msg, Translatable
@@ -406,8 +407,15 @@ def load_pair_uncached(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str
 
 
 _CACHE: OrderedDict[tuple, ModelPair] = OrderedDict()
-_CACHE_LOCK = threading.Lock()  # guards _CACHE and _LOADING, never held while loading
+_CACHE_LOCK = threading.Lock()  # guards _CACHE, _LOADING and the memory tables below, never held while loading
 _LOADING: dict[tuple, threading.Lock] = {}  # a lock per pair being loaded
+
+# The memory budget (devices.model_budget_bytes) counts, per device, every pair that takes memory there: the pairs
+# in the LRU (_RESIDENT: their bytes), the loads in progress (_RESERVED: their estimate, reserved before they start)
+# and the pairs evicted from the LRU that a run still holds (_EVICTED: weak references, counted until freed).
+_RESIDENT: dict[tuple, int] = {}
+_RESERVED: dict[tuple, int] = {}
+_EVICTED: list[tuple[weakref.ref, str, int]] = []  # (the pair, its device, its bytes)
 
 
 def _fresh_locks_after_fork() -> None:
@@ -416,6 +424,7 @@ def _fresh_locks_after_fork() -> None:
     global _CACHE_LOCK, _DEVICE_LOCKS_GUARD
     _CACHE_LOCK = threading.Lock()
     _LOADING.clear()
+    _RESERVED.clear()  # loads in progress were the parent's threads'
     _DEVICE_LOCKS_GUARD = threading.Lock()
     _DEVICE_LOCKS.clear()  # every ModelPair asks for its device's lock afresh (ModelPair.lock)
 
@@ -431,12 +440,88 @@ def _cached(key: tuple) -> ModelPair | None:
     return None
 
 
+def pair_bytes(pair: ModelPair) -> int:
+    """The bytes a loaded pair holds: the parameters and buffers of its two models and of its EAGLE head."""
+    seen, total = set(), 0
+    for module in (pair.draft, pair.target, pair.head):
+        if isinstance(module, torch.nn.Module):
+            for t in (*module.parameters(), *module.buffers()):
+                if id(t) not in seen:
+                    seen.add(id(t))
+                    total += t.numel() * t.element_size()
+    return total
+
+
+def load_bytes(draft_id: str, target_id: str, device: torch.device, want: tuple) -> int:
+    """What loading a pair takes before it starts, from the two configs alone: the estimated parameters at the
+    bytes of the dtype the weights load in (float32 on a CPU, where the dtype is picked after loading; see
+    _load_one). 0 where a config cannot be read (the load itself will then say why)."""
+    from .validation import estimate_parameters  # validation imports this module; it owns the estimate
+
+    total = 0
+    for model_id, role, dtype in ((draft_id, "draft", want[0]), (target_id, "target", want[1])):
+        try:
+            n = estimate_parameters(load_config(model_id, role))
+        except ModelLoadError:
+            return 0
+        load_dt = dtype or (pick_dtype(device, role) if device.type != "cpu" else torch.float32)
+        total += n * torch.empty(0, dtype=load_dt).element_size()
+    return total
+
+
+def memory_in_use(device: torch.device | str) -> int:
+    """Bytes counted against the device's budget now: the LRU's pairs, the loads in progress, the evicted pairs a
+    run still holds. Call with _CACHE_LOCK held."""
+    dev = str(device)
+    _EVICTED[:] = [e for e in _EVICTED if e[0]() is not None]
+    return (sum(n for key, n in _RESIDENT.items() if key[2] == dev) + sum(n for key, n in _RESERVED.items()
+            if key[2] == dev) + sum(n for _, d, n in _EVICTED if d == dev))
+
+
+def _evict(key: tuple) -> None:
+    """Take a pair out of the LRU; it counts against the budget until it is freed. Call with _CACHE_LOCK held."""
+    pair = _CACHE.pop(key)
+    _EVICTED.append((weakref.ref(pair), key[2], _RESIDENT.pop(key, 0)))
+
+
+def _free_evicted() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _reserve(key: tuple, need: int) -> None:
+    """Reserve `need` bytes of the device's budget for the load of `key`, or refuse it in one sentence. To make
+    room it evicts the least recently used pairs; those that a run still holds go on counting until they are
+    freed. A load with nothing else on the device is always admitted (an operator's cap may allow one big pair)."""
+    device = key[2]
+    budget = model_budget_bytes(torch.device(device))
+    for attempt in range(2):
+        with _CACHE_LOCK:
+            used = memory_in_use(device)
+            if used == 0 or used + need <= budget:
+                _RESERVED[key] = need
+                return
+            if attempt == 1:
+                break
+            for old in [k for k in _CACHE if k[2] == device]:  # oldest first
+                if used + need <= budget:
+                    break
+                used -= _RESIDENT.get(old, 0)  # if nothing else holds it, gc frees it below
+                _evict(old)
+        _free_evicted()
+    raise ModelLoadError("err.memory_busy", need=f"{need / 1e9:.2f}", used=f"{used / 1e9:.2f}",
+                         budget=f"{budget / 1e9:.2f}")
+
+
 def load_pair(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None = None, dtype: DTypeArg = None,
               draft_dtype: DTypeArg = None, target_dtype: DTypeArg = None) -> ModelPair:
     """Load (or fetch from the LRU) a draft/target pair. The LRU holds SPECDEMO_MAX_PAIRS pairs (default 2).
 
     dtype sets both models' dtype, draft_dtype / target_dtype one each (see load_pair_uncached). A failed load
-    raises ModelLoadError and leaves the cache, and so every pair loaded before, as it was.
+    raises ModelLoadError and leaves the cache, and so every pair loaded before, as it was. A load that would take
+    the device past its memory budget (devices.model_budget_bytes), counting the pairs loaded, being loaded and
+    still held by runs, is refused in one sentence (err.memory_busy) before it reads any weights.
     """
     _, draft_id, target_id = resolve(pair)
     want = (requested_dtype("draft", draft_dtype, dtype), requested_dtype("target", target_dtype, dtype))
@@ -450,21 +535,23 @@ def load_pair(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None =
             if (hit := _cached(key)) is not None:
                 return hit
         try:
+            _reserve(key, load_bytes(draft_id, target_id, torch.device(key[2]), want))
             loaded = load_pair_uncached(pair, device, draft_dtype=want[0], target_dtype=want[1])
         except BaseException:
             with _CACHE_LOCK:
                 _LOADING.pop(key, None)
+                _RESERVED.pop(key, None)
             raise
         with _CACHE_LOCK:  # published and no longer loading in one step: nobody starts a second load in between
             _CACHE[key] = loaded
+            _RESIDENT[key] = pair_bytes(loaded)
+            _RESERVED.pop(key, None)
             _LOADING.pop(key, None)
             evicted = 0
             while len(_CACHE) > max(1, env_int("SPECDEMO_MAX_PAIRS", 2)):
-                _CACHE.popitem(last=False)
+                _evict(next(iter(_CACHE)))
                 evicted += 1
     if evicted:
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        _free_evicted()
     return loaded
 

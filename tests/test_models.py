@@ -100,3 +100,96 @@ def test_a_slow_load_never_stalls_sessions_on_cached_pairs(monkeypatch):
     for t in slow:
         t.join(10)
     assert len(errors) == 2 and len(calls) == 2  # the failed load was not cached: the second visitor tried again
+
+
+# ------------------------------------------------------------------------------------------------ the memory budget
+# These tests load real pairs on the device "cpu:0": the CPU, under a name of its own, so that the pairs the rest of
+# the session keeps on "cpu" are not counted against the budget they set.
+ALONE = "cpu:0"
+PAIR_A = (str(EMBEDDED_DRAFT), str(EMBEDDED_TARGET))
+PAIR_B = (str(EMBEDDED_TARGET), str(EMBEDDED_TARGET))
+PAIR_C = (str(EMBEDDED_DRAFT), str(EMBEDDED_DRAFT))
+
+
+def in_use() -> int:
+    from specdemo import models
+
+    with models._CACHE_LOCK:
+        return models.memory_in_use(ALONE)
+
+
+def budget_between(monkeypatch, low: int, high: int) -> None:
+    """A memory budget above `low` and at most `high` bytes (SPECDEMO_MODEL_MEMORY_MB, read at each load)."""
+    mb = (low + high) // 2 // 1_000_000
+    assert low < mb * 1_000_000 <= high, (low, high)
+    monkeypatch.setenv("SPECDEMO_MODEL_MEMORY_MB", str(mb))
+
+
+def test_a_pair_that_a_run_still_holds_counts_against_the_memory_budget(monkeypatch):
+    """The LRU evicts a pair while a run (a generator) still holds it: its memory is not free until the run ends.
+    A load that fits only once that pair is freed is refused in one sentence while the run goes on, and loads once
+    the run is over. (Before, the LRU's count alone was checked, and the load went ahead.)"""
+    import gc
+
+    from specdemo import SamplingConfig, SpecConfig, models
+    from specdemo.speculative import speculative_rounds
+
+    monkeypatch.setenv("SPECDEMO_MAX_PAIRS", "1")
+    held = load_pair(PAIR_A, device=ALONE)
+    run = speculative_rounds(held, held.encode("ROMEO:\n"), SamplingConfig(1.0), SpecConfig(k=2, max_new_tokens=8))
+    assert next(run).output  # a run under way
+    size, need = models.pair_bytes(held), models.load_bytes(*PAIR_B, torch.device(ALONE), (None, None))
+    assert in_use() == size > 0 and need > size
+    budget_between(monkeypatch, need, size + need)  # B fits alone, not beside A
+    del held
+    with pytest.raises(ModelLoadError, match=r"would need .* GB more.*still running") as refused:
+        load_pair(PAIR_B, device=ALONE)
+    assert "Traceback" not in str(refused.value) and str(refused.value).count(". ") == 0
+    assert in_use() == size  # A is out of the LRU now, and still counted: the run holds it
+    del run
+    gc.collect()
+    loaded = load_pair(PAIR_B, device=ALONE)
+    assert in_use() == models.pair_bytes(loaded)
+
+
+def test_loads_in_progress_count_against_the_memory_budget(monkeypatch):
+    """Two sessions load two different pairs at once (the two queue groups allow up to eight): the second is
+    measured against the budget with the first one's load already counted, and refused in one sentence where the
+    two would not fit; the first load goes on and succeeds. (Before, both loads went ahead.)"""
+    import threading
+
+    from specdemo import models
+
+    monkeypatch.setenv("SPECDEMO_MAX_PAIRS", "4")
+    dev, f32 = torch.device(ALONE), (torch.float32, torch.float32)  # float32: pairs no other test has loaded
+    need_b, need_c = (models.load_bytes(*p, dev, f32) for p in (PAIR_B, PAIR_C))
+    budget_between(monkeypatch, max(need_b, need_c), need_b + need_c)  # either fits alone (idle pairs give way)
+    real, inside, release = models.load_pair_uncached, threading.Event(), threading.Event()
+
+    def slow_load(*args, **kwargs):  # the real load, entered only when the test lets it
+        inside.set()
+        assert release.wait(120)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(models, "load_pair_uncached", slow_load)
+    first = []
+
+    def load_first():
+        try:
+            first.append(load_pair(PAIR_B, device=ALONE, dtype="float32"))
+        except Exception as err:  # shown by the assertions below
+            first.append(err)
+            inside.set()
+
+    loader = threading.Thread(target=load_first)
+    loader.start()
+    try:
+        assert inside.wait(120) and not first, f"the first load never started: {first}"
+        assert in_use() == need_b  # reserved before it reads a weight
+        with pytest.raises(ModelLoadError, match=r"would need .* GB more"):
+            load_pair(PAIR_C, device=ALONE, dtype="float32")
+    finally:
+        release.set()
+        loader.join(120)
+    assert first and isinstance(first[0], models.ModelPair), first
+    assert in_use() == models.pair_bytes(first[0])  # the reservation became the pair's own size
