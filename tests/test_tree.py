@@ -1,0 +1,394 @@
+"""Draft trees (EAGLE-2): the head proposes a tree, the target checks all of it in one forward, and the exact walk
+keeps a path. The promises tested here:
+
+- the walk is exact: chi-square against the enumerated target distribution on the toy pair (every tree shape) and
+  on the Shakespeare pair (T = 1, and T = 0.7 with top-k 20 and top-p 0.9), with rounds that end at the root, at
+  depth 1 and at a leaf; a planted lossy rule (the ratio test min(1, p/q) with the head's softmax q on its top-k
+  children) is caught by the same test;
+- greedy identity with the target's own greedy output for a chain (top-k 1), bushy trees and a budget of 1;
+- the caches: after tree rounds the target's next logits equal a fresh forward over the kept sequence, and the
+  head's cache equals a fresh pass over the target's true features;
+- the tree itself: children distinct, every kept node's parent kept, nothing read from p or the round's draws;
+- bad sizes are refused in one sentence, and a pair without a head refuses `tree` as it refuses `eagle`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+import specdemo.speculative as speculative
+from specdemo import SamplingConfig, SpecConfig, baseline_generate, speculative_generate
+from specdemo.config import ConfigError
+from specdemo.drafters import TreeDrafter, make_drafter, tree_shape
+from specdemo.models import CachedLM, StrategyUnavailable
+from specdemo.sampling import residual, sample, warp
+from specdemo.speculative import speculative_rounds
+from specdemo.tree import DraftTree, TreeVerdict, ancestors, grow, tree_attention, walk
+from test_eagle import exact_joint3, random_head
+from test_exactness import BUG_P, PASS_P, chi2_pvalue
+
+GREEDY = SamplingConfig(temperature=0.0)
+
+
+@pytest.fixture
+def one_thread():
+    """The statistical tests run thousands of tiny forwards, where a second thread costs more than it brings (and
+    on a busy machine much more): one thread for them, the process's own count restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tree_drafter(pair, head, cfg, shape):
+    return lambda: TreeDrafter(head, pair.target, cfg, pair.vocab_size, pair.context_window + 1, shape)
+
+
+def tree_samples(pair, prompt_ids, cfg, shape, n, make_drafter=None, seed0=0, cells=(0, 3)) -> tuple[Counter, Counter]:
+    """n runs with seeds seed0..: Counter of tokens [cells) of each run's output, and Counter of how each run's
+    first tree round ended: ("root" | "inner" | "leaf", path length)."""
+    counts, ends = Counter(), Counter()
+    depth = shape[1]
+    for seed in range(seed0, seed0 + n):
+        spec = SpecConfig(max_new_tokens=depth + 2, seed=seed, top_candidates=0, strategy="tree", tree_topk=shape[0],
+                          tree_depth=depth, tree_budget=shape[2])
+        out: list[int] = []
+        first = True
+        for rnd in speculative_rounds(pair, prompt_ids, cfg, spec, drafter=make_drafter() if make_drafter else None):
+            if rnd.source == "tree" and first:
+                leaf = any(t.label == "bonus" for t in rnd.tokens)
+                ends[("leaf" if leaf else "root" if rnd.n_accepted == 0 else "inner", rnd.n_accepted)] += 1
+                first = False
+            out += [t.token_id for t in rnd.output]
+            if len(out) >= cells[1]:
+                break
+        counts[tuple(out[cells[0]:cells[1]])] += 1
+    return counts, ends
+
+
+# ------------------------------------------------------------------------------------------------ pure functions
+
+
+def test_ancestors_and_the_target_mask_of_a_small_tree():
+    """Nodes 0 and 1 are children of the root, 2 and 3 of node 0, 4 of node 3 (depths 1, 1, 2, 2, 3)."""
+    tree = DraftTree(torch.tensor([-1, -1, 0, 0, 3]), torch.tensor([1, 1, 2, 2, 3]), torch.ones(5), 3)
+    anc = ancestors(tree.parents, tree.max_depth)
+    want = torch.tensor([[1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [1, 0, 1, 0, 0], [1, 0, 0, 1, 0], [1, 0, 0, 1, 1]])
+    assert torch.equal(anc, want.bool())
+    mask, pos = tree_attention(tree, past=4, unseen=2, dtype=torch.bfloat16)
+    assert mask.shape == (1, 1, 7, 11) and mask.dtype == torch.bfloat16  # kv = cached + fed, exactly
+    allowed = mask[0, 0] == 0
+    assert (mask[0, 0][~allowed] == torch.finfo(torch.bfloat16).min).all()
+    assert allowed[:, :4].all()  # everybody sees the cache
+    assert allowed[0, 4] and not allowed[0, 5] and allowed[1, 4:6].all()  # the fixed tokens are causal
+    assert allowed[2:, 4:6].all() and torch.equal(allowed[2:, 6:], want.bool())
+    assert pos.tolist() == [[4, 5, 6, 6, 7, 7, 8]]  # a node sits where it would sit in a chain
+
+
+def test_the_walk_descends_while_the_target_draws_a_child_and_labels_the_end():
+    tree = DraftTree(torch.tensor([-1, -1, 0, 0, 3]), torch.tensor([1, 1, 2, 2, 3]), torch.ones(5), 3)
+    tokens = torch.tensor([10, 11, 12, 13, 14])
+    V = 16
+
+    def rows(*ids):
+        return torch.nn.functional.one_hot(torch.tensor(ids), V).float()
+
+    # root draws 10 (node 0), node 0 draws 13 (node 3), node 3 draws 14 (node 4, a leaf): bonus from node 4's row
+    v = walk(tokens, tree, rows(10, 13, 0, 0, 14, 7), None, greedy=True)
+    assert v.on_path.tolist() == [True, False, False, True, True] and int(v.n_accepted) == 3
+    assert int(v.end_row) == 5 and int(v.next_token) == 7 and bool(v.end_is_leaf)
+    # root draws 11 (node 1, a leaf): bonus; a draw at a row the walk never visits changes nothing
+    v = walk(tokens, tree, rows(11, 12, 5, 0, 0, 0), None, greedy=True)
+    assert v.on_path.tolist() == [False, True, False, False, False] and int(v.next_token) == 5 and bool(v.end_is_leaf)
+    # node 0 draws 9, which it does not have: the target's correction, not a bonus
+    v = walk(tokens, tree, rows(10, 9, 0, 0, 0, 0), None, greedy=True)
+    assert int(v.n_accepted) == 1 and int(v.next_token) == 9 and not bool(v.end_is_leaf)
+    # the root draws 3: the round ends at once
+    v = walk(tokens, tree, rows(3, 0, 0, 0, 0, 0), None, greedy=True)
+    assert int(v.n_accepted) == 0 and int(v.next_token) == 3 and not bool(v.end_is_leaf)
+
+
+def test_the_walk_emits_exactly_p_at_each_depth(one_thread):
+    """Fixed tree, fixed p rows: the first token follows p at the root, and the second follows p at the node it
+    descended to (or the next row's p after a correction, here the root's p again: the test compares joint counts
+    with the product the walk must produce)."""
+    gen = torch.Generator().manual_seed(0)
+    V = 6
+    p_root = torch.tensor([0.3, 0.25, 0.2, 0.15, 0.1, 0.0])
+    p_a = torch.tensor([0.1, 0.1, 0.5, 0.1, 0.1, 0.1])
+    tree = DraftTree(torch.tensor([-1, -1, 0]), torch.tensor([1, 1, 2]), torch.ones(3), 2)
+    tokens = torch.tensor([0, 1, 2])  # root children 0 and 1; node 0 has child 2
+    p = torch.stack([p_root, p_a, torch.full((V,), 1 / V), torch.full((V,), 1 / V)])
+    n, counts = 6000, Counter()
+    for _ in range(n):
+        v = walk(tokens, tree, p, gen)
+        path = [int(t) for t, o in zip(tokens, v.on_path) if o]
+        counts[tuple((path + [int(v.next_token)])[:2])] += 1
+    exact = {}
+    for x1 in range(V):  # one round: x1 from the root; x2 only if x1 is a node (its row) else the round ended
+        if p_root[x1] == 0:
+            continue
+        if x1 in (0, 1):
+            nxt = p_a if x1 == 0 else torch.full((V,), 1 / V)
+            for x2 in range(V):
+                if nxt[x2] > 0:
+                    exact[(x1, x2)] = float(p_root[x1] * nxt[x2])
+        else:
+            exact[(x1,)] = float(p_root[x1])
+    assert chi2_pvalue(counts, exact, n) > PASS_P
+
+
+def test_grow_keeps_distinct_children_and_every_parent_and_reads_no_target():
+    """The rerank never keeps a node without its parent, even where probabilities tie exactly (a child with head
+    probability 1 scores as much as its parent); children of one node are distinct; growing twice gives the same
+    tree (nothing random)."""
+    V = 12
+    torch.manual_seed(0)
+    calls = []
+
+    def expand(parent_slots, draft_ids, visible, d):
+        calls.append((d, visible.shape))
+        logits = torch.randn(draft_ids.shape[0], V)
+        logits[0] = torch.full((V,), -1e4)
+        logits[0, 5] = 1e4  # slot 0's child is certain: its score ties with its parent's
+        return logits
+
+    for topk, depth, budget in [(2, 4, 8), (3, 5, 20), (4, 3, 5), (1, 6, 6), (2, 3, 1)]:
+        torch.manual_seed(1)
+        root = torch.randn(V)
+        calls.clear()
+        g1 = grow(root, expand, topk, depth, budget)
+        first_calls = list(calls)
+        torch.manual_seed(1)
+        g2 = grow(torch.randn(V), expand, topk, depth, budget)
+        assert torch.equal(g1.draft_ids, g2.draft_ids) and torch.equal(g1.tree.parents, g2.tree.parents)
+        parents, depths = g1.tree.parents.tolist(), g1.tree.depths.tolist()
+        assert len(parents) == min(budget, topk + (depth - 1) * topk * topk)
+        assert all(-1 <= a < i for i, a in enumerate(parents))  # every parent kept, and before its child
+        assert all(depths[i] == (1 if a < 0 else depths[a] + 1) for i, a in enumerate(parents))
+        for a in set(parents):
+            kids = [int(g1.draft_ids[i]) for i, b in enumerate(parents) if b == a]
+            assert len(kids) == len(set(kids))
+        assert [c[0] for c in first_calls] == list(range(1, depth))  # one head call per depth below the first
+        assert all(shape == (topk, d * topk) for d, shape in first_calls)
+
+
+# ------------------------------------------------------------------------------------------------ toy pair
+
+
+@pytest.mark.parametrize("cfg,shape", [(SamplingConfig(1.0), (2, 2, 4)), (SamplingConfig(1.0), (3, 2, 6)),
+                                       (SamplingConfig(0.7, top_k=4, top_p=0.9), (2, 2, 4))],
+                         ids=["T1-2x2-4", "T1-3x2-6", "T0.7-k4-p0.9-2x2-4"])
+def test_the_tree_is_exact_on_the_toy_pair(toy_pair, cfg, shape, one_thread):
+    """The joint of the first three tokens (the first from the prefill round, the next from the first tree round)
+    follows the target, with a random head (exactness must not depend on what the head learnt); the first tree
+    round ends at the root, inside the tree and at leaves."""
+    prompt = [0, 1]
+    head = random_head(toy_pair, torch.arange(toy_pair.vocab_size), scale=0.5)
+    n = 1000
+    counts, ends = tree_samples(toy_pair, prompt, cfg, shape, n, tree_drafter(toy_pair, head, cfg, shape))
+    assert {kind for kind, _ in ends} == {"root", "inner", "leaf"}, ends
+    assert ends[("leaf", 2)] > 0.02 * n, ends  # walks that reached a leaf at depth 2 and took a bonus there
+    assert chi2_pvalue(counts, exact_joint3(toy_pair, prompt, cfg), n) > PASS_P
+
+
+def lossy_walk(tokens, tree, p_target, generator, greedy=False, q_head=None):
+    """PLANTED BUG: treat the head's top-k children as if they had been sampled from its softmax q and run the
+    ratio test min(1, p/q) on them, child by child, with a residual draw at the end. The children were chosen, not
+    drawn, so this is lossy."""
+    n = tokens.shape[0]
+    path, node = [], -1
+    while True:
+        kids = [i for i in range(n) if int(tree.parents[i]) == node]
+        row = p_target[node + 1]
+        moved = False
+        for i in kids:
+            x = int(tokens[i])
+            q = float(tree.head_p[i])
+            if float(torch.rand(1, generator=generator)) < min(1.0, float(row[x]) / q):
+                path.append(i)
+                node, moved = i, True
+                break
+        if not moved:
+            break
+    row = p_target[node + 1]
+    kids = [i for i in range(n) if int(tree.parents[i]) == node]
+    q_row = torch.zeros_like(row)
+    for i in kids:
+        q_row[int(tokens[i])] = float(tree.head_p[i])
+    nxt = sample(residual(row.view(1, -1), q_row.view(1, -1)) if kids else row.view(1, -1), generator)[0]
+    on_path = torch.zeros(n, dtype=torch.bool)
+    on_path[path] = True
+    end_row = torch.tensor(node + 1)
+    parent_row = tree.parents + 1
+    p_of_node = p_target[parent_row].gather(1, tokens.view(-1, 1)).squeeze(1)
+    return TreeVerdict(on_path, on_path.long().sum(), end_row, nxt, torch.tensor(not kids), p_of_node,
+                       torch.zeros(n + 1), torch.zeros(n + 1, dtype=torch.long))
+
+
+def test_the_planted_ratio_test_on_top_k_children_is_caught(toy_pair, monkeypatch, one_thread):
+    cfg = SamplingConfig(1.0)
+    prompt = [0, 1]
+    head = random_head(toy_pair, torch.arange(toy_pair.vocab_size), scale=0.5)
+    shape = (2, 2, 4)
+    monkeypatch.setattr(speculative, "walk", lossy_walk)
+    n = 1000
+    counts, _ = tree_samples(toy_pair, prompt, cfg, shape, n, tree_drafter(toy_pair, head, cfg, shape))
+    assert chi2_pvalue(counts, exact_joint3(toy_pair, prompt, cfg), n) < BUG_P
+
+
+# ------------------------------------------------------------------------------------------------ Shakespeare
+
+
+@torch.inference_mode()
+def next_rows(pair, prefixes: list[list[int]], cfg) -> torch.Tensor:
+    """The warped target distribution after each prefix (all of one length), in one batched forward: [B, V]."""
+    logits = pair.target(torch.tensor(prefixes)).logits[:, -1, : pair.vocab_size]
+    return warp(logits, cfg)
+
+
+@torch.inference_mode()
+def exact_second_token(pair, prompt_ids, cfg) -> dict:
+    """P(x2 | prompt) = sum over x1 of p(x1) p(x2 | x1): the token the first tree round emits first, whether the
+    walk leaves the tree at the root or descends (every x1 in one batched forward)."""
+    p1 = next_rows(pair, [prompt_ids], cfg)[0]
+    x1s = [i for i in range(pair.vocab_size) if p1[i] > 0]
+    marg = torch.zeros(pair.vocab_size, dtype=torch.float64)
+    for start in range(0, len(x1s), 1024):
+        chunk = x1s[start : start + 1024]
+        marg += (p1[chunk].double().view(-1, 1) * next_rows(pair, [prompt_ids + [x] for x in chunk], cfg).double()).sum(0)
+    return {(i,): float(v) for i, v in enumerate(marg.tolist()) if v > 0}
+
+
+@torch.inference_mode()
+def exact_three_tokens(pair, prompt_ids, cfg) -> dict:
+    """P(x1, x2, x3 | prompt) by enumeration (a filtered cfg keeps the supports small)."""
+    p1 = next_rows(pair, [prompt_ids], cfg)[0]
+    x1s = [i for i in range(pair.vocab_size) if p1[i] > 0]
+    p2 = next_rows(pair, [prompt_ids + [a] for a in x1s], cfg)
+    pairs = [(a, b, float(p1[a] * p2[i, b])) for i, a in enumerate(x1s) for b in range(pair.vocab_size) if p2[i, b] > 0]
+    p3 = next_rows(pair, [prompt_ids + [a, b] for a, b, _ in pairs], cfg)
+    return {(a, b, c): w * float(p3[j, c]) for j, (a, b, w) in enumerate(pairs) for c in range(pair.vocab_size)
+            if p3[j, c] > 0}
+
+
+SHAKESPEARE_TREE = (2, 2, 4)  # two children of the root, the best two grandchildren: leaves at depths 1 and 2
+
+
+@pytest.mark.parametrize("cfg", [SamplingConfig(1.0), SamplingConfig(0.7, top_k=20, top_p=0.9)],
+                         ids=["T1", "T0.7-k20-p0.9"])
+def test_the_tree_is_exact_on_the_shakespeare_pair(pair32, cfg, one_thread):
+    """With the shipped Shakespeare head (float32, so that the enumerated p and the tree forward's p agree to
+    rounding): at T = 1 the first token of the first tree round follows the target's marginal (every x1
+    enumerated); at T = 0.7 with top-k 20 and top-p 0.9 the joint of the first three tokens does, through walks
+    that end at the root, at depth 1 and at leaves."""
+    prompt_ids = pair32.encode("ROMEO:\n")
+    n = 800
+    cells = (1, 2) if cfg.temperature == 1.0 else (0, 3)
+    counts, ends = tree_samples(pair32, prompt_ids, cfg, SHAKESPEARE_TREE, n, cells=cells)
+    assert {kind for kind, _ in ends} == {"root", "inner", "leaf"}, ends
+    assert any(kind == "leaf" and depth >= 1 for kind, depth in ends), ends
+    exact = exact_second_token(pair32, prompt_ids, cfg) if cells == (1, 2) else exact_three_tokens(pair32, prompt_ids,
+                                                                                                       cfg)
+    assert chi2_pvalue(counts, exact, n) > PASS_P
+
+
+# ------------------------------------------------------------------------------------------------ greedy identity
+
+GREEDY_SHAPES = [(1, 4, 4), (2, 4, 8), (4, 5, 16), (3, 3, 1)]  # a chain, two bushy trees, a budget of one node
+
+
+def test_greedy_identity_on_the_shakespeare_pair(pair32):
+    """At T = 0 the walk is the argmax walk: the output equals the target's own greedy output on 20 prompts for a
+    chain (top-k 1), two bushy trees and a budget of 1, in float32 (where a tree forward and a one-token step
+    round alike). The trees are really used: some rounds keep a path that is not the head's first choice."""
+    from conftest import PROMPTS
+
+    off_first_choice = 0
+    for prompt in PROMPTS:
+        want = baseline_generate(pair32, prompt, GREEDY, max_new_tokens=32).output_ids
+        for topk, depth, budget in GREEDY_SHAPES:
+            spec = SpecConfig(max_new_tokens=32, top_candidates=0, strategy="tree", tree_topk=topk, tree_depth=depth,
+                              tree_budget=budget)
+            got = speculative_generate(pair32, prompt, GREEDY, spec)
+            assert got.output_ids == want, (prompt, topk, depth, budget)
+            trees = [r for r in got.rounds if r.tree]  # (a round at the token budget drafts nothing)
+            assert trees and all(r.k <= budget for r in trees)
+            for r in trees:
+                path = [nd for nd in r.tree if nd.on_path]
+                assert [nd.depth for nd in path] == list(range(1, len(path) + 1))
+                off_first_choice += any(nd.head_p < max(s.head_p for s in r.tree if s.parent == nd.parent)
+                                        for nd in path)
+    assert off_first_choice > 0  # a sibling that was not the head's favourite was kept at least once
+
+
+# ------------------------------------------------------------------------------------------------ caches
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_caches_after_tree_rounds_equal_fresh_passes(pair32, temperature):
+    """After every tree round: the target's cache holds exactly the kept sequence but its newest token (the path's
+    entries moved up on every layer), so its next logits equal a fresh forward over the kept sequence; the head's
+    cache holds only positions with the target's TRUE features, its keys equal a fresh head pass over them, and
+    the features waiting to be read equal a fresh target forward."""
+    pair = pair32
+    cfg = SamplingConfig(temperature)
+    spec = SpecConfig(max_new_tokens=32, seed=5, top_candidates=0, strategy="tree", tree_topk=3, tree_depth=4,
+                      tree_budget=10)
+    drafter = make_drafter(spec, cfg, pair)
+    target = CachedLM(pair.target, pair.vocab_size)
+    prompt_ids = pair.encode("KING RICHARD III:\nNow is the winter")
+    seq, checked, moved = list(prompt_ids), 0, 0
+    for rnd in speculative_rounds(pair, prompt_ids, cfg, spec, target_lm=target, drafter=drafter):
+        seq += [t.token_id for t in rnd.output]
+        if rnd.stop_reason:
+            break
+        moved += bool(rnd.tree) and any(nd.on_path and nd.id != nd.depth - 1 for nd in rnd.tree)
+        assert target.length == len(seq) - 1
+        with torch.inference_mode():
+            ids = torch.tensor([seq])
+            fresh = pair.target(ids).logits[0, -1, : pair.vocab_size].float()
+            torch.testing.assert_close(target.feed(torch.tensor(seq[-1:]))[0], fresh, atol=2e-4, rtol=1e-4)
+            target.crop(len(seq) - 1)
+            feats = pair.target.base_model(input_ids=ids).last_hidden_state[0]
+            emb = pair.target.get_input_embeddings()(ids[0])
+        n_cached = drafter.cache.length
+        pending = torch.cat(drafter.pending) if drafter.pending else torch.empty(0, pair.head.cfg.hidden_size)
+        assert n_cached + pending.shape[0] == len(seq) - 1
+        torch.testing.assert_close(pending, feats[n_cached : len(seq) - 1], atol=2e-4, rtol=1e-4)
+        if n_cached:
+            with torch.inference_mode():
+                _, _, k, _ = drafter.head.project(feats[None, :n_cached], emb[None, 1 : n_cached + 1],
+                                                  torch.arange(n_cached))
+            torch.testing.assert_close(drafter.cache.k[:, :n_cached], k[0], atol=2e-4, rtol=1e-4)
+            checked += 1
+    assert checked >= 5 and moved >= 1  # some kept paths were not the first nodes: their entries had to move
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize("field,value", [("tree_topk", 17), ("tree_depth", 0 - 1), ("tree_depth", 17),
+                                         ("tree_budget", -1), ("tree_topk", 2.5)])
+def test_tree_sizes_out_of_range_are_refused_in_one_sentence(field, value):
+    with pytest.raises(ConfigError) as err:
+        SpecConfig(strategy="tree", **{field: value})
+    assert field in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_budget_is_capped_by_the_tree_and_by_the_server(pair32, monkeypatch):
+    spec = SpecConfig(strategy="tree", tree_topk=2, tree_depth=3, tree_budget=100)
+    assert tree_shape(spec, pair32.head) == (2, 3, 2 + 2 * 4)  # what a 2-wide, 3-deep tree can hold
+    monkeypatch.setenv("SPECDEMO_MAX_TREE", "5")
+    assert tree_shape(spec, pair32.head) == (2, 3, 5)
+
+
+def test_a_pair_without_a_head_refuses_tree_as_it_refuses_eagle(toy_pair):
+    assert toy_pair.head is None
+    for strategy in ("eagle", "tree"):
+        with pytest.raises(StrategyUnavailable) as err:
+            speculative_generate(toy_pair, "ab", GREEDY, SpecConfig(strategy=strategy, max_new_tokens=4))
+        assert "\n" not in str(err.value)
