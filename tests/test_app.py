@@ -104,7 +104,7 @@ def test_strategy_race_times_every_strategy_and_keeps_the_text_at_t0(client):
 
 def test_stream_endpoint_streams_rounds(client):
     job = client.submit("shakespeare", "", "", "JULIET:\n", 4, 0.8, 0, 1.0, 40, 1, False, 1.0, None, "fixed", "en", False, 3,
-                        api_name="/generate_stream")
+                        0, 0, 0, api_name="/generate_stream")
     final = job.result()
     updates = job.outputs()
     assert len(updates) >= 3, "the handler should stream several updates"
@@ -118,7 +118,7 @@ def test_stream_endpoint_streams_rounds(client):
 @pytest.mark.parametrize("lang,message", [("zh-CN", "提示词是空的"), ("en", "The prompt is empty")])
 def test_the_pages_errors_come_in_its_language(client, lang, message):
     job = client.submit("shakespeare", "", "", "  ", 4, 0.8, 0, 1.0, 8, 0, False, 1.0, None, "fixed", lang, False, 3,
-                        api_name="/generate_stream")
+                        0, 0, 0, api_name="/generate_stream")
     with pytest.raises(Exception) as info:
         job.result()
     assert message in str(info.value) and "Traceback" not in str(info.value)
@@ -196,7 +196,7 @@ def test_cancel_stops_a_long_run_and_the_next_run_is_correct(client, pair):
 
     loaded = load_pair("shakespeare")
     job = client.submit("shakespeare", "", "", "ROMEO:\n", 2, 1.0, 0, 1.0, 256, 0, True, 1.0, None, "lookup", "en", False, 3,
-                        api_name="/generate_stream")
+                        0, 0, 0, api_name="/generate_stream")
     t0 = time.monotonic()
     while len(job.outputs()) < 2:
         assert time.monotonic() - t0 < 120, "the stream sent no updates"

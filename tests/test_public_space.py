@@ -83,7 +83,8 @@ def test_raw_streams_of_every_endpoint_show_no_server_path(app_url):
     check, and errors from each."""
     common = ["shakespeare", "", "", "ROMEO:\n"]
     view = ["en", False]  # the page's language and presenter switch, every UI handler's last two inputs
-    stream = raw_stream(app_url, "generate_stream", common + [4, 0.8, 0, 1.0, 8, 0, True, 1.0, None, "fixed"] + view + [3])
+    stream = raw_stream(app_url, "generate_stream",
+                        common + [4, 0.8, 0, 1.0, 8, 0, True, 1.0, None, "fixed"] + view + [3, 0, 0, 0])
     assert "event: complete" in stream and "speculative" in stream
     assert_no_server_path(stream, "/generate_stream")
     sweep = raw_stream(app_url, "k_sweep", common + [0.8, 0, 1.0, 8, 0, 1, 2, None] + view)
@@ -96,7 +97,7 @@ def test_raw_streams_of_every_endpoint_show_no_server_path(app_url):
                  ["shakespeare", "", "", "Hi", 99, 0.8, 0, 1.0, 8, 0, True, 1.0, None, "fixed"],
                  ["custom", "nobody-here/no-such-model", "x/y", "Hi", 4, 0.8, 0, 1.0, 8, 0, True, 1.0, None, "fixed"]):
         for lang in ("en", "zh-CN"):  # the messages in both languages
-            text = raw_stream(app_url, "generate_stream", data + [lang, False, 3])
+            text = raw_stream(app_url, "generate_stream", data + [lang, False, 3, 0, 0, 0])
             assert "event: error" in text and "enough input" not in text, text[-300:]
             assert_no_server_path(text, f"/generate_stream error for {data[:3]} in {lang}")
 

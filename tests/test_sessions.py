@@ -20,7 +20,7 @@ RUN = ("shakespeare", "", "", "JULIET:\n", 4, 0.8, 0, 1.0, 40, 1, False, 1.0, No
 
 def run_in(client: Client, lang: str = "en") -> None:
     """A finished run in this client's session (the step-through reads it from the session's state)."""
-    client.submit(*RUN, lang, False, 3, api_name="/generate_stream").result(timeout=300)
+    client.submit(*RUN, lang, False, 3, 0, 0, 0, api_name="/generate_stream").result(timeout=300)
 
 
 def test_one_sessions_step_does_not_wait_for_anothers(app_url, monkeypatch):
@@ -87,7 +87,8 @@ def test_a_runs_first_update_clears_the_previous_runs_charts(client):
     """The charts are redrawn every 0.4 s while a run streams; its first update already replaces the previous
     run's five charts with empty ones, so a run stopped at once shows none of the previous run's lines."""
     run_in(client)
-    job = client.submit(*RUN[:8], 8, 2, False, 1.0, None, "fixed", "en", False, 3, api_name="/generate_stream")
+    job = client.submit(*RUN[:8], 8, 2, False, 1.0, None, "fixed", "en", False, 3, 0, 0, 0,
+                        api_name="/generate_stream")
     job.result(timeout=300)
     first = job.outputs()[0]
     charts = first[3:8]
