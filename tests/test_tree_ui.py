@@ -212,6 +212,10 @@ def test_a_pair_without_a_head_refuses_the_tree():
 def test_the_strategy_choices_offer_the_tree_only_with_a_head():
     assert "tree" in [v for _, v in views.strategy_choices("shakespeare")]
     assert "tree" not in [v for _, v in views.strategy_choices("gpt2")]
+    from specdemo import handlers
+
+    assert handlers.update_strategies("gpt2", "tree")["value"] == "fixed"  # a pair change away from the head
+    assert handlers.update_strategies("smollm2-135m", "tree")["value"] == "tree"
 
 
 # ------------------------------------------------------------------------------------------------ the CLI
