@@ -494,12 +494,15 @@ def _reserve(key: tuple, need: int) -> None:
     """Reserve `need` bytes of the device's budget for the load of `key`, or refuse it in one sentence. To make
     room it evicts the least recently used pairs; those that a run still holds go on counting until they are
     freed. A load with nothing else on the device is always admitted (an operator's cap may allow one big pair)."""
-    device = key[2]
-    budget = model_budget_bytes(torch.device(device))
+    device, budget = key[2], None
     for attempt in range(2):
         with _CACHE_LOCK:
             used = memory_in_use(device)
-            if used == 0 or used + need <= budget:
+            if used == 0:  # alone on the device (the device's memory is not even asked for)
+                _RESERVED[key] = need
+                return
+            budget = budget or model_budget_bytes(torch.device(device))
+            if used + need <= budget:
                 _RESERVED[key] = need
                 return
             if attempt == 1:
