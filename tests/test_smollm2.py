@@ -241,3 +241,30 @@ def test_no_training_prompt_is_a_held_out_prompt_or_close_to_one():
     assert clean_prompt("- and then the", set()) is None
     assert clean_prompt("- How do I keep a sourdough starter alive?", seen) == "How do I keep a sourdough starter alive?"
     assert HELD_OUT[0] == "What is the capital of France?"
+
+
+def test_tree_on_the_readable_pair_is_greedy_exact_in_float32(smol32):
+    """Draft trees from the shipped head on SmolLM2 (float32, where a tree forward and a one-token step round
+    alike): on 20 chat prompts, a chain (top-k 1), two bushy trees and a budget of 1 give the target's own greedy
+    output token for token, and the bushy trees keep paths through siblings the head did not rank first."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from smollm2_prompts import SELECTION
+
+    assert smol32.head is not None, smol32.head_error
+    off_first_choice = 0
+    for message in SELECTION[:20]:
+        ids = encode_prompt(smol32, message, 12)
+        with torch.inference_mode():
+            ref = smol32.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                         do_sample=False, max_new_tokens=12)
+        want = ref[0, len(ids):].tolist()
+        for topk, depth, budget in ((1, 4, 4), (2, 4, 8), (4, 5, 16), (3, 3, 1)):
+            spec = SpecConfig(max_new_tokens=12, top_candidates=0, strategy="tree", tree_topk=topk, tree_depth=depth,
+                              tree_budget=budget)
+            got = speculative_generate(smol32, message, SamplingConfig(0.0), spec)
+            assert got.output_ids == want, (message, topk, depth, budget)
+            for r in got.rounds:
+                for nd in r.tree or []:
+                    siblings = [s.head_p for s in r.tree if s.parent == nd.parent]
+                    off_first_choice += nd.on_path and nd.head_p < max(siblings)
+    assert off_first_choice > 0
