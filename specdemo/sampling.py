@@ -20,7 +20,11 @@ from .config import SamplingConfig
 def warp(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     """Rows of logits [..., V] -> rows of probabilities [..., V] in float32, warped by T, top-k and top-p.
 
-    T = 0 is its own branch: a one-hot on the argmax, never a division by a tiny temperature.
+    T = 0 is its own branch: a one-hot on the argmax, never a division by a tiny temperature. Otherwise this is
+    transformers' TemperatureLogitsWarper, TopKLogitsWarper and TopPLogitsWarper in generate's order, softmaxed
+    (tests/test_exactness.py compares them), with one difference: a tie on the edge of the top-p set. Tokens tied
+    with the last one top-p keeps are all kept, as top-k keeps ties at its k-th token; transformers keeps those
+    of them that its sort happens to place last, so its support there depends on the order of equal values.
     """
     logits = logits.float()
     if cfg.greedy:
@@ -31,13 +35,14 @@ def warp(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
         kth = torch.topk(logits, cfg.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if cfg.top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        sorted_logits = torch.sort(logits, dim=-1, descending=True).values
         sorted_probs = sorted_logits.softmax(-1)
-        # drop a token when the tokens ranked above it already reach top_p; the top token always stays
-        mass_before = sorted_probs.cumsum(-1) - sorted_probs
-        drop_sorted = mass_before >= cfg.top_p
-        drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
+        # keep the tokens ranked above the point where the mass before them reaches top_p (the top token always
+        # stays), and every token tied with the last of them: the kept set does not depend on the order of ties
+        mass_before = torch.cat([torch.zeros_like(sorted_probs[..., :1]), sorted_probs.cumsum(-1)[..., :-1]], -1)
+        n_keep = (mass_before < cfg.top_p).sum(-1, keepdim=True)  # >= 1; mass_before never decreases
+        edge = sorted_logits.gather(-1, n_keep - 1)
+        logits = logits.masked_fill(logits < edge, float("-inf"))
     return logits.softmax(-1)
 
 

@@ -73,6 +73,49 @@ def test_warp_temperature():
     assert torch.allclose(probs, torch.softmax(logits / 0.5, -1))
 
 
+def transformers_warp(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
+    """transformers' own warpers, in the order generate applies them (temperature, top-k, top-p), then softmax."""
+    from transformers.generation.logits_process import (LogitsProcessorList, TemperatureLogitsWarper,
+                                                        TopKLogitsWarper, TopPLogitsWarper)
+
+    chain = LogitsProcessorList([TemperatureLogitsWarper(cfg.temperature)])
+    if cfg.top_k:
+        chain.append(TopKLogitsWarper(cfg.top_k))
+    if cfg.top_p < 1.0:
+        chain.append(TopPLogitsWarper(cfg.top_p))
+    return chain(None, logits.clone()).softmax(-1)
+
+
+WARP_SETTINGS = [SamplingConfig(t, k, p) for t in (0.3, 1.0, 1.7) for k in (0, 1, 5, 50, 999)
+                 for p in (1.0, 0.95, 0.5, 0.1)]
+
+
+@pytest.mark.parametrize("cfg", WARP_SETTINGS, ids=lambda c: f"T{c.temperature}-k{c.top_k}-p{c.top_p}")
+def test_warp_equals_transformers_warpers_on_random_logits(cfg):
+    """warp is transformers' TemperatureLogitsWarper, TopKLogitsWarper and TopPLogitsWarper, token for token, on
+    logits without ties (random float32 rows): the same support and the same probabilities."""
+    logits = torch.randn(16, 1000, generator=torch.Generator().manual_seed(0)) * 3
+    ours, theirs = warp(logits, cfg), transformers_warp(logits, cfg)
+    assert torch.equal(ours > 0, theirs > 0)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
+
+
+def test_warp_keeps_every_token_tied_at_a_filters_edge():
+    """At a tie on the edge of the top-k or top-p set, warp keeps every tied token: which of them survives must not
+    depend on a sort's order among equal values (bf16 logits tie often). top-k: transformers keeps ties too, and
+    the two agree. top-p: transformers' TopPLogitsWarper keeps the tied tokens that its ascending sort happens to
+    place last, so at such a tie, and only there, the two differ: here it keeps one of the two 0.3s."""
+    logits = torch.log(torch.tensor([[0.4, 0.3, 0.3], [0.3, 0.4, 0.3]]))
+    cfg = SamplingConfig(1.0, top_p=0.6)
+    assert (warp(logits, cfg) > 0).all()  # 0.4 + either 0.3 reaches 0.6: both 0.3s are the edge, both stay
+    torch.testing.assert_close(warp(logits, cfg), logits.softmax(-1))
+    assert ((transformers_warp(logits, cfg) > 0).sum(-1) == 2).all()  # transformers: one of the tied pair
+    tied_k = torch.tensor([[2.0, 1.0, 1.0, 0.0]])
+    k2 = SamplingConfig(1.0, top_k=2)
+    assert (warp(tied_k, k2) > 0).tolist() == [[True, True, True, False]]
+    torch.testing.assert_close(warp(tied_k, k2), transformers_warp(tied_k, k2))
+
+
 def test_residual_guards_equal_distributions():
     p = torch.tensor([[0.2, 0.3, 0.5]])
     res = residual(p, p.clone())
