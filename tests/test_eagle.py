@@ -56,6 +56,12 @@ def exact_joint3(pair, prompt_ids: list[int], cfg: SamplingConfig) -> dict:
     return out
 
 
+# Samples per chi-square test of the head's drafts: enough to catch the planted wrong q below (a head claiming a
+# uniform q) with a wide margin, over these seeds: p = 3e-61 at 1500 (1e-24 in the T = 0.7, top-k 3 setting), and
+# 1e-28 already at 1000 (measured 2026-11-25; 3000 gave 1e-209). Halved from 3000 to save CI time.
+EAGLE_N = 1500
+
+
 @pytest.mark.parametrize("cfg,truncated,layers", [(SamplingConfig(1.0), False, ()), (SamplingConfig(1.0), True, ()),
                                                   (SamplingConfig(0.7, top_k=3), True, ()),
                                                   (SamplingConfig(1.0), True, (0,))],
@@ -68,7 +74,7 @@ def test_eagle_is_exact_on_the_toy_pair(toy_pair, cfg, truncated, layers):
     head = random_head(toy_pair, d2t, feature_layers=layers)
     prompt = [0, 1]
     exact = exact_joint3(toy_pair, prompt, cfg)
-    n = 3000
+    n = EAGLE_N
     counts = speculative_samples(toy_pair, prompt, cfg, k=2, n=n, n_tokens=3, strategy="eagle",
                                  make_drafter=eagle_drafter(toy_pair, head, cfg))
     counts.pop("rejections")
@@ -108,7 +114,7 @@ def test_the_confidence_stop_shortens_rounds_and_stays_exact(toy_pair):
         drafter.ks = ks
         return drafter
 
-    n, prompt = 3000, [0, 1]
+    n, prompt = EAGLE_N, [0, 1]
     counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n, n_tokens=3, strategy="eagle", make_drafter=make)
     counts.pop("rejections")
     assert set(ks) == {1, 2} and 0.1 * len(ks) < ks.count(1) < 0.9 * len(ks)  # it stopped in some rounds only
@@ -129,10 +135,10 @@ def test_a_planted_bug_in_the_truncated_q_is_caught(toy_pair, monkeypatch):
             return prop
 
     prompt = [0, 1]
-    counts = speculative_samples(toy_pair, prompt, cfg, k=2, n=3000, n_tokens=3, strategy="eagle",
+    counts = speculative_samples(toy_pair, prompt, cfg, k=2, n=EAGLE_N, n_tokens=3, strategy="eagle",
                                  make_drafter=lambda: Buggy(head, toy_pair.target, cfg, toy_pair.vocab_size, 64))
     counts.pop("rejections")
-    assert chi2_pvalue(drop_k(counts), exact_joint3(toy_pair, prompt, cfg), 3000) < 1e-6
+    assert chi2_pvalue(drop_k(counts), exact_joint3(toy_pair, prompt, cfg), EAGLE_N) < 1e-6
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

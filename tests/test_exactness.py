@@ -202,6 +202,9 @@ TOY_SETTINGS = [
 def test_toy_joint_distribution_matches_target(toy_pair, cfg):
     prompt = [0, 1]
     exact = exact_joint(toy_pair, prompt, cfg)
+    # n = 3000 and no fewer: the unwarped-q bug planted below, run in this test's T = 0.7, top-k 3 setting, gets
+    # p = 5e-21 at n = 3000 but 1e-8 at 1500 over these seeds (measured 2026-11-25); at T = 1.3, top-p 0.8 it moves
+    # the joint too little to be seen at 3000
     n = 3000
     counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n)
     # the toy draft must disagree with the target often, or this test would not exercise the residual
@@ -298,12 +301,14 @@ def test_adaptive_stop_rule_keeps_exactness(toy_pair):
     counts.pop("rejections")
     assert 0.1 * n < counts[("k", 3)] < 0.9 * n  # it stopped early (at K = 2) in some runs, not in all
     assert chi2_pvalue(drop_k(counts), exact, n) > PASS_P
-    # the planted rules: not exact, and caught
-    for planted in (lambda: PeekingDrafter(toy_pair, cfg),
-                    lambda: WithdrawingDrafter(CachedLM(toy_pair.draft, toy_pair.vocab_size), cfg)):
-        counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n, make_drafter=planted)
+    # the planted rules: not exact, and caught, each with the samples it needs (over these seeds, 2026-11-25). The
+    # peeking rule is the subtle one and sets n for the real rule too: p = 2e-16 at n = 3000, 2e-10 at 1500, 5e-5 at
+    # 1000. The withdrawing rule gets p = 3e-32 at 1000 (6e-126 at 3000); a bug caught at 1000 is caught at 3000.
+    for planted, n_bug in ((lambda: PeekingDrafter(toy_pair, cfg), n),
+                           (lambda: WithdrawingDrafter(CachedLM(toy_pair.draft, toy_pair.vocab_size), cfg), 1000)):
+        counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n_bug, make_drafter=planted)
         counts.pop("rejections")
-        assert chi2_pvalue(drop_k(counts), exact, n) < BUG_P
+        assert chi2_pvalue(drop_k(counts), exact, n_bug) < BUG_P
 
 
 def test_toy_planted_bug_unwarped_q_is_caught(toy_pair, monkeypatch):
@@ -317,7 +322,9 @@ def test_toy_planted_bug_unwarped_q_is_caught(toy_pair, monkeypatch):
 
     monkeypatch.setattr(speculative, "verify", buggy_verify)
     prompt = [0, 1]
-    n = 3000
+    # at T = 0.4 the bug is gross: p = 1e-68 at n = 1000 over these seeds (2e-222 at 3000, measured 2026-11-25); the
+    # noncentral chi-square puts its chance of passing 1e-6 at this n below 1e-30
+    n = 1000
     counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n)
     counts.pop("rejections")
     assert chi2_pvalue(drop_k(counts), exact_joint(toy_pair, prompt, cfg), n) < BUG_P
@@ -326,7 +333,7 @@ def test_toy_planted_bug_unwarped_q_is_caught(toy_pair, monkeypatch):
 def test_toy_lenience_is_lossy_and_detected(toy_pair):
     cfg = SamplingConfig(temperature=1.0)
     prompt = [0, 1]
-    n = 3000
+    n = 1000  # b = 0.3 gives p = 3e-308 at n = 1000 over these seeds (below double precision at 3000; 2026-11-25)
     counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n, lenience=0.3)
     counts.pop("rejections")
     assert chi2_pvalue(drop_k(counts), exact_joint(toy_pair, prompt, cfg), n) < BUG_P
