@@ -15,7 +15,8 @@ with no branch per strategy. Letters as in sampling.py: p is the TARGET, q is th
              tests/test_exactness.py::test_adaptive_stop_rule_keeps_exactness).
   lookup   - prompt lookup decoding (Saxena 2023; transformers' `prompt_lookup_num_tokens`): find the latest earlier
              occurrence of the last n tokens of prompt + output (n = ngram, then shorter), and propose the up to
-             k_max tokens that followed it. No draft model. q is one-hot on each proposed token, so the ratio test
+             k_max tokens that followed it. No draft model, and no device sync: it searches an index of a copy of
+             the sequence kept on the host (the prompt copied once; the kept tokens handed over in `observe`). q is one-hot on each proposed token, so the ratio test
              accepts x with probability p(x) and the residual norm(max(0, p - q)) is p without x: exact at every
              temperature. With nothing to match it proposes nothing, and the round is one plain target step
              (source "fallback").
@@ -85,7 +86,13 @@ def one_hot(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 def confidence(logits: torch.Tensor, q: torch.Tensor | None) -> float:
     """A drafter's top probability at one position: of its warped q at T > 0, of its unwarped softmax at T = 0
-    (q is None there: the warped q is one-hot). It reads the drafter's own output only, never p or r."""
+    (q is None there: the warped q is one-hot). It reads the drafter's own output only, never p or r.
+
+    The one host read a drafter makes while drafting: a stop rule decides on the host whether to draft the next
+    token, so it reads one number per position it decides at (adaptive: after every draft; eagle with a
+    stop_below: before every draft but the first). On a CPU that costs nothing; on a GPU each is a sync that waits
+    for the draft step just queued. It is kept rather than drafting all K and cutting afterwards with one read,
+    which would spend the draft forwards the stop exists to save."""
     if q is None:
         return float(logits.float().softmax(-1).max())
     return float(q.max())
@@ -100,6 +107,7 @@ class RoundOutcome:
     seq_len: int  # tokens fixed now (prompt + output); the last one is the round's new token, unseen by the target
     features: torch.Tensor | None = None  # [m, (L+1) H]: the target's features at positions start..seq_len-2
     start: int = 0  # the position of features[0]
+    kept: tuple[int, ...] = ()  # the round's new tokens (already on the host): seq[seq_len - len(kept):]
 
 
 class Drafter:
@@ -212,35 +220,53 @@ class AdaptiveDrafter(ModelDrafter):
 
 
 class LookupDrafter(Drafter):
-    """Prompt lookup: copy what followed the latest earlier occurrence of the sequence's last n tokens."""
+    """Prompt lookup: copy what followed the latest earlier occurrence of the sequence's last n tokens.
+
+    It searches `host`, a copy of prompt + output on the host: the prompt is copied once, in the run's first round,
+    and each round's kept tokens arrive with `observe`. `latest` maps every n-gram (n <= ngram) that has a token
+    after it to where that token stands, for its latest occurrence, and grows as tokens arrive; a search is then
+    `ngram` dictionary lookups, with no device sync and no scan of the sequence."""
 
     name = "lookup"
 
     def __init__(self, vocab_size: int, ngram: int):
         self.vocab_size = vocab_size
         self.ngram = ngram
+        self.host: list[int] | None = None  # prompt + output, on the host
+        self.latest: dict[tuple[int, ...], int] = {}  # n-gram -> index of the token after its latest occurrence
+        self.indexed = 0  # the n-grams ending before this index are in `latest`
 
-    def find(self, seq: torch.Tensor) -> tuple[int, int] | None:
-        """(start of the copy, n) for the longest n <= ngram whose last-n-gram occurs earlier with a continuation."""
-        length = seq.numel()
-        for n in range(min(self.ngram, length - 1), 0, -1):
-            tail = seq[length - n :]
-            # every window of n tokens that ends before the last token, so at least one token follows it
-            windows = seq[: length - 1].unfold(0, n, 1)  # [length - n, n]
-            hits = (windows == tail).all(-1).nonzero().flatten()
-            if hits.numel():
-                return int(hits[-1]) + n, n  # the latest occurrence: the most local context
+    def find(self, tokens: list[int]) -> tuple[int, int] | None:
+        """(start of the copy, n) for the longest n <= ngram whose last n-gram of `tokens` occurs earlier with a
+        continuation, at its latest occurrence (the most local context). `tokens` extends the previous call's."""
+        # 1. index the n-grams that now have a token after them: those ending at index end <= len(tokens) - 2
+        for end in range(self.indexed, len(tokens) - 1):
+            for n in range(1, min(self.ngram, end + 1) + 1):
+                self.latest[tuple(tokens[end + 1 - n : end + 1])] = end + 1  # a later occurrence replaces it
+        self.indexed = max(self.indexed, len(tokens) - 1)
+        # 2. the last n tokens, longest n first
+        for n in range(min(self.ngram, len(tokens) - 1), 0, -1):
+            start = self.latest.get(tuple(tokens[len(tokens) - n :]))
+            if start is not None:
+                return start, n
         return None
 
     def propose(self, seq: torch.Tensor, k_max: int, gen: torch.Generator) -> Proposal:
+        if self.host is None:  # the run's first round: the prompt's one copy to the host
+            self.host = seq.tolist()
+        assert len(self.host) == seq.numel(), ("lookup's host copy missed tokens", len(self.host), seq.numel())
         empty = torch.empty(0, self.vocab_size, device=seq.device)
-        found = self.find(seq) if k_max > 0 else None
+        found = self.find(self.host) if k_max > 0 else None
         if found is None:
             return Proposal(seq.new_empty(0), empty, "fallback")
         start, n = found
         tokens = seq[start : start + k_max]
         q = one_hot(tokens, self.vocab_size)
         return Proposal(tokens, q, "lookup", copied_from=start, ngram=n)
+
+    def observe(self, outcome: RoundOutcome) -> None:
+        if self.host is not None:
+            self.host.extend(outcome.kept)
 
 
 class EagleDrafter(Drafter):

@@ -14,8 +14,10 @@ Per round, with the sequence `seq` fixed so far (prompt + output, N tokens):
   4. the target's cache is cropped to the tokens that were kept, and the drafter is told the outcome (with the
      target's last hidden states at the kept positions, if it reads them), so it rolls its own cache back.
 
-Per round there is one device-to-host copy and no other host sync: phase times on a GPU come from CUDA events,
-read after that copy.
+Per round there is one device-to-host copy (the verdict) and no other host sync: phase times on a GPU come from
+CUDA events, read after that copy, and drafters draft without reading anything back (lookup searches a host copy
+of the sequence), except that a drafter with a stop rule reads its confidence once per position where the rule
+decides (drafters.confidence: adaptive, and eagle with a stop_below), a sync each on a GPU and free on a CPU.
 """
 
 from __future__ import annotations
@@ -311,7 +313,7 @@ def speculative_rounds(
             features = features[: kept - fed_from] if tree is None else features[kept_rows]
         else:
             features = None
-        drafter.observe(RoundOutcome(n_acc, k, seq.numel(), features, fed_from))
+        drafter.observe(RoundOutcome(n_acc, k, seq.numel(), features, fed_from, tuple(new_ids)))
 
         if tree is None:
             positions, tokens = round_tokens(pair, draft_list, rows, top, n_acc, k, new_ids, next_tok, p_next)

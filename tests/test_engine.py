@@ -210,7 +210,7 @@ def test_lookup_finds_the_latest_longest_match():
     seq = torch.tensor([5, 6, 7, 1, 2, 3, 9, 1, 2, 3, 4, 8, 2, 3])
     drafter = LookupDrafter(vocab_size=10, ngram=3)
     # the last 3-gram (8, 2, 3) never occurred; the 2-gram (2, 3) did, latest at index 8, followed by 4, 8, 2
-    assert drafter.find(seq) == (10, 2)
+    assert drafter.find(seq.tolist()) == (10, 2)
     prop = drafter.propose(seq, 3, None)
     assert prop.source == "lookup" and prop.tokens.tolist() == [4, 8, 2] and prop.copied_from == 10
     assert prop.ngram == 2 and torch.equal(prop.q.argmax(-1), prop.tokens) and torch.all(prop.q.sum(-1) == 1)
@@ -359,3 +359,98 @@ def test_runs_stop_where_generate_stops_at_the_generation_configs_eos_list(pair3
         assert trace.output_ids == expected and trace.stop_reason == "eos", (strategy, k)
     base = baseline_generate(stopping, prompt, GREEDY, max_new_tokens=60)
     assert base.output_ids == expected and base.stop_reason == "eos"
+
+
+HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "nonzero", "cpu", "numpy")
+
+
+def count_host_reads(monkeypatch, drafter) -> list[int]:
+    """Wrap the drafter's propose so that every Python-level read of a tensor's values on the host (what would be a
+    device-to-host sync on a GPU: .item(), .tolist(), float(), int(), bool(), .nonzero(), ...) made while it runs
+    is counted; returns the per-call counts, filled as the run goes. (Reads inside C++ are not seen: the CUDA test
+    below checks those.)"""
+    per_call, active = [], [False]
+    for name in HOST_READS:
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, **kwargs):
+            if active[0]:
+                per_call[-1] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    propose = drafter.propose
+
+    def wrapped(*args, **kwargs):
+        per_call.append(0)
+        active[0] = True
+        try:
+            return propose(*args, **kwargs)
+        finally:
+            active[0] = False
+
+    drafter.propose = wrapped
+    return per_call
+
+
+@pytest.mark.parametrize("strategy,temperature,stop", [("fixed", 0.0, 0.0), ("fixed", 1.0, 0.0), ("lookup", 0.0, 0.0),
+                                                       ("eagle", 1.0, 0.0), ("tree", 0.0, 0.0), ("adaptive", 1.0, 0.0),
+                                                       ("eagle", 1.0, 0.4)])
+def test_drafters_read_nothing_back_but_their_stop_rules_confidence(pair32, monkeypatch, strategy, temperature, stop):
+    """speculative.py's promise: one device-to-host copy a round (the verdict), plus, for a drafter with a stop rule,
+    one read of its confidence per draft position where the rule decides (adaptive: after every draft; eagle with
+    stop_below: before every draft but the first). Lookup searches a host copy of the sequence (the prompt copied
+    once, in the first round); it used to run nonzero() and int() on the device for every n-gram size tried."""
+    from specdemo.drafters import make_drafter
+
+    cfg = SamplingConfig(temperature)
+    spec = SpecConfig(k=4, max_new_tokens=40, strategy=strategy, top_candidates=0)
+    drafter = make_drafter(spec, cfg, pair32)
+    if stop:
+        drafter.stop_below = stop
+    reads = count_host_reads(monkeypatch, drafter)
+    ids = pair32.encode("ROMEO:\nROMEO:\nJULIET:\n")
+    rounds = list(speculative_rounds(pair32, ids, cfg, spec, drafter=drafter))
+    assert len(reads) == len(rounds) and sum(r.k for r in rounds) > 0
+    if strategy == "adaptive":
+        assert reads == [r.k for r in rounds]
+    elif stop:
+        assert reads == [max(0, r.k - 1) + (r.unsure is not None) for r in rounds]
+        assert any(r.unsure for r in rounds)  # the stop ended some rounds
+    elif strategy == "lookup":
+        assert reads == [1] + [0] * (len(rounds) - 1)  # the prompt, once
+    else:
+        assert reads == [0] * len(rounds)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: CUDA's sync debug mode sees every sync")
+@pytest.mark.parametrize("strategy", ["fixed", "lookup", "eagle", "adaptive"])
+def test_on_a_gpu_drafters_sync_only_for_their_stop_rule(strategy):
+    """On CUDA, torch's sync debug mode reports every synchronizing call, from C++ too: proposing syncs nowhere,
+    except once per drafted token for adaptive's stop rule (and lookup's one copy of the prompt in round one)."""
+    import warnings
+
+    from specdemo.drafters import make_drafter
+    from specdemo.models import load_pair
+
+    gpu = load_pair("shakespeare", device="cuda", dtype="float32")
+    cfg = SamplingConfig(1.0)
+    spec = SpecConfig(k=4, max_new_tokens=40, strategy=strategy, top_candidates=0)
+    drafter = make_drafter(spec, cfg, gpu)
+    propose, per_call = drafter.propose, []
+
+    def watched(*args, **kwargs):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                out = propose(*args, **kwargs)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        per_call.append(sum("synchronizing" in str(w.message) for w in caught))
+        return out
+
+    drafter.propose = watched
+    rounds = list(speculative_rounds(gpu, gpu.encode("ROMEO:\nROMEO:\n"), cfg, spec, drafter=drafter))
+    expected = {"adaptive": [r.k for r in rounds], "lookup": [1] + [0] * (len(rounds) - 1)}
+    assert per_call == expected.get(strategy, [0] * len(rounds))
