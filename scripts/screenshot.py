@@ -1,6 +1,8 @@
-"""Take the README's screenshots from a real run: start the app, open it in headless Chromium, press Generate, save.
+"""Take the README's screenshots: start the app, open it in headless Chromium (as it opens, then Generate), save.
 
-  assets/screenshot.png               English, 1500 px wide, the whole page, a round open in the inspector
+  assets/screenshot-first-screen.png  English, 1280x720, as the page opens: no click, its recorded run
+  assets/screenshot.png               English, 1500 px wide, the whole page after Generate (a live run), the full
+                                      story on (rejected drafts struck through), a round open in the inspector
   assets/screenshot-presenter-zh.png  简体中文 in presenter mode, 1280x720 (a projector), stepped to round 3
   assets/screenshot-tree.png          English, 1280x800, the EAGLE tree: stepped to a round whose path left the tree
 
@@ -40,12 +42,24 @@ def generate(page, prompt: str) -> None:
     page.wait_for_timeout(800)  # the last chart redraw
 
 
+def first_screen(browser, url: str, out: Path) -> None:
+    context = browser.new_context(viewport={"width": 1280, "height": 720}, locale="en-US")
+    page = context.new_page()
+    page.goto(url)
+    ready(page, "Loaded", "the draft's guess that the target kept")
+    page.wait_for_selector("#sd-token-view .sd-tok")
+    page.wait_for_timeout(800)
+    page.screenshot(path=str(out))
+    context.close()
+
+
 def english(browser, url: str, out: Path, prompt: str) -> None:
     context = browser.new_context(viewport={"width": 1500, "height": 1500}, locale="en-US")
     page = context.new_page()
     page.goto(url)
     ready(page, "Loaded", "the draft's guess that the target kept")
     generate(page, prompt)
+    page.locator("#sd-view").get_by_text("the full story", exact=True).click()  # the rejected drafts too
     page.locator("#sd-film .sd-row").nth(2).click()
     page.wait_for_function("document.querySelector('#sd-reason').innerText.length > 10")
     page.wait_for_timeout(500)
@@ -121,6 +135,7 @@ def main() -> None:
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            first_screen(browser, url, args.out_dir / "screenshot-first-screen.png")
             english(browser, url, args.out_dir / "screenshot.png", examples[min(1, len(examples) - 1)])
             presenter_zh(browser, url, args.out_dir / "screenshot-presenter-zh.png", examples[-1])
             if PRESETS[DEFAULT_PRESET].eagle_head:  # the tree is the head's: a pair without one has no tree
@@ -128,7 +143,8 @@ def main() -> None:
             browser.close()
     finally:
         app.demo.close()
-    for name in ("screenshot.png", "screenshot-presenter-zh.png", "screenshot-tree.png"):
+    for name in ("screenshot-first-screen.png", "screenshot.png", "screenshot-presenter-zh.png",
+                 "screenshot-tree.png"):
         print(args.out_dir / name)
 
 

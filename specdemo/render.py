@@ -93,9 +93,15 @@ body:not(.sd-story) .sd-tokens .sd-rejected, body:not(.sd-story) .sd-legend .sd-
 .sd-present .sd-keys { font-size: 16px; }
 .sd-present #sd-intro { display: none; }
 .sd-present #sd-main { flex-direction: column; }
-.sd-present #sd-controls { min-width: 0 !important; max-width: 480px; }
+.sd-present #sd-controls { min-width: 0 !important; width: 100%; max-width: none; flex-direction: row !important;
+  flex-wrap: wrap; align-items: center; }
+.sd-present #sd-run-row { flex: 0 0 340px; }
+.sd-present #sd-switches { flex-direction: row !important; flex-wrap: nowrap; align-items: center; flex-grow: 1; }
+.sd-present #sd-switches > * { flex: 0 0 auto; width: auto; }
+.sd-present #sd-header > :not(#sd-switches):not(:has(#sd-notice:not(.hidden))) { display: none; }
+.sd-present #sd-controls > :has(#sd-view) { flex: 0 1 auto !important; width: auto !important; min-width: 0; }
 .sd-present #sd-results { width: 100%; max-width: none; }
-.sd-present #sd-controls > :not(#sd-run-row):not(#sd-view) { display: none; }
+.sd-present #sd-controls > :not(#sd-run-row):not(:has(#sd-view)) { display: none; }
 """
 
 # gradio's toasts name their level in English ("Warning", "Error"): gradio 6 draws neither a translation nor the
