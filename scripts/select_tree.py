@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from specdemo import SamplingConfig, SpecConfig, load_pair, speculative_generate  # noqa: E402
 
-SHAPES = [(1, 4, 4), (2, 3, 6), (2, 4, 8), (3, 4, 12), (4, 5, 16), (2, 6, 12)]
+SHAPES = [(1, 4, 4), (2, 4, 8), (3, 4, 12), (4, 5, 16)]
 # one target forward over n new tokens with a tree mask, in one-token steps (issue 24's calibration: SmolLM2 in
 # bf16, 2 threads, this CPU, 2026-11-24)
 VERIFY_STEPS = {1: 1.00, 5: 1.12, 8: 1.18, 12: 1.30, 16: 1.43, 24: 1.60, 32: 1.77, 48: 2.24, 64: 2.59}
