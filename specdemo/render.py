@@ -56,12 +56,15 @@ CSS = """
 .sd-leg { white-space: nowrap; }
 /* the reply as text (ui.VIEW_JS): the rejected drafts, and their legend entry, show only in the full story */
 body:not(.sd-story) .sd-tokens .sd-rejected, body:not(.sd-story) .sd-legend .sd-leg-rejected { display: none; }
+body:not(.sd-story) .sd-tokens .sd-eos { display: none; }  /* the end-of-text token is no part of the reply */
 /* the first screen (1280x720): a compact header, and a token view that ends above the fold */
 #sd-intro h1 { font-size: 1.6em; margin: 0 0 2px; }
 #sd-lang, #sd-view { display: flex; flex-direction: row; align-items: center; gap: 10px; padding-top: 4px;
   padding-bottom: 4px; }
 #sd-lang > [data-testid="block-info"], #sd-view > [data-testid="block-info"] { margin: 0; }
 #sd-token-view .html-container { max-height: max(220px, min(420px, calc(100vh - 380px))) !important; }
+body:has(#sd-notice) #sd-token-view .html-container {  /* the sentence on a missing default pair takes room */
+  max-height: max(200px, min(420px, calc(100vh - 440px))) !important; }
 #sd-intro p { margin: 0; }
 #sd-notice { border-left: 4px solid #E69F00; padding-left: 8px; }
 .sd-cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(118px, 1fr)); gap: 8px; }
@@ -163,8 +166,8 @@ def token_title(label: str, p, q, r, accept_prob, lang: str | None = None, own: 
     return "\n".join(lines)
 
 
-def span(text: str, label: str, title: str, extra: str = "") -> str:
-    return f'<span class="sd-tok sd-{label}" title="{esc(title)}"{extra}>{esc(text)}</span>'
+def span(text: str, label: str, title: str, extra: str = "", cls: str = "") -> str:
+    return f'<span class="sd-tok sd-{label}{cls}" title="{esc(title)}"{extra}>{esc(text)}</span>'
 
 
 def legend(lang: str | None = None) -> str:
@@ -189,10 +192,11 @@ def tokens_html(prompt: str, rounds: list[Round] | None = None, steps: list[Step
     """The streamed text: the prompt, then one span per token event. `upto` limits to the first rounds."""
     parts = [f'<span class="sd-prompt" title="{esc(tr("tip.prompt", lang))}">{esc(prompt)}</span>']
     for rnd in (rounds or [])[:upto]:
+        eos = rnd.output[-1] if rnd.stop_reason == "eos" and rnd.output else None  # the end-of-text token
         for t in rnd.tokens:
             where = tr("tip.where", lang, round=rnd.index + 1, position=t.position) + "\n"
             title = where + token_title(t.label, t.p, t.q, t.r, t.accept_prob, lang, own=rnd.k == 0)
-            parts.append(span(t.text, t.label, title, f' data-round="{rnd.index}"'))
+            parts.append(span(t.text, t.label, title, f' data-round="{rnd.index}"', " sd-eos" if t is eos else ""))
     for s in steps or []:
         parts.append(span(s.token.text, "accepted",
                           tr("tip.baseline", lang, n=s.index + 1) + "\n" + tr("tip.p", lang, p=fmt(s.token.p, lang))))

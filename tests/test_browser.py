@@ -357,6 +357,7 @@ def check_first_screen(page, width: int, height: int, locale: str, pair_name: st
     rejected = sum(t.label == "rejected" for r in spec.rounds for t in r.tokens)
     assert page.locator("#sd-token-view .sd-rejected").count() == rejected
     assert page.locator("#sd-token-view .sd-rejected:visible").count() == 0  # the reply reads as text
+    assert page.locator("#sd-token-view .sd-eos:visible").count() == 0  # without an end-of-text token
     kept = "".join(t.text for r in spec.rounds for t in r.output)
     assert kept.strip()[:40] in page.inner_text("#sd-token-view")
     assert page.locator("#sd-film .sd-row").count() == len(spec.rounds)  # the film strip and inspector too

@@ -74,6 +74,9 @@ def test_the_recording_is_the_presets_first_example_at_its_page_defaults(name):
     assert (s["top_k"], s["top_p"], s["lenience"]) == (0, 1.0, 1.0)
     assert base is not None and base.settings["seed"] == recorded.SEED and base.prompt == spec.prompt
     assert spec.stop_reason in ("eos", "max_new_tokens") and base.stop_reason in ("eos", "max_new_tokens")
+    if spec.stop_reason == "eos":  # the end-of-text token is marked, so the reply view can leave it out
+        html = render.tokens_html(spec.prompt, spec.rounds)
+        assert html.count("sd-eos") == 1 and "sd-eos" in html[html.rindex('class="sd-tok '):]  # the last token
     assert s["recorded"]["date"] and s["recorded"]["script"] == "scripts/record_run.py"
     # rebuilt from its JSON, the events say what the recorded run said
     payload = json.loads(recorded.path(name).read_text())
