@@ -1,6 +1,7 @@
-"""Shared fixtures: the embedded Shakespeare pair (loaded offline, once) and tiny toy pairs with an 8-token
-vocabulary whose exact distributions can be enumerated. All models are real transformers models loaded through
-specdemo.models.load_pair, the same path the app uses."""
+"""Shared fixtures: the embedded Shakespeare pair (loaded offline, once per process) and tiny toy pairs with an
+8-token vocabulary whose exact distributions can be enumerated. All models are real transformers models loaded through
+specdemo.models.load_pair, the same path the app uses. Also how many pytest-xdist workers a run gets and how many torch
+threads each of them uses."""
 
 from __future__ import annotations
 
@@ -9,7 +10,35 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+
+
+def cpu_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+# pytest.ini runs the suite over pytest-xdist workers (-n auto: pytest_xdist_auto_num_workers below). Each worker gets
+# its share of the cores for torch, and so do the processes it starts (the CLI, app.py): with more torch threads than
+# cores the threads spin against each other. On this 2-core machine, busy, an EAGLE chi-square test took 210 s of CPU
+# with two threads and 18 s with one (2026-11-25). Set before torch is imported, so that OpenMP reads it.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    os.environ["OMP_NUM_THREADS"] = str(max(1, cpu_cores() // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+
+import torch  # noqa: E402
+
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def pytest_xdist_auto_num_workers(config):
+    """-n auto: one worker per core, at most 4 (each loads its own pairs and serves its own app); one process (no
+    workers) when the run is narrowed to some tests with -k or a test id, where starting workers costs more than it
+    saves. PYTEST_XDIST_AUTO_NUM_WORKERS or an explicit -n still decide."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    if config.option.keyword or any("::" in arg for arg in config.args):
+        return 0
+    return min(4, cpu_cores())
+
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The tests that start the app or call the API without naming a pair are written for the fast Shakespeare pair; the
