@@ -40,6 +40,18 @@ def pytest_xdist_auto_num_workers(config):
     return min(4, cpu_cores())
 
 
+# The modules whose tests take tens of seconds each (chi-square samples, SmolLM2 runs, the app and the CLI in
+# processes of their own) run first and the many short tests last: under xdist the run ends when the last test to
+# start does, and in a run of 2026-11-25 one worker waited 100 s for the adaptive stop rule's chi-square test.
+LONG_FIRST = ("test_smollm2.py", "test_tree.py", "test_exactness.py", "test_eagle.py", "test_browser.py", "test_cli.py",
+              "test_public_space.py", "test_app.py", "test_engine.py", "test_first_screen.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FIRST)))  # stable: a module keeps its order
+
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The tests that start the app or call the API without naming a pair are written for the fast Shakespeare pair; the
 # shipped default (smollm2-135m) has a test of its own, in a process without this setting (test_browser.py).

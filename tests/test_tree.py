@@ -296,6 +296,17 @@ def test_the_tree_is_exact_on_the_shakespeare_pair(pair32, cfg, one_thread):
     assert chi2_pvalue(counts, exact, n) > PASS_P
 
 
+def test_the_planted_ratio_test_is_caught_on_the_shakespeare_pair(pair32, monkeypatch, one_thread):
+    """The same lossy rule as on the toy pair, planted under the shipped Shakespeare head, is caught by the
+    Shakespeare test's own joint of three tokens (T = 0.7, top-k 20, top-p 0.9, the same tree and seeds)."""
+    cfg = SamplingConfig(0.7, top_k=20, top_p=0.9)
+    prompt_ids = pair32.encode("ROMEO:\n")
+    monkeypatch.setattr(speculative, "walk", lossy_walk)
+    n = 800
+    counts, _ = tree_samples(pair32, prompt_ids, cfg, SHAKESPEARE_TREE, n)
+    assert chi2_pvalue(counts, exact_three_tokens(pair32, prompt_ids, cfg), n) < BUG_P
+
+
 # ------------------------------------------------------------------------------------------------ greedy identity
 
 GREEDY_SHAPES = [(1, 4, 4), (2, 4, 8), (4, 5, 16), (3, 3, 1)]  # a chain, two bushy trees, a budget of one node
