@@ -211,7 +211,9 @@ def results(u, limits: Limits, first: dict, n_rounds: int) -> None:
             with gr.Row():
                 u.round_sl = gr.Slider(1, max(2, n_rounds), value=1, step=1, label=L("ui.round"),
                                        interactive=n_rounds > 1)
-                u.pos_sl = gr.Slider(1, limits.max_k + 1, value=first["pos_sl"], step=1, label=L("ui.position"))
+                # a chain keeps at most K + 1 tokens a round, a tree at most its depth + 1
+                u.pos_sl = gr.Slider(1, max(limits.max_k, TREE_DEPTH_RANGE[1]) + 1, value=first["pos_sl"], step=1,
+                                     label=L("ui.position"))
             u.insp_plot = gr.Plot(first["insp_plot"], elem_id="sd-inspector", show_label=False)
             u.insp_reason = gr.HTML(first["insp_reason"], elem_id="sd-reason")
         with gr.Tab(L("tab.charts"), id="charts") as u.tab_charts:

@@ -48,6 +48,39 @@ def chi2_pvalue(counts: Counter, probs: dict, n: int) -> float:
 # ------------------------------------------------------------------------------------------------ pure functions
 
 
+def test_sample_draws_each_row_from_its_distribution_and_never_a_zero():
+    """sample (inverse CDF in float64) against the exact rows: a spread row with zeros between and after its mass,
+    a row of one token, a row with a mass of 1e-7 beside a big one, and a large random row (vocabulary-sized, with
+    a zeroed tail); chi-square per row, and no token of probability 0 ever drawn, also when every uniform is pushed
+    to the top of its range. A planted off-by-one (the token after the drawn one) is caught by the same test."""
+    gen = torch.Generator().manual_seed(0)
+    big = torch.softmax(torch.randn(4096, generator=gen) * 2, -1)
+    big[3000:] = 0
+    rows = [torch.tensor([0.0, 0.2, 0.0, 0.5, 0.3, 0.0]), torch.tensor([0.0, 0.0, 1.0, 0.0]),
+            torch.tensor([1 - 1e-7, 1e-7, 0.0]), big / big.sum()]
+    n = 4000
+    for row in rows:
+        probs = row.view(1, -1).expand(n, -1)  # n rows at once: one uniform each
+        drawn = sample(probs, gen).tolist()
+        assert all(row[x] > 0 for x in drawn)
+        exact = {(i,): float(v) for i, v in enumerate(row.tolist()) if v > 0}
+        if len(exact) == 1:  # nothing to test but that every draw is the one token
+            continue
+        assert chi2_pvalue(Counter((x,) for x in drawn), exact, n) > PASS_P
+        shifted = [min(x + 1, len(row) - 1) for x in drawn]  # planted bug
+        assert chi2_pvalue(Counter((x,) for x in shifted), exact, n) < BUG_P
+    top = torch.Generator().manual_seed(0)
+    real_rand = torch.rand
+    try:  # every uniform at the largest float below 1: u lands on the row's total, where only rounding decides
+        torch.rand = lambda *a, **kw: torch.full(a[:2] if len(a) >= 2 else a[0], 1 - 2 ** -53, **{
+            k: v for k, v in kw.items() if k in ("dtype", "device")})
+        for row in rows:
+            x = int(sample(row.view(1, -1), top)[0])
+            assert row[x] > 0 and x == int(torch.nonzero(row).max()), (row[:8], x)
+    finally:
+        torch.rand = real_rand
+
+
 def test_warp_greedy_is_one_hot_without_division():
     logits = torch.tensor([[1.0, 3.0, 2.0], [0.0, -1.0, 5.0]])
     probs = warp(logits, SamplingConfig(temperature=0.0))
