@@ -72,6 +72,13 @@ def cpu_has_bf16() -> bool:
     return bool(cpu_flags() & {"amx_bf16", "avx512_bf16"}) and torch.backends.mkldnn.is_available()
 
 
+def cpu_bf16_kind() -> str:
+    """Which bf16 matrix units the CPU has: "amx", "avx512_bf16" or "none". bf16 products are accumulated in a
+    different order on each, so a seeded bf16 run can pick different tokens on machines of different kinds."""
+    flags = cpu_flags()
+    return "amx" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags else "none"
+
+
 def pick_dtype(device: torch.device, role: str = "target", n_params: int | None = None) -> torch.dtype:
     """The dtype a model runs in, by its role in the pair.
 

@@ -17,6 +17,7 @@ from datetime import date
 from pathlib import Path
 
 from .config import ASSETS, PRESETS, Limits
+from .devices import cpu_bf16_kind
 from .events import Trace
 
 FOLDER = ASSETS / "recorded"
@@ -49,6 +50,7 @@ def record(pair_name: str, limits: Limits | None = None) -> dict:
     pair = get_pair(req.pair, req.spec.strategy)
     *_, (spec, base, _) = runs.run_stream(req, pair, limits)
     meta = {"date": date.today().isoformat(), "device": str(pair.device), "cpu": platform.machine(),
+            "cpu_bf16": cpu_bf16_kind(),
             "threads": torch.get_num_threads(), "torch": torch.__version__, "transformers": transformers.__version__,
             "script": "scripts/record_run.py"}
     return {"recorded": meta, "speculative": spec.to_dict(), "baseline": base.to_dict() if base else None}
