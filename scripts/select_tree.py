@@ -1,8 +1,12 @@
 """Choose a head's default draft-tree shape on SELECTION prompts, by a rule fixed before measuring (README, "Draft
-trees"): tokens per target call for each candidate shape at T = 0 and T = 0.7, turned into a modelled speed-up with
+trees"): tokens per target call for each candidate shape at two temperatures, turned into a modelled speed-up with
 the verify cost of the tree's size and the head's cost per depth. Prints one table; writes nothing.
 
     .venv/bin/python scripts/select_tree.py --pair smollm2-135m --prompts 20 --max-new-tokens 48
+    .venv/bin/python scripts/select_tree.py --pair shakespeare --prompts 12 --max-new-tokens 64
+
+SmolLM2 (rule of 2026-11-25 02:21): T = 0 and 0.7, the verify costs of issue 24's calibration. Shakespeare (rule of
+2026-11-25 05:36): T = 0 and 1, the verify costs and the head's step measured in the same run.
 """
 
 from __future__ import annotations
@@ -17,7 +21,11 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from specdemo import SamplingConfig, SpecConfig, load_pair, speculative_generate  # noqa: E402
 
-SHAPES = [(1, 4, 4), (2, 4, 8), (3, 4, 12), (4, 5, 16)]
+SHAPES = {"smollm2-135m": [(1, 4, 4), (2, 4, 8), (3, 4, 12), (4, 5, 16)],
+          "shakespeare": [(1, 4, 4), (2, 4, 8), (2, 6, 12), (1, 8, 8), (2, 8, 16)]}
+# the Shakespeare selection prompts: character cues that are neither the bench's prompts nor the page's examples
+SHAKESPEARE_SELECTION = [f"{name}:\n" for name in ("OTHELLO", "IAGO", "DESDEMONA", "PROSPERO", "MIRANDA", "BRUTUS",
+                                                   "CASSIUS", "OPHELIA", "HORATIO", "BENEDICK", "BEATRICE", "PUCK")]
 # one target forward over n new tokens with a tree mask, in one-token steps (issue 24's calibration: SmolLM2 in
 # bf16, 2 threads, this CPU, 2026-11-24)
 VERIFY_STEPS = {1: 1.00, 5: 1.12, 8: 1.18, 12: 1.30, 16: 1.43, 24: 1.60, 32: 1.77, 48: 2.24, 64: 2.59}
@@ -48,37 +56,50 @@ def tokens_per_call(pair, prompts, temperature, spec_kw, max_new_tokens) -> tupl
     return tokens / calls, drafts / max(1, drafted_rounds)
 
 
+def measured_costs(pair, sizes) -> tuple[dict, float]:
+    """v(n) for each n in sizes and one head step, in one-token target steps, measured now on the pair as loaded."""
+    from specdemo.bench import forward_ms, head_step_ms
+
+    step = forward_ms(pair.target, pair.vocab_size, 1)
+    return {n: forward_ms(pair.target, pair.vocab_size, n) / step for n in sizes}, head_step_ms(pair) / step
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pair", default="smollm2-135m")
+    ap.add_argument("--pair", default="smollm2-135m", choices=sorted(SHAPES))
     ap.add_argument("--prompts", type=int, default=20)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     args = ap.parse_args()
     pair = load_pair(args.pair)
-    if args.pair == "smollm2-135m":
+    shapes = SHAPES[args.pair]
+    if args.pair == "smollm2-135m":  # the rule of 2026-11-25 02:21: issue 24's calibration, T = 0 and 0.7
         from smollm2_prompts import SELECTION
 
-        prompts = SELECTION[: args.prompts]
-    else:
-        from specdemo.bench import BENCH_PROMPTS
-
-        prompts = BENCH_PROMPTS[: args.prompts]
+        prompts, temps = SELECTION[: args.prompts], (0.0, 0.7)
+        verify, head, chain_verify = verify_steps, HEAD_PER_DEPTH, 1.07  # 5 tokens as the chain's bench measured
+    else:  # the rule of 2026-11-25 05:36: v(n) and the head's step measured in this run, T = 0 and 1
+        prompts, temps = SHAKESPEARE_SELECTION[: args.prompts], (0.0, 1.0)
+        table, head = measured_costs(pair, sorted({5} | {b + 1 for _, _, b in shapes}))
+        verify, chain_verify = table.__getitem__, table[5]
+        print("measured: v(n) " + ", ".join(f"{n}: {v:.2f}" for n, v in table.items()) + f"; head step {head:.3f}")
     print(f"{args.pair}: {len(prompts)} prompts x {args.max_new_tokens} tokens")
-    print("| shape (top-k, depth, budget) | T = 0 tokens/call | modelled | T = 0.7 tokens/call | modelled | mean |")
+    print(f"| shape (top-k, depth, budget) | T = {temps[0]:g} tokens/call | modelled | T = {temps[1]:g} tokens/call "
+          "| modelled | mean |")
     print("|---|---:|---:|---:|---:|---:|")
     rows = []
     chain = {}
-    for t in (0.0, 0.7):
+    for t in temps:
         tau, drafts = tokens_per_call(pair, prompts, t, {"strategy": "eagle", "k": 4}, args.max_new_tokens)
-        chain[t] = (tau, tau / (1.07 + HEAD_PER_DEPTH * drafts + HEAD_FIXED))
-    print(f"| eagle chain K = 4 with its stop | {chain[0.0][0]:.2f} | {chain[0.0][1]:.3f} | {chain[0.7][0]:.2f} | "
-          f"{chain[0.7][1]:.3f} | {(chain[0.0][1] + chain[0.7][1]) / 2:.3f} |", flush=True)
-    for topk, depth, budget in SHAPES:
+        chain[t] = (tau, tau / (chain_verify + head * drafts + HEAD_FIXED))
+    a, b = temps
+    print(f"| eagle chain K = 4 (with the head's stop, if any) | {chain[a][0]:.2f} | {chain[a][1]:.3f} | "
+          f"{chain[b][0]:.2f} | {chain[b][1]:.3f} | {(chain[a][1] + chain[b][1]) / 2:.3f} |", flush=True)
+    for topk, depth, budget in shapes:
         cells = []
-        for t in (0.0, 0.7):
+        for t in temps:
             tau, _ = tokens_per_call(pair, prompts, t, {"strategy": "tree", "tree_topk": topk, "tree_depth": depth,
                                                         "tree_budget": budget}, args.max_new_tokens)
-            cells.append((tau, tau / (verify_steps(budget + 1) + HEAD_PER_DEPTH * depth + HEAD_FIXED)))
+            cells.append((tau, tau / (verify(budget + 1) + head * depth + HEAD_FIXED)))
         mean = (cells[0][1] + cells[1][1]) / 2
         rows.append(((topk, depth, budget), mean))
         print(f"| {topk}, {depth}, {budget} | {cells[0][0]:.2f} | {cells[0][1]:.3f} | {cells[1][0]:.2f} | "

@@ -264,10 +264,12 @@ def test_bad_strategy_settings_say_what_is_allowed(kwargs, message):
         SpecConfig(**kwargs)
 
 
-# what the loop before drafters.py gave for this seed (commit 5780d5f, float32 pair), token for token
-PINNED_IDS = [47, 12, 336, 27, 295, 310, 372, 321, 310, 650, 14, 199, 199, 1232, 1321, 26, 199, 880, 290, 390, 26, 199,
-              41, 481, 288, 415, 307, 358, 12, 292, 572, 458, 12, 292, 455, 673, 288, 12, 199, 7]
-PINNED_ACCEPTED = [1, 0, 1, 0, 1, 3, 1, 0, 2, 3, 3, 3, 3, 0, 3, 0]
+# what the loop gave for this seed, token for token (float32 pair): pinned at commit 5780d5f, before drafters.py, and
+# retaken on 2026-11-25 when sampling.sample moved from torch.multinomial to the inverse CDF, which draws the same
+# distribution from a different stream. Any other change to a seeded run should leave these alone.
+PINNED_IDS = [427, 348, 725, 395, 393, 691, 12, 199, 333, 372, 321, 310, 1151, 14, 199, 199, 1381, 26, 199, 199, 561,
+              1321, 26, 199, 51, 85, 80, 304, 65, 12, 538, 12, 514, 12, 459, 431, 12, 288, 290, 305]
+PINNED_ACCEPTED = [1, 0, 0, 0, 0, 3, 0, 0, 3, 0, 3, 3, 3, 3, 1, 0, 3]
 
 
 def test_fixed_strategy_is_the_old_loop_bit_for_bit(pair32):
