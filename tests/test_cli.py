@@ -123,7 +123,9 @@ def test_bench_times_every_method_side_by_side_and_its_figures_agree():
 def test_bench_strategies_lists_every_strategy_of_the_pair():
     table = bench("--strategies", "--no-k-search", "--no-hf", "--k", "2")
     rows = {line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")}
-    assert {"fixed K=2", "adaptive", "lookup K=8", "eagle K=2", "tree 2x4 N=8"} <= rows  # the head's chain and tree
+    own = json.loads((ROOT / "assets/models/shakespeare-eagle/config.json").read_text())["tree"]  # the head's shape
+    tree = f"tree {own['topk']}x{own['depth']} N={own['budget']}"
+    assert {"fixed K=2", "adaptive", "lookup K=8", "eagle K=2", tree} <= rows  # the head's chain and its tree
     assert not any(row.startswith("hf") for row in rows)  # --no-hf leaves transformers' modes out
     assert "general prompts" in table and "copy prompts" in table
 
