@@ -92,8 +92,11 @@ def test_strategy_race_times_every_strategy_and_keeps_the_text_at_t0(client):
     tables = {out[1] for out in job.outputs() if isinstance(out[1], str) and out[1]}
     assert len(tables) == 6, "one new table after each run"
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    from specdemo.config import ASSETS
+
+    own = json.loads((ASSETS / "models/shakespeare-eagle/config.json").read_text())["tree"]  # the head's own shape
     names = ["target only", "fixed K = 3", "adaptive", "prompt lookup n = 3", "EAGLE head = 3",
-             "EAGLE tree (top-k 2, depth 4, 8 nodes)"]
+             f"EAGLE tree (top-k {own['topk']}, depth {own['depth']}, {own['budget']} nodes)"]
     assert [r.split("|")[1].strip() for r in rows] == names
     verdicts = [r.split("|")[-2].strip() for r in rows[1:]]
     assert all(v == "yes" or (v.startswith("no: parts at token") and v.endswith("a near-tie")) for v in verdicts), table

@@ -359,6 +359,10 @@ def test_a_tree_round_is_drawn_on_the_page_and_stepped_through_in_presenter_mode
     # presenter mode, stepped from the keyboard to round 2, the first tree round
     page.locator("#sd-presenter input").check()
     page.wait_for_function("document.querySelector('#sd-app').classList.contains('sd-present')")
+    # the switch's redraw (a separate event: charts enlarged, the step view redrawn from the cursor it read) has
+    # arrived before the keys move the cursor; otherwise it could land after them and show the round before
+    page.wait_for_function("(document.querySelector('#sd-race .gtitle')?.style.fontSize || '') === '24px'",
+                           timeout=60000)
     page.locator("#sd-stats").click()
     for _ in range(2):
         page.keyboard.press("ArrowRight")
