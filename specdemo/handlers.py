@@ -303,14 +303,14 @@ def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p
 @gpu
 @user_errors
 def strategy_race_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-                     chat=None, lang=None, presenter=False, ngram=3):
+                     chat=None, lang=None, presenter=False, ngram=3, tree_topk=0, tree_depth=0, tree_budget=0):
     """Target-only decoding, then every strategy, on the same prompt and seed, one after another (each timed alone),
-    with the page's K and lookup n-gram size. Streams RACE_OUTPUTS: the tokens-over-time chart and a table after
-    every run."""
+    with the page's K, lookup n-gram size and tree sizes (0: the head's own). Streams RACE_OUTPUTS: the
+    tokens-over-time chart and a table after every run."""
     yield views.race_view(None, lang, presenter) | {"race_state": None}  # see `experiment`
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-                   True, 1.0, limits, chat, "fixed", ngram)
+                   True, 1.0, limits, chat, "fixed", ngram, tree_topk, tree_depth, tree_budget)
     events = runs.strategy_race(get_pair(req.pair), req, limits)
     yield from experiment(events, lambda r: views.race_view(r, lang, presenter), "race_state", lang, limits)
 
@@ -318,15 +318,17 @@ def strategy_race_ui(pair_name, draft_id, target_id, prompt, k, temperature, top
 @gpu
 @user_errors
 def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, lenience, n_samples, seed,
-                    chat=None, lang=None, presenter=False, strategy="fixed", k=4, ngram=3):
-    """Draw N speculative samples of the first drafted token with the page's strategy (its K and n-gram size), as
-    the engine draws and verifies it, and compare their histogram with the exact p (runs.first_token_distribution).
-    Streams DIST_OUTPUTS; like the other experiments it first clears them (see `experiment`)."""
+                    chat=None, lang=None, presenter=False, strategy="fixed", k=4, ngram=3, tree_topk=0, tree_depth=0,
+                    tree_budget=0):
+    """Draw N speculative samples of the first drafted token with the page's strategy (its K, n-gram size and tree
+    sizes), as the engine draws and verifies it, and compare their histogram with the exact p
+    (runs.first_token_distribution). Streams DIST_OUTPUTS; like the other experiments it first clears them (see
+    `experiment`)."""
     yield views.dist_view(None) | {"dist_state": None}
     limits = Limits.from_env()
     n = as_number(Msg("field.samples"), n_samples, int, 10, limits.max_samples)
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, 1, seed, False, lenience,
-                   limits, chat, strategy, ngram)
+                   limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget)
     events = runs.first_token_distribution(get_pair(req.pair, req.spec.strategy), req, n, limits)
     yield from experiment(events, lambda d: views.dist_view(d, lang, presenter), "dist_state", lang, limits)
 

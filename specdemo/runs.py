@@ -212,7 +212,8 @@ def first_token_distribution(pair: ModelPair, req: Request, n: int, limits: Limi
     deadline = time.monotonic() + limits.time_limit_s
     budget = max(1, min(limits.max_new_tokens, pair.context_window - len(ids)))
     spec = SpecConfig(k=req.spec.k, max_new_tokens=budget, seed=req.spec.seed, lenience=req.spec.lenience,
-                      top_candidates=0, strategy=req.spec.strategy, ngram=req.spec.ngram)
+                      top_candidates=0, strategy=req.spec.strategy, ngram=req.spec.ngram,
+                      tree_topk=req.spec.tree_topk, tree_depth=req.spec.tree_depth, tree_budget=req.spec.tree_budget)
     target, drafter = CachedLM(pair.target, pair.vocab_size), make_drafter(spec, req.sampling, pair)
     loop = speculative_rounds(pair, ids, req.sampling, spec, target_lm=target, drafter=drafter)
     gen = torch.Generator(device=pair.device).manual_seed(req.spec.seed)

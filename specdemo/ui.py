@@ -289,12 +289,14 @@ def wire_runs(u, wire, view: list) -> None:
     dist_event = u.dist_btn.click(
         **wire(handlers.distribution_ui, handlers.DIST_OUTPUTS),
         inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["lenience"], u.n_samples, c["seed"],
-                         c["chat"]] + view + [c["strategy"], c["k"], c["ngram"]], api_name="distribution_check",
+                         c["chat"]] + view + [c["strategy"], c["k"], c["ngram"]] + [c[n] for n in TREE_INPUTS],
+        api_name="distribution_check",
         concurrency_id="models")
     race_event = u.race_btn.click(
         **wire(handlers.strategy_race_ui, handlers.RACE_OUTPUTS),
         inputs=common + [c["k"], c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"],
-                         c["chat"]] + view + [c["ngram"]], api_name="strategy_race", concurrency_id="models")
+                         c["chat"]] + view + [c["ngram"]] + [c[n] for n in TREE_INPUTS], api_name="strategy_race",
+        concurrency_id="models")
     u.stop_btn.click(None, None, None, cancels=[gen_click, gen_submit, sweep_event, dist_event, race_event])
     u.download_btn.click(**wire(handlers.trace_of, ("trace_json",)), inputs=[u.state], api_visibility="private",
                          queue=False).then(None, [u.trace_json], None, js=DOWNLOAD_JS, api_visibility="private")

@@ -90,7 +90,8 @@ def test_raw_streams_of_every_endpoint_show_no_server_path(app_url):
     sweep = raw_stream(app_url, "k_sweep", common + [0.8, 0, 1.0, 8, 0, 1, 2, None] + view)
     assert "event: complete" in sweep
     assert_no_server_path(sweep, "/k_sweep")
-    dist = raw_stream(app_url, "distribution_check", common + [1.0, 0, 1.0, 1.0, 100, 0, None] + view + ["fixed", 4, 3])
+    dist = raw_stream(app_url, "distribution_check", common + [1.0, 0, 1.0, 1.0, 100, 0, None] + view
+                      + ["fixed", 4, 3, 0, 0, 0])
     assert "event: complete" in dist
     assert_no_server_path(dist, "/distribution_check")
     for data in (["custom", "/etc", "/etc", "ROMEO:\n", 4, 0.8, 0, 1.0, 8, 0, True, 1.0, None, "fixed"],

@@ -264,6 +264,23 @@ def test_generate_endpoint_takes_the_tree_sizes(client, pair):
     assert "Tree budget must be at most" in str(info.value) and "SPECDEMO_MAX_TREE" in str(info.value)
 
 
+def test_the_race_and_the_distribution_check_draft_the_pages_tree(client):
+    """The experiment tabs take the page's tree sizes: the race's tree row names them, and the distribution check
+    draws its first tree token from a tree of that size (its summary says which strategy drew it)."""
+    job = client.submit("shakespeare", "", "", "ROMEO:\n", 3, 0.0, 0, 1.0, 12, 0, None, "en", False, 3, 2, 2, 4,
+                        api_name="/strategy_race")
+    _, table = job.result(timeout=600)[:2]
+    assert "EAGLE tree (top-k 2, depth 2, 4 nodes)" in table, table
+    with pytest.raises(Exception) as info:  # refused in one sentence (here by the page's slider, which ends there)
+        client.submit("shakespeare", "", "", "ROMEO:\n", 3, 0.0, 0, 1.0, 12, 0, None, "en", False, 3, 2, 2, 10_000,
+                      api_name="/strategy_race").result(timeout=120)
+    assert f"maximum value {Limits.from_env().max_tree}" in str(info.value) or "Tree budget must be at most" in str(
+        info.value), info.value
+    _, summary = client.submit("shakespeare", "", "", "ROMEO:\n", 1.0, 0, 1.0, 1.0, 100, 0, None, "en", False,
+                               "tree", 3, 3, 2, 2, 4, api_name="/distribution_check").result(timeout=600)[:2]
+    assert summary and "tree" in summary.lower(), summary
+
+
 # ------------------------------------------------------------------------------------------------ the page
 
 browser_only = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian chromium is not installed")
