@@ -381,10 +381,10 @@ def test_a_tree_round_is_drawn_on_the_page_and_stepped_through_in_presenter_mode
     page.wait_for_function("(document.querySelector('#sd-race .gtitle')?.style.fontSize || '') === '24px'",
                            timeout=60000)
     page.locator("#sd-stats").click()
-    for _ in range(2):
+    for n in (1, 2):  # one key at a time, each step on screen before the next key
         page.keyboard.press("ArrowRight")
-    page.wait_for_function("(document.querySelector('#sd-step-caption')?.innerText || '').includes('第 2 轮')",
-                           timeout=60000)
+        page.wait_for_function(f"(document.querySelector('#sd-step-caption')?.innerText || '').includes('第 {n} 轮')",
+                               timeout=60000)
     assert "草稿头起草了一棵含" in page.inner_text("#sd-step-caption")
     drawing = page.locator("#sd-step-tokens .sd-tree svg")
     drawing.wait_for(timeout=30000)
