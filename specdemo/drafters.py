@@ -18,8 +18,8 @@ with no branch per strategy. Letters as in sampling.py: p is the TARGET, q is th
              k_max tokens that followed it. No draft model, and no device sync: it searches an index of a copy of
              the sequence kept on the host (the prompt copied once; the kept tokens handed over in `observe`).
              q is one-hot on each proposed token, so the ratio test accepts x with probability p(x) and the
-             residual norm(max(0, p - q)) is p without x: exact at every temperature. With nothing to match it proposes nothing, and the round is one plain target step
-             (source "fallback").
+             residual norm(max(0, p - q)) is p without x: exact at every temperature. With nothing to match it
+             proposes nothing, and the round is one plain target step (source "fallback").
   eagle    - a feature-level draft head (EAGLE, Li et al. 2024, arXiv:2401.15077; specdemo/eagle.py): one decoder
              layer that reads the target's own last hidden states for the fixed prefix and the embedding of the
              next token, predicts the next hidden state, and turns it into q through the target's LM head rows

@@ -193,8 +193,8 @@ def controls(u, limits: Limits, pair_name: str) -> None:
 
 
 def results(u, limits: Limits, first: dict, n_rounds: int) -> None:
-    """The right column (into `u`): the legend, the stats, the token view, the stats, two charts and
-    the tabs. `first` holds what they show before any click (views.opening: the recorded run, or nothing), and
+    """The right column (into `u`): the legend, the stats, the token view, the keys' hint, two charts and the
+    tabs. `first` holds what they show before any click (views.opening: the recorded run, or nothing), and
     n_rounds its rounds."""
     L = i18n.label
     u.legend = gr.HTML(render.legend(), elem_id="sd-legend")

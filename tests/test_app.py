@@ -82,7 +82,7 @@ def test_generate_endpoint_defaults_to_the_pairs_own_strategy(client, pair):
     assert asked["settings"]["strategy"] == "lookup"
 
 
-def test_strategy_race_times_every_strategy_and_keeps_the_text_at_t0(client):
+def test_strategy_race_times_every_strategy_and_keeps_the_text_at_t0(client, pair):
     """The Strategy race tab's endpoint: target only, then fixed, adaptive, lookup, the EAGLE head's chain and its
     tree, with one table row each; at T = 0 each text must equal the target's (the table says so), or the row says
     where a bf16 near-tie parted them."""
@@ -92,11 +92,12 @@ def test_strategy_race_times_every_strategy_and_keeps_the_text_at_t0(client):
     tables = {out[1] for out in job.outputs() if isinstance(out[1], str) and out[1]}
     assert len(tables) == 6, "one new table after each run"
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    from specdemo.config import ASSETS
+    from specdemo import SpecConfig
+    from specdemo.drafters import tree_shape
 
-    own = json.loads((ASSETS / "models/shakespeare-eagle/config.json").read_text())["tree"]  # the head's own shape
+    topk, depth, budget = tree_shape(SpecConfig(strategy="tree"), pair.head)  # the head's own shape
     names = ["target only", "fixed K = 3", "adaptive", "prompt lookup n = 3", "EAGLE head = 3",
-             f"EAGLE tree (top-k {own['topk']}, depth {own['depth']}, {own['budget']} nodes)"]
+             f"EAGLE tree (top-k {topk}, depth {depth}, {budget} nodes)"]
     assert [r.split("|")[1].strip() for r in rows] == names
     verdicts = [r.split("|")[-2].strip() for r in rows[1:]]
     assert all(v == "yes" or (v.startswith("no: parts at token") and v.endswith("a near-tie")) for v in verdicts), table

@@ -120,11 +120,14 @@ def test_bench_times_every_method_side_by_side_and_its_figures_agree():
     assert 0 <= res["alpha_empirical"] <= 1 and res["c_isolated"] > 0
 
 
-def test_bench_strategies_lists_every_strategy_of_the_pair():
+def test_bench_strategies_lists_every_strategy_of_the_pair(pair):
+    from specdemo import SpecConfig
+    from specdemo.drafters import tree_shape
+
     table = bench("--strategies", "--no-k-search", "--no-hf", "--k", "2")
     rows = {line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")}
-    own = json.loads((ROOT / "assets/models/shakespeare-eagle/config.json").read_text())["tree"]  # the head's shape
-    tree = f"tree {own['topk']}x{own['depth']} N={own['budget']}"
+    topk, depth, budget = tree_shape(SpecConfig(strategy="tree"), pair.head)  # the head's own shape
+    tree = f"tree {topk}x{depth} N={budget}"
     assert {"fixed K=2", "adaptive", "lookup K=8", "eagle K=2", tree} <= rows  # the head's chain and its tree
     assert not any(row.startswith("hf") for row in rows)  # --no-hf leaves transformers' modes out
     assert "general prompts" in table and "copy prompts" in table

@@ -48,7 +48,7 @@ def chi2_pvalue(counts: Counter, probs: dict, n: int) -> float:
 # ------------------------------------------------------------------------------------------------ pure functions
 
 
-def test_sample_draws_each_row_from_its_distribution_and_never_a_zero():
+def test_sample_draws_each_row_from_its_distribution_and_never_a_zero(monkeypatch):
     """sample (inverse CDF in float64) against the exact rows: a spread row with zeros between and after its mass,
     a row of one token, a row with a mass of 1e-7 beside a big one, and a large random row (vocabulary-sized, with
     a zeroed tail); chi-square per row, and no token of probability 0 ever drawn, also when every uniform is pushed
@@ -69,16 +69,12 @@ def test_sample_draws_each_row_from_its_distribution_and_never_a_zero():
         assert chi2_pvalue(Counter((x,) for x in drawn), exact, n) > PASS_P
         shifted = [min(x + 1, len(row) - 1) for x in drawn]  # planted bug
         assert chi2_pvalue(Counter((x,) for x in shifted), exact, n) < BUG_P
-    top = torch.Generator().manual_seed(0)
-    real_rand = torch.rand
-    try:  # every uniform at the largest float below 1: u lands on the row's total, where only rounding decides
-        torch.rand = lambda *a, **kw: torch.full(a[:2] if len(a) >= 2 else a[0], 1 - 2 ** -53, **{
-            k: v for k, v in kw.items() if k in ("dtype", "device")})
-        for row in rows:
-            x = int(sample(row.view(1, -1), top)[0])
-            assert row[x] > 0 and x == int(torch.nonzero(row).max()), (row[:8], x)
-    finally:
-        torch.rand = real_rand
+    # every uniform at the largest float below 1: u lands on the row's total, where only rounding decides
+    monkeypatch.setattr(torch, "rand", lambda *size, generator=None, device=None, dtype=None:
+                        torch.full(size, 1 - 2 ** -53, device=device, dtype=dtype))
+    for row in rows:
+        x = int(sample(row.view(1, -1), gen)[0])
+        assert row[x] > 0 and x == int(torch.nonzero(row).max()), (row[:8], x)
 
 
 def test_warp_greedy_is_one_hot_without_division():
