@@ -71,6 +71,7 @@ STRATEGIES = ("fixed", "adaptive", "lookup", "eagle", "tree")
 NGRAM_RANGE = (1, 8)
 TREE_TOPK_RANGE = (1, 16)  # tree: children per expanded node, and expanded nodes per depth
 TREE_DEPTH_RANGE = (1, 16)  # tree: the deepest drafted token (a round keeps at most depth + 1 tokens)
+TREE_CHILDREN = ("auto", "top", "sampled")  # tree: the head's top-k children, or children sampled from it (T > 0)
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,10 @@ class SpecConfig:
     copies up to K tokens that followed an earlier occurrence of the last `ngram` tokens (no draft model); "eagle"
     lets the pair's EAGLE head draft a chain of up to K; "tree" lets it draft a tree (EAGLE-2) of `tree_budget`
     nodes, `tree_depth` deep, expanding `tree_topk` nodes a depth with `tree_topk` children each (K is not used;
-    0 takes the head's own default for each size, drafters.tree_shape).
+    0 takes the head's own default for each size, drafters.tree_shape). tree_children: "top" makes each node's
+    children the head's top-k (tree.grow, verified by tree.walk); "sampled" draws them from the head without
+    replacement at T > 0 (tree.grow_sampled, verified by tree.walk_sampled; at T = 0 it is "top"); "auto" picks
+    drafters.AUTO_TREE_CHILDREN at T > 0.
     lenience b in (0, 1] draws the acceptance uniform from U[0, b); b = 1 is the exact algorithm, b < 1 accepts more
     drafts and is lossy (the output no longer follows the target's distribution). top_candidates: how many top
     tokens per position the Round events carry for the inspector (0 = none: the bench, the CLI and the API skip it).
@@ -98,6 +102,7 @@ class SpecConfig:
     tree_topk: int = 0  # tree: 0 = the head's default
     tree_depth: int = 0
     tree_budget: int = 0
+    tree_children: str = "auto"
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -119,6 +124,9 @@ class SpecConfig:
                 raise ConfigError(f"{name} must be 0 (the head's default) or between {lo} and {hi}, got {value!r}")
         if type(self.tree_budget) is not int or self.tree_budget < 0:
             raise ConfigError(f"tree_budget must be 0 (the head's default) or at least 1, got {self.tree_budget!r}")
+        if self.tree_children not in TREE_CHILDREN:
+            raise ConfigError(f"tree_children must be one of {', '.join(TREE_CHILDREN)}, "
+                              f"got {str(self.tree_children)[:40]!r}")
 
     @property
     def lossy(self) -> bool:

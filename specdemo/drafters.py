@@ -53,7 +53,7 @@ from .i18n import Msg
 from .eagle import HeadCache
 from .models import CachedLM, ModelPair, StrategyUnavailable
 from .sampling import sample, warp
-from .tree import DraftTree, grow
+from .tree import DraftTree, grow, grow_sampled, sampled_plan
 
 ADAPTIVE_MAX_K = 12  # the adaptive drafter's cap (it chooses K per round), lowered to the server's K limit
 ADAPTIVE_THRESHOLD = 0.3  # stop once the estimated chance that all drafts so far survive falls below this
@@ -354,20 +354,34 @@ def tree_shape(spec: SpecConfig, head, limits: Limits | None = None) -> tuple[in
     return topk, depth, max(1, min(budget, topk + (depth - 1) * topk * topk, cap))
 
 
+AUTO_TREE_CHILDREN = "sampled"  # what tree_children="auto" means at T > 0 (chosen by measuring; README)
+
+
+def tree_children(spec: SpecConfig, sampling: SamplingConfig) -> str:
+    """"top" or "sampled": how a tree run's children are chosen. At T = 0 always "top" (sampling from a one-hot
+    head has one child; the argmax walk is the T -> 0 limit of both)."""
+    if sampling.greedy:
+        return "top"
+    return AUTO_TREE_CHILDREN if spec.tree_children == "auto" else spec.tree_children
+
+
 class TreeDrafter(EagleDrafter):
     """The EAGLE head drafts a tree (EAGLE-2; tree.grow): per depth, one head call over the frontier's topk nodes
     with a tree mask in the head's own cache; then the best `budget` nodes by cumulative head probability. The
     children are the head's top-k, not samples, so the loop verifies the tree with the exact walk (tree.walk) at
-    every temperature. The drafted positions are cropped from the head's cache after the round, and the kept path
-    is re-read from the target's true features, as for the chain."""
+    every temperature. With sampled children (T > 0), the same head calls draw each expanded node's children
+    from the head's warped q without replacement (tree.grow_sampled), and the loop verifies them by recursive
+    rejection sampling (tree.walk_sampled). The drafted positions are cropped from the head's cache after the
+    round, and the kept path is re-read from the target's true features, as for the chain."""
 
     name = "tree"
 
     def __init__(self, head, target, sampling: SamplingConfig, vocab_size: int, capacity: int,
-                 shape: tuple[int, int, int]):
+                 shape: tuple[int, int, int], children: str = "top"):
         self.topk, self.depth, self.budget = shape
         super().__init__(head, target, sampling, vocab_size, capacity + (self.depth - 1) * self.topk)
         self.stop_below = 0.0  # a tree hedges instead of stopping
+        self.sampled = children == "sampled" and not sampling.greedy
 
     @torch.inference_mode()
     def propose(self, seq: torch.Tensor, k_max: int, gen: torch.Generator) -> Proposal:
@@ -383,20 +397,30 @@ class TreeDrafter(EagleDrafter):
         self.pending, self.true_len = [], self.cache.length
         depth, topk = min(self.depth, k_max), self.topk
         dev, true_len = seq.device, self.true_len
-        prefix_seen = torch.ones(topk, true_len, dtype=torch.bool, device=dev)
-        outputs = {"g": g_root.expand(topk, -1)}  # the predicted features of the current frontier's parents
+        outputs = {"g": g_root}  # the predicted features of the nodes the head read last (the root's at first)
 
         def expand(parent_slots, draft_ids, visible, d):
             # the frontier's nodes at depth d, each read as (its parent's predicted feature, its token), in one call
-            feat = outputs["g"] if parent_slots is None else outputs["g"][parent_slots]
-            positions = torch.full((topk,), true_len + d - 1, device=dev)  # where a chain's node would sit
+            m = draft_ids.shape[0]
+            feat = outputs["g"].expand(m, -1) if parent_slots is None else outputs["g"][parent_slots]
+            positions = torch.full((m,), true_len + d - 1, device=dev)  # where a chain's node would sit
+            prefix_seen = torch.ones(m, true_len, dtype=torch.bool, device=dev)
             g = self.step_at(feat, self.head.d2t[draft_ids], positions, torch.cat([prefix_seen, visible], dim=1))
             outputs["g"] = g
             return F.linear(g, self.head.lm_rows)
 
-        # 2. grow the tree from the root's logits, then keep the best `budget` nodes
-        grown = grow(F.linear(g_root, self.head.lm_rows)[0], expand, topk, depth, self.budget)
-        return Proposal(self.head.d2t[grown.draft_ids], empty, "tree", tree=grown.tree)
+        # 2. grow the tree from the root's logits: the head's top-k children, reranked to the best `budget` nodes;
+        #    or children drawn from the head, in the shape sampled_plan fixes
+        root = F.linear(g_root, self.head.lm_rows)[0]
+        if not self.sampled:
+            grown = grow(root, expand, topk, depth, self.budget)
+            return Proposal(self.head.d2t[grown.draft_ids], empty, "tree", tree=grown.tree)
+        grown = grow_sampled(root, expand, sampled_plan(topk, depth, self.budget),
+                             lambda logits: warp(logits, self.sampling), gen)
+        tree = grown.tree
+        tree.q_rows = torch.zeros(tree.q_rows.shape[0], self.vocab_size, device=dev).index_copy_(
+            1, self.head.d2t, tree.q_rows)  # over the target's vocabulary: zero outside the draft vocabulary
+        return Proposal(self.head.d2t[grown.draft_ids], empty, "tree", tree=tree)
 
     def step_at(self, feat, tokens, positions, mask) -> torch.Tensor:
         return self.head.step(feat.to(self.dtype), self.embed(tokens).to(self.dtype), self.cache, positions, mask)
@@ -437,7 +461,7 @@ def make_drafter(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, dr
         return EagleDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1)
     if spec.strategy == "tree":
         return TreeDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1,
-                           tree_shape(spec, pair.head))
+                           tree_shape(spec, pair.head), tree_children(spec, sampling))
     draft_lm = draft_lm or CachedLM(pair.draft, pair.vocab_size)
     if spec.strategy == "adaptive":
         return AdaptiveDrafter(draft_lm, sampling)

@@ -33,7 +33,7 @@ from .drafters import Drafter, RoundOutcome, make_drafter, max_drafts, tree_shap
 from .i18n import Translatable
 from .models import CachedLM, ModelPair, dtype_name
 from .sampling import verify, warp
-from .tree import DraftTree, TreeVerdict, tree_attention, walk
+from .tree import DraftTree, TreeVerdict, tree_attention, walk, walk_sampled
 
 
 class PromptError(Translatable, ValueError):
@@ -190,11 +190,14 @@ def tree_verdict_on_host(pair: ModelPair, tokens: torch.Tensor, tree: DraftTree,
         top_tensors = [top_ids, p.gather(1, top_ids)]
     p_next = p.view(-1).gather(0, v.end_row * p.shape[1] + v.next_token)
     host = to_host(tokens, tree.parents, tree.depths, tree.head_p, v.p_of_node, v.on_path, v.p_continue,
-                   torch.stack([v.end_row, v.next_token, v.end_is_leaf.long()]), p_next, *top_tensors)
-    ids, parents, depths, head_p, p_node, on_path, p_go, (end_row, next_tok, leaf), (p_next_host,), *top_host = host
+                   v.q_of_node, v.accept_of_node, torch.stack([v.end_row, v.next_token, v.end_is_leaf.long()]),
+                   p_next, *top_tensors)
+    (ids, parents, depths, head_p, p_node, on_path, p_go, q_node, acc_node, (end_row, next_tok, leaf), (p_next_host,),
+     *top_host) = host
     assert all(-1 <= a < i for i, a in enumerate(parents)), f"a tree node without its parent: {parents}"
-    nodes = [TreeNode(i, int(t), pair.token_text(int(t)), int(a), int(d), hp, pn, bool(o))
-             for i, (t, a, d, hp, pn, o) in enumerate(zip(ids, parents, depths, head_p, p_node, on_path))]
+    nodes = [TreeNode(i, int(t), pair.token_text(int(t)), int(a), int(d), hp, pn, bool(o), qn, an)
+             for i, (t, a, d, hp, pn, o, qn, an) in enumerate(zip(ids, parents, depths, head_p, p_node, on_path,
+                                                                    q_node, acc_node))]
     top = [[] for _ in range(len(nodes) + 1)]
     if top_m > 0:
         width = top_tensors[0].shape[1]
@@ -210,28 +213,29 @@ def tree_round_tokens(pair: ModelPair, nodes: list[TreeNode], path: list[int], p
                       ) -> tuple[list[DraftPosition], list[Token]]:
     """A tree round as events. The positions are the path's nodes (accepted) and, where the walk ended at a node
     with children, the head's likeliest child there (judged and refused: the target drew another token). A node's
-    q is its head probability; its accept_prob is the chance the target draws it, p (q = 1 for a deterministic
-    child); overlap is the chance the target goes on from its parent, the p of all the parent's children."""
+    q is its head probability; its accept_prob is its chance to be kept when tested (p for a deterministic child,
+    min(1, r/q) for a sampled one); overlap is the chance the walk goes on from its parent to one of its
+    children."""
     rows = [0] + [i + 1 for i in path]  # the p rows the walk visited
     positions = []
     for t, i in enumerate(path):
         nd = nodes[i]
-        positions.append(DraftPosition(t + 1, nd.token_id, nd.text, nd.head_p, nd.p, 0.0, nd.p, p_go[rows[t]],
-                                       True, True, top[rows[t]]))
+        positions.append(DraftPosition(t + 1, nd.token_id, nd.text, nd.head_p, nd.p, 0.0, nd.accept_prob,
+                                       p_go[rows[t]], True, True, top[rows[t]]))
     end = path[-1] if path else -1
     children = [nd for nd in nodes if nd.parent == end]
     if not leaf and children:
         best = max(children, key=lambda nd: nd.head_p)
-        positions.append(DraftPosition(len(path) + 1, best.token_id, best.text, best.head_p, best.p, 0.0, best.p,
-                                       p_go[rows[-1]], True, False, top[rows[-1]]))
+        positions.append(DraftPosition(len(path) + 1, best.token_id, best.text, best.head_p, best.p, 0.0,
+                                       best.accept_prob, p_go[rows[-1]], True, False, top[rows[-1]]))
     n_acc = len(path)
-    tokens = [Token(d.token_id, d.text, "accepted", d.position, d.p, d.q, None, d.p)
+    tokens = [Token(d.token_id, d.text, "accepted", d.position, d.p, d.q, None, d.accept_prob)
               for d in positions[: min(n_acc, len(new_ids))]]
     if len(new_ids) > n_acc:
         if not leaf and children:
             refused = positions[n_acc]
             tokens.append(Token(refused.token_id, refused.text, "rejected", refused.position, refused.p, refused.q,
-                                None, refused.p))
+                                None, refused.accept_prob))
         tokens.append(Token(next_tok, pair.token_text(next_tok), "bonus" if leaf else "resampled", n_acc + 1,
                             p=p_next))
     return positions, tokens
@@ -292,7 +296,8 @@ def speculative_rounds(
             draft_list, rows, n_acc, next_tok, p_next, top = verdict_on_host(pair, draft_tokens, q_draft, p, v, top_m)
             path = list(range(n_acc))
         else:
-            tv = walk(draft_tokens, tree, p, gen, greedy=sampling.greedy)
+            tv = (walk(draft_tokens, tree, p, gen, greedy=sampling.greedy) if tree.q_rows is None
+                  else walk_sampled(draft_tokens, tree, p, gen))
             nodes, path, p_go, next_tok, p_next, leaf, top = tree_verdict_on_host(pair, draft_tokens, tree, p, tv,
                                                                                   top_m)
             draft_list, n_acc = [nodes[i].token_id for i in path], len(path)

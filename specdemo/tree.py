@@ -34,6 +34,10 @@ class DraftTree:
     depths: torch.Tensor  # [n] long: 1 for a child of the root
     head_p: torch.Tensor  # [n] float32: the head's probability of the node's token given its parent (unwarped)
     max_depth: int  # a bound on depths, known on the host (the loops below run this many times, with no sync)
+    q_rows: torch.Tensor | None = None  # [n + 1, V] sampled children only (grow_sampled): row 0 at the root, row
+    #     i + 1 at node i, the warped head distribution the row's children were drawn from, without replacement, in
+    #     node order; zero at a row with no children. None: the children are the head's top-k (deterministic)
+    max_children: int = 0  # sampled children only: the most children a row has (the walk's loop runs this often)
 
     @staticmethod
     def chain(k: int, device, head_p: torch.Tensor | None = None) -> DraftTree:
@@ -86,6 +90,9 @@ class TreeVerdict:
     p_of_node: torch.Tensor  # [n] the target's p of each node's token at its parent
     p_continue: torch.Tensor  # [n + 1] the target's p of all children of each row together: its chance to go on
     draws: torch.Tensor  # [n + 1] the target's draw at every row (only the walked rows' draws are used)
+    q_of_node: torch.Tensor  # [n] the q each node was tested with (1 for a deterministic child)
+    accept_of_node: torch.Tensor  # [n] its chance to be accepted when tested: p for a deterministic child,
+    #                               min(1, r/q) against the row's residual for a sampled one
 
 
 def walk(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, generator: torch.Generator | None,
@@ -116,7 +123,106 @@ def walk(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, generato
     end_is_leaf = ~has_child.gather(0, end_row.view(1)).squeeze(0)
     p_of_node = p_target[parent_row].gather(1, tokens.view(-1, 1)).squeeze(1)
     p_continue = torch.zeros(n + 1, device=tokens.device).index_add_(0, parent_row, p_of_node)
-    return TreeVerdict(path, n_accepted, end_row, next_token, end_is_leaf, p_of_node, p_continue, draws)
+    return TreeVerdict(path, n_accepted, end_row, next_token, end_is_leaf, p_of_node, p_continue, draws,
+                       torch.ones_like(p_of_node), p_of_node)
+
+
+def sibling_slots(parents: torch.Tensor) -> torch.Tensor:
+    """[n] long: each node's rank among its siblings in node order (0 for the first child of its parent)."""
+    n = parents.shape[0]
+    same = parents.view(1, n) == parents.view(n, 1)
+    earlier = torch.ones(n, n, dtype=torch.bool, device=parents.device).tril(-1)
+    return (same & earlier).sum(1)
+
+
+def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, generator: torch.Generator | None
+                 ) -> TreeVerdict:
+    """The exact walk through a tree whose children were SAMPLED from the head (grow_sampled), with no host sync.
+
+    Recursive rejection sampling (SpecInfer's multi-step speculative sampling, arXiv:2305.09781, with the draws
+    made without replacement as in Jeon et al.'s recursive speculative decoding, arXiv:2402.14160). At a row with
+    target distribution p and children c_1..c_m, drawn in that order from the head's q without replacement:
+    test c_1 ~ q_1 = q against r_1 = p, accepting it with probability min(1, r_1(c_1)/q_1(c_1)); on a rejection
+    go on with r_2 = norm(max(0, r_1 - q_1)) and c_2 ~ q_2 = q without c_1, renormalised; and so on. An accepted
+    child is descended into; if all are rejected the row's token is drawn from the last residual (resampled), and
+    at a row with no children from p itself (the bonus). Each step is the modified rejection test of a chain with
+    the q that the child was really drawn from, so the row's token follows r_1 = p whatever the children are; a
+    rejected child has r(c) < q(c), so it has no mass in any later residual and is never drawn again. The tree's
+    shape may depend on the head's draws (which nodes are expanded), never on the target.
+    p_continue is, for each row, the chance that the walk goes on to one of its children given these children."""
+    n = tokens.shape[0]
+    assert p_target.shape[0] == n + 1 and tree.q_rows is not None and tree.q_rows.shape == p_target.shape
+    from .sampling import residual, sample
+
+    dev, rows, width = tokens.device, n + 1, max(tree.max_children, 1)
+    wide = torch.float32 if dev.type == "mps" else torch.float64  # a peaked head leaves subnormal float32 masses
+    parent_row = tree.parents + 1
+    child = torch.full((rows, width), -1, dtype=torch.long, device=dev)
+    child[parent_row, sibling_slots(tree.parents)] = torch.arange(n, device=dev)
+    u = torch.rand(rows, width, generator=generator, device=dev, dtype=wide)
+    r, q_left = p_target.to(wide), tree.q_rows.to(wide)  # the row's residual, and the head's q not yet drawn
+    accepted = torch.full((rows,), -1, dtype=torch.long, device=dev)  # the accepted child's node, -1 none yet
+    q_of_node = torch.zeros(n, device=dev, dtype=wide)
+    accept_of_node = torch.zeros(n, device=dev, dtype=wide)
+    reach = torch.ones(rows, device=dev, dtype=wide)  # the chance the walk is still testing this row's children
+    for s in range(width):
+        node = child[:, s]
+        has = node >= 0
+        tok = tokens[node.clamp(min=0)].view(-1, 1)
+        mass = q_left.sum(-1, keepdim=True)
+        q_now = torch.where(mass > 0, q_left / mass, torch.zeros_like(q_left))  # q without c_1..c_{s-1}
+        q_c = q_now.gather(1, tok).squeeze(1)
+        live = has & (q_c > 0)  # a child drawn past the head's support was never really drawn: skip it
+        ratio = torch.where(live, (r.gather(1, tok).squeeze(1) / q_c).clamp(max=1.0), torch.zeros_like(q_c))
+        q_of_node.index_copy_(0, node[has], q_c[has])
+        accept_of_node.index_copy_(0, node[has], ratio[has])
+        testing = live & (accepted < 0)
+        ok = testing & (u[:, s] < ratio)
+        accepted = torch.where(ok, node, accepted)
+        reach = reach * torch.where(live, 1.0 - ratio, torch.ones_like(ratio))
+        go_on = (testing & ~ok).view(-1, 1)
+        r = torch.where(go_on, residual(r, q_now), r)
+        q_left = torch.where(go_on, q_left.scatter(1, tok, 0.0), q_left)
+    draws = sample(r, generator)  # [n + 1]: the residual's draw (a row whose children were all rejected) or p's
+    on_path = torch.zeros(rows, dtype=torch.bool, device=dev)
+    on_path[0] = True
+    node_ids = torch.arange(n, device=dev)
+    for _ in range(tree.max_depth):
+        on_path[1:] = (accepted[parent_row] == node_ids) & on_path[parent_row]
+    path = on_path[1:]
+    end_row = torch.where(on_path, torch.cat([tree.depths.new_zeros(1), tree.depths]), -1).argmax()
+    next_token = draws.gather(0, end_row.view(1)).squeeze(0)
+    end_is_leaf = child[:, 0].gather(0, end_row.view(1)).squeeze(0) < 0
+    p_of_node = p_target[parent_row].gather(1, tokens.view(-1, 1)).squeeze(1)
+    return TreeVerdict(path, path.long().sum(), end_row, next_token, end_is_leaf, p_of_node,
+                       (1.0 - reach).float(), draws, q_of_node.float(), accept_of_node.float())
+
+
+def sampled_plan(topk: int, depth: int, budget: int) -> list[tuple[int, int]]:
+    """The shape of a sampled tree, fixed before drafting: (nodes expanded, children each) for each depth.
+
+    The root is expanded with up to topk children; each further depth expands up to topk of the previous depth's
+    nodes (the head's likeliest paths), with topk children each, as far as the budget allows while keeping one node
+    for every deeper depth, so that the tree reaches min(depth, budget) deep and holds at most `budget` nodes.
+    Every child drawn at an expanded node is kept: which children a node has never depends on what was drawn."""
+    depth = min(depth, budget)
+    plan, used, frontier = [], 0, 1
+    for d in range(depth):
+        room = budget - used - (depth - d - 1)
+        children = min(topk, room)
+        expanded = max(1, min(topk, frontier, room // children))
+        plan.append((expanded, children))
+        used += expanded * children
+        frontier = expanded * children
+    return plan
+
+
+def gumbel_top(logq: torch.Tensor, m: int, generator: torch.Generator | None) -> torch.Tensor:
+    """m draws without replacement from exp(logq) per row [rows, V] -> [rows, m], in draw order (Gumbel-top-k:
+    Kool et al. 2019, arXiv:1903.06059). The noise is drawn in float64, so a uniform of exactly 0 is negligible."""
+    u = torch.rand(logq.shape, generator=generator, device=logq.device, dtype=torch.float64)
+    keys = logq.double() - (-u.log()).log()
+    return keys.topk(m, dim=-1).indices
 
 
 @dataclass
@@ -177,3 +283,47 @@ def grow(root_logits: torch.Tensor, expand, topk: int, depth: int, budget: int) 
 
 def draft_ids_at(draft_ids: list[torch.Tensor], frontier: torch.Tensor) -> torch.Tensor:
     return torch.cat(draft_ids)[frontier]
+
+
+def grow_sampled(root_logits: torch.Tensor, expand, plan: list[tuple[int, int]], warp_q,
+                 generator: torch.Generator | None) -> Grown:
+    """A tree of SAMPLED children, for T > 0 (verified by walk_sampled): each expanded node's children are drawn
+    from the head's warped q (`warp_q`: logits [rows, V_draft] -> probabilities, the run's T, top-k and top-p)
+    without replacement, in draw order. `plan` (sampled_plan) says how many nodes each depth expands and how many
+    children each gets; the nodes expanded are the previous depth's best by cumulative log q, which depends only
+    on the head's own draws. `expand` is as for `grow`, for a frontier of any size. Every drawn child is kept."""
+    dev = root_logits.device
+    logits = root_logits.float().view(1, -1)
+    q = warp_q(logits)
+    ids = gumbel_top(q.log(), plan[0][1], generator)[0]
+    hp = logits.softmax(-1)[0, ids]
+    draft_ids, parents, depths, head_p = [ids], [torch.full_like(ids, -1)], [torch.ones_like(ids)], [hp]
+    scores = [q[0, ids].log()]
+    q_of_rows, expanded = [q], [torch.full((1,), -1, device=dev, dtype=torch.long)]
+    level = torch.arange(ids.shape[0], device=dev)  # the last depth's nodes (global indices)
+    level_slot, visible, offset = None, None, ids.shape[0]  # each level node's parent among the last fed nodes
+    for d, (m, c) in enumerate(plan[1:], start=1):
+        best = torch.sort(torch.cat(scores)[level], descending=True, stable=True).indices[:m]
+        chosen = level[best]
+        slots = None if level_slot is None else level_slot[best]
+        eye = torch.eye(m, dtype=torch.bool, device=dev)
+        visible = eye if slots is None else torch.cat([visible[slots], eye], dim=1)
+        logits = expand(slots, torch.cat(draft_ids)[chosen], visible, d).float()
+        q = warp_q(logits)
+        kids = gumbel_top(q.log(), c, generator)  # [m, c]
+        draft_ids.append(kids.reshape(-1))
+        parents.append(chosen.repeat_interleave(c))
+        depths.append(torch.full((m * c,), d + 1, dtype=torch.long, device=dev))
+        head_p.append(logits.softmax(-1).gather(1, kids).reshape(-1))
+        scores.append((torch.cat(scores)[chosen].view(-1, 1) + q.gather(1, kids).log()).reshape(-1))
+        q_of_rows.append(q)
+        expanded.append(chosen)
+        level = offset + torch.arange(m * c, device=dev)
+        level_slot = torch.arange(m, device=dev).repeat_interleave(c)
+        offset += m * c
+    n = offset
+    q_rows = torch.zeros(n + 1, q.shape[-1], device=dev).index_copy_(0, torch.cat(expanded) + 1,
+                                                                      torch.cat(q_of_rows))
+    tree = DraftTree(torch.cat(parents), torch.cat(depths), torch.cat(head_p), len(plan), q_rows,
+                     max(c for _, c in plan))
+    return Grown(torch.cat(draft_ids), tree)

@@ -26,7 +26,8 @@ from specdemo.drafters import TreeDrafter, make_drafter, tree_shape
 from specdemo.models import CachedLM, StrategyUnavailable
 from specdemo.sampling import residual, sample, warp
 from specdemo.speculative import speculative_rounds
-from specdemo.tree import DraftTree, TreeVerdict, ancestors, grow, tree_attention, walk
+from specdemo.tree import (DraftTree, TreeVerdict, ancestors, grow, gumbel_top, sampled_plan, tree_attention, walk,
+                           walk_sampled)
 from test_eagle import exact_joint3, random_head
 from test_exactness import BUG_P, PASS_P, chi2_pvalue
 
@@ -43,18 +44,19 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def tree_drafter(pair, head, cfg, shape):
-    return lambda: TreeDrafter(head, pair.target, cfg, pair.vocab_size, pair.context_window + 1, shape)
+def tree_drafter(pair, head, cfg, shape, children="top"):
+    return lambda: TreeDrafter(head, pair.target, cfg, pair.vocab_size, pair.context_window + 1, shape, children)
 
 
-def tree_samples(pair, prompt_ids, cfg, shape, n, make_drafter=None, seed0=0, cells=(0, 3)) -> tuple[Counter, Counter]:
+def tree_samples(pair, prompt_ids, cfg, shape, n, make_drafter=None, seed0=0, cells=(0, 3), children="top"
+                 ) -> tuple[Counter, Counter]:
     """n runs with seeds seed0..: Counter of tokens [cells) of each run's output, and Counter of how each run's
     first tree round ended: ("root" | "inner" | "leaf", path length)."""
     counts, ends = Counter(), Counter()
     depth = shape[1]
     for seed in range(seed0, seed0 + n):
         spec = SpecConfig(max_new_tokens=depth + 2, seed=seed, top_candidates=0, strategy="tree", tree_topk=shape[0],
-                          tree_depth=depth, tree_budget=shape[2])
+                          tree_depth=depth, tree_budget=shape[2], tree_children=children)
         out: list[int] = []
         first = True
         for rnd in speculative_rounds(pair, prompt_ids, cfg, spec, drafter=make_drafter() if make_drafter else None):
@@ -307,6 +309,116 @@ def test_the_planted_ratio_test_is_caught_on_the_shakespeare_pair(pair32, monkey
     assert chi2_pvalue(counts, exact_three_tokens(pair32, prompt_ids, cfg), n) < BUG_P
 
 
+# ------------------------------------------------------------------------------------------------ sampled children
+
+
+def test_the_sampled_plan_reaches_its_depth_within_the_budget():
+    for topk in range(1, 6):
+        for depth in range(1, 7):
+            for budget in range(1, 40):
+                plan = sampled_plan(topk, depth, budget)
+                frontier = 1
+                for expanded, children in plan:
+                    assert 1 <= expanded <= min(topk, frontier) and 1 <= children <= topk
+                    frontier = expanded * children
+                assert len(plan) == min(depth, budget) and sum(m * c for m, c in plan) <= budget
+    assert sampled_plan(2, 4, 8) == [(1, 2), (2, 2), (1, 1), (1, 1)]
+    assert sampled_plan(1, 4, 4) == [(1, 1)] * 4  # top-k 1: a sampled chain
+
+
+def test_the_sampled_walk_emits_exactly_p_at_each_depth(one_thread):
+    """Rows with three children drawn without replacement from a q whose support has only two tokens (so the third
+    child lies outside it and is never tested), a row with one child, and leaves: the first emitted token follows
+    p at the root and the second follows p at the node the walk went through, whatever the head's q is."""
+    gen = torch.Generator().manual_seed(3)
+    v = 6
+    p = torch.softmax(torch.randn(5, v, generator=gen), -1)
+    p[0, 5] = 0.0  # a token the target never emits, as a top-k or top-p warp leaves them
+    p[0] /= p[0].sum()
+    q_root = torch.tensor([0.0, 0.7, 0.3, 0.0, 0.0, 0.0])  # support {1, 2}: the third child is out of it
+    q_node = torch.softmax(torch.randn(v, generator=gen), -1)
+    n, hits, seconds = 6000, Counter(), Counter()
+    for _ in range(n):
+        kids = gumbel_top(q_root.log().view(1, -1), 3, gen)[0]
+        kid0 = gumbel_top(q_node.log().view(1, -1), 1, gen)[0]
+        tokens = torch.cat([kids, kid0])  # nodes 0..2: the root's children; node 3: the child of node 0
+        q_rows = torch.zeros(5, v)
+        q_rows[0], q_rows[1] = q_root, q_node
+        tree = DraftTree(torch.tensor([-1, -1, -1, 0]), torch.tensor([1, 1, 1, 2]), torch.ones(4), 2, q_rows, 3)
+        verdict = walk_sampled(tokens, tree, p, gen)
+        path = [int(t) for t, o in zip(tokens, verdict.on_path) if o]
+        out = (path + [int(verdict.next_token)])[:2]
+        assert not bool(verdict.on_path[2])  # the child outside the head's support is never accepted
+        hits[out[0],] += 1
+        if bool(verdict.on_path[0]):  # the walk went on through node 0: the next token follows p there
+            seconds[out[1],] += 1
+    assert chi2_pvalue(hits, {(i,): float(p[0, i]) for i in range(v) if p[0, i] > 0}, n) > PASS_P
+    m = sum(seconds.values())
+    assert m > 500
+    assert chi2_pvalue(seconds, {(i,): float(p[1, i]) for i in range(v)}, m) > PASS_P
+
+
+SAMPLED_TOY_SHAPES = [(SamplingConfig(1.0), (2, 2, 4)), (SamplingConfig(1.0), (3, 3, 7)),
+                      (SamplingConfig(0.7, top_k=4, top_p=0.9), (3, 2, 6))]
+
+
+@pytest.mark.parametrize("cfg,shape", SAMPLED_TOY_SHAPES, ids=["T1-2x2-4", "T1-3x3-7", "T0.7-k4-p0.9-3x2-6"])
+def test_the_sampled_tree_is_exact_on_the_toy_pair(toy_pair, cfg, shape, one_thread):
+    """Children drawn from a random head without replacement, verified by recursive rejection sampling: the joint
+    of the first three tokens follows the target, through rounds that end at the root, inside and at leaves (with
+    top-k 4 and top-p 0.9 a row's head support can be smaller than its three children)."""
+    prompt = [0, 1]
+    head = random_head(toy_pair, torch.arange(toy_pair.vocab_size), scale=0.5)
+    n = 1000
+    counts, ends = tree_samples(toy_pair, prompt, cfg, shape, n, tree_drafter(toy_pair, head, cfg, shape, "sampled"),
+                                children="sampled")
+    assert {kind for kind, _ in ends} == {"root", "inner", "leaf"}, ends
+    assert chi2_pvalue(counts, exact_joint3(toy_pair, prompt, cfg), n) > PASS_P
+
+
+def test_a_sampled_walk_without_the_residual_is_caught(toy_pair, monkeypatch, one_thread):
+    """PLANTED BUG: test every sampled sibling against p itself and draw the round's end from p, not from the
+    residual norm(max(0, r - q)) (the mistake of forgetting that a refused child changes what is left). The same
+    chi-square test catches it."""
+    import specdemo.sampling as sampling
+
+    cfg = SamplingConfig(1.0)
+    prompt = [0, 1]
+    head = random_head(toy_pair, torch.arange(toy_pair.vocab_size), scale=0.5)
+    shape = (2, 2, 4)
+    monkeypatch.setattr(sampling, "residual", lambda p_target, q_draft: p_target)
+    n = 1000
+    counts, _ = tree_samples(toy_pair, prompt, cfg, shape, n, tree_drafter(toy_pair, head, cfg, shape, "sampled"),
+                             children="sampled")
+    assert chi2_pvalue(counts, exact_joint3(toy_pair, prompt, cfg), n) < BUG_P
+
+
+@pytest.mark.parametrize("cfg", [SamplingConfig(1.0), SamplingConfig(0.7, top_k=20, top_p=0.9)],
+                         ids=["T1", "T0.7-k20-p0.9"])
+def test_the_sampled_tree_is_exact_on_the_shakespeare_pair(pair32, cfg, one_thread):
+    """As for the top-k tree, with the shipped head's children sampled: the first tree round's first token at
+    T = 1, and the joint of three tokens at T = 0.7 with top-k 20 and top-p 0.9."""
+    prompt_ids = pair32.encode("ROMEO:\n")
+    n = 800
+    cells = (1, 2) if cfg.temperature == 1.0 else (0, 3)
+    counts, ends = tree_samples(pair32, prompt_ids, cfg, SHAKESPEARE_TREE, n, cells=cells, children="sampled")
+    assert {kind for kind, _ in ends} >= {"inner", "leaf"}, ends
+    exact = exact_second_token(pair32, prompt_ids, cfg) if cells == (1, 2) else exact_three_tokens(pair32, prompt_ids,
+                                                                                                       cfg)
+    assert chi2_pvalue(counts, exact, n) > PASS_P
+
+
+def test_sampled_children_at_t0_are_the_top_k_walk(pair32):
+    """At T = 0 "sampled" is the top-k tree (a one-hot head has one child to draw): the target's greedy output."""
+    for prompt in ("ROMEO:\n", "First Citizen:\nBefore we proceed"):
+        want = baseline_generate(pair32, prompt, GREEDY, max_new_tokens=24).output_ids
+        spec = SpecConfig(max_new_tokens=24, top_candidates=0, strategy="tree", tree_topk=2, tree_depth=4,
+                          tree_budget=8, tree_children="sampled")
+        got = speculative_generate(pair32, prompt, GREEDY, spec)
+        assert got.output_ids == want
+        assert any(len([nd for nd in r.tree if nd.parent == -1]) == 2 for r in got.rounds if r.tree)
+
+
 # ------------------------------------------------------------------------------------------------ greedy identity
 
 GREEDY_SHAPES = [(1, 4, 4), (2, 4, 8), (4, 5, 16), (3, 3, 1)]  # a chain, two bushy trees, a budget of one node
@@ -339,8 +451,8 @@ def test_greedy_identity_on_the_shakespeare_pair(pair32):
 # ------------------------------------------------------------------------------------------------ caches
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_caches_after_tree_rounds_equal_fresh_passes(pair32, temperature):
+@pytest.mark.parametrize("temperature,children", [(0.0, "top"), (1.0, "top"), (1.0, "sampled")])
+def test_caches_after_tree_rounds_equal_fresh_passes(pair32, temperature, children):
     """After every tree round: the target's cache holds exactly the kept sequence but its newest token (the path's
     entries moved up on every layer), so its next logits equal a fresh forward over the kept sequence; the head's
     cache holds only positions with the target's TRUE features, its keys equal a fresh head pass over them, and
@@ -348,7 +460,7 @@ def test_caches_after_tree_rounds_equal_fresh_passes(pair32, temperature):
     pair = pair32
     cfg = SamplingConfig(temperature)
     spec = SpecConfig(max_new_tokens=32, seed=5, top_candidates=0, strategy="tree", tree_topk=3, tree_depth=4,
-                      tree_budget=10)
+                      tree_budget=10, tree_children=children)
     drafter = make_drafter(spec, cfg, pair)
     target = CachedLM(pair.target, pair.vocab_size)
     prompt_ids = pair.encode("KING RICHARD III:\nNow is the winter")
