@@ -438,6 +438,8 @@ EN: dict[str, str] = {
     "tree.unused": "not visited",
     "tree.shade": "shade: the head's probability",
     "tree.tip_node": "{x}: head p = {hp}, target p = {p} (at its parent), depth {d}",
+    "tree.tip_drawn": "drawn from the head (q = {q} once the siblings drawn before it were set aside); kept with "
+                      "probability min(1, r/q) = {a} if tested",
     "tree.tip_path": "on the target's path: kept",
     "tree.tip_refused": "refused: the target drew {y} here",
     "tree.tip_unused": "not visited: the target's path went another way",
@@ -796,6 +798,7 @@ ZH: dict[str, str] = {
     "tree.unused": "未走到",
     "tree.shade": "颜色深浅：草稿头的概率",
     "tree.tip_node": "{x}：草稿头概率 {hp}，目标模型 p = {p}（在父节点处），深度 {d}",
+    "tree.tip_drawn": "从草稿头抽样得到（除去先抽出的兄弟节点后 q = {q}）；若被检验，保留的概率为 min(1, r/q) = {a}",
     "tree.tip_path": "在目标模型的路径上：接受",
     "tree.tip_refused": "被拒绝：目标模型在这里抽到的是 {y}",
     "tree.tip_unused": "未走到：目标模型的路径走了另一条分支",

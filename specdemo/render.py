@@ -519,8 +519,10 @@ def tree_html(rnd: Round, lang: str | None = None, root: str | None = None) -> s
         else:
             nd = nodes[nid]
             text, shade = nd.text, 0.1 + 0.75 * min(max(nd.head_p, 0.0), 1.0) ** 0.5  # sqrt: small p stay apart
-            tip = (tr("tree.tip_node", lang, x=repr(nd.text), hp=f"{nd.head_p:.3g}", p=f"{nd.p:.3g}", d=nd.depth)
-                   + "\n" + tr(TREE_TIP_KEY[kind], lang, y=y_end))
+            tip = tr("tree.tip_node", lang, x=repr(nd.text), hp=f"{nd.head_p:.3g}", p=f"{nd.p:.3g}", d=nd.depth)
+            if nd.q is not None:  # a sampled child: what it was drawn from and tested with (tree.walk_sampled)
+                tip += "\n" + tr("tree.tip_drawn", lang, q=f"{nd.q:.3g}", a=f"{nd.accept_prob:.3g}")
+            tip += "\n" + tr(TREE_TIP_KEY[kind], lang, y=y_end)
         style = f' style="fill-opacity: {shade:.2f}"' if shade is not None else ""
         parts.append(f'<g class="sd-tree-node sd-tree-{kind}" data-node="{"root" if nid == -1 else nid}" '
                      f'transform="translate({x},{y})">'

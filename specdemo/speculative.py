@@ -29,7 +29,7 @@ import torch
 
 from .config import SamplingConfig, SpecConfig
 from .events import Candidate, DraftPosition, Round, Token, Trace, TreeNode
-from .drafters import Drafter, RoundOutcome, make_drafter, max_drafts, tree_shape
+from .drafters import Drafter, RoundOutcome, make_drafter, max_drafts, tree_children, tree_shape
 from .i18n import Translatable
 from .models import CachedLM, ModelPair, dtype_name
 from .sampling import verify, warp
@@ -195,7 +195,8 @@ def tree_verdict_on_host(pair: ModelPair, tokens: torch.Tensor, tree: DraftTree,
     (ids, parents, depths, head_p, p_node, on_path, p_go, q_node, acc_node, (end_row, next_tok, leaf), (p_next_host,),
      *top_host) = host
     assert all(-1 <= a < i for i, a in enumerate(parents)), f"a tree node without its parent: {parents}"
-    nodes = [TreeNode(i, int(t), pair.token_text(int(t)), int(a), int(d), hp, pn, bool(o), qn, an)
+    sampled = tree.q_rows is not None
+    nodes = [TreeNode(i, int(t), pair.token_text(int(t)), int(a), int(d), hp, pn, bool(o), qn if sampled else None, an)
              for i, (t, a, d, hp, pn, o, qn, an) in enumerate(zip(ids, parents, depths, head_p, p_node, on_path,
                                                                     q_node, acc_node))]
     top = [[] for _ in range(len(nodes) + 1)]
@@ -381,6 +382,7 @@ def run_settings(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig | N
             out["head_dtype"] = dtype_name(pair.head.lm_rows.dtype)
         if spec.strategy == "tree" and pair.head is not None:  # the sizes it drafted with (0s resolved, capped)
             out["tree_topk"], out["tree_depth"], out["tree_budget"] = tree_shape(spec, pair.head)
+            out["tree_children"] = tree_children(spec, sampling)
     return out
 
 

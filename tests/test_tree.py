@@ -228,7 +228,7 @@ def lossy_walk(tokens, tree, p_target, generator, greedy=False, q_head=None):
     parent_row = tree.parents + 1
     p_of_node = p_target[parent_row].gather(1, tokens.view(-1, 1)).squeeze(1)
     return TreeVerdict(on_path, on_path.long().sum(), end_row, nxt, torch.tensor(not kids), p_of_node,
-                       torch.zeros(n + 1), torch.zeros(n + 1, dtype=torch.long))
+                       torch.zeros(n + 1), torch.zeros(n + 1, dtype=torch.long), torch.ones(n), p_of_node)
 
 
 def test_the_planted_ratio_test_on_top_k_children_is_caught(toy_pair, monkeypatch, one_thread):

@@ -107,6 +107,8 @@ def test_the_drawing_marks_the_path_the_refused_children_and_the_unused_branches
         for nd in rnd.tree:  # hovering a node shows the head's probability and the target's p
             tip = by_id[nd.id].find(f"{SVG}title").text
             assert f"head p = {nd.head_p:.3g}, target p = {nd.p:.3g}" in tip and f"depth {nd.depth}" in tip
+            # a sampled child (T > 0) also says what it was drawn from and its chance to be kept when tested
+            assert nd.q is not None and f"(q = {nd.q:.3g} once" in tip and f"min(1, r/q) = {nd.accept_prob:.3g}" in tip
         # the shade follows the head's probability
         shade = sorted((nd.head_p, float(re.search(r"fill-opacity: ([\d.]+)", by_id[nd.id].find(f"{SVG}rect")
                                                    .get("style")).group(1))) for nd in rnd.tree)
@@ -116,7 +118,7 @@ def test_the_drawing_marks_the_path_the_refused_children_and_the_unused_branches
         for nd in rnd.tree:
             assert x[str(nd.id)][0] > x[str(nd.parent) if nd.parent >= 0 else "root"][0]
         assert {x[str(nd.id)][1] for nd in path} <= {min(y for _, y in x.values())}
-        assert root is None or f"{root!r}: the last fixed token" in drawn.replace("&#x27;", "'")
+        assert root is None or f"{root!r}: the last fixed token" in html.unescape(drawn)
     assert render.tree_html(tree_trace.rounds[0]) == ""  # the prefill round has no tree
 
 
@@ -154,15 +156,16 @@ def test_the_drawing_escapes_every_token(tree_trace):
 def test_the_json_trace_carries_every_node_and_reads_back(tree_trace):
     data = json.loads(json.dumps(tree_trace.to_dict()))
     settings = data["settings"]
-    assert (settings["strategy"], settings["tree_topk"], settings["tree_depth"], settings["tree_budget"]) == (
-        "tree", 2, 2, 4)
+    assert (settings["strategy"], settings["tree_topk"], settings["tree_depth"], settings["tree_budget"],
+            settings["tree_children"]) == ("tree", 2, 2, 4, "sampled")  # T > 0: "auto" draws the children
     for rnd, back in zip(tree_trace.rounds, data["rounds"], strict=True):
         if not rnd.tree:
             assert back["tree"] is None
             continue
         nodes = back["tree"]
-        assert [set(n) for n in nodes] == [{"id", "token_id", "text", "parent", "depth", "head_p", "p", "on_path"}] * \
-            len(nodes)
+        assert [set(n) for n in nodes] == [{"id", "token_id", "text", "parent", "depth", "head_p", "p", "on_path", "q",
+                                            "accept_prob"}] * len(nodes)
+        assert all(0 < n["q"] <= 1 and 0 <= n["accept_prob"] <= 1 for n in nodes)  # drawn from q, tested with it
         assert len(nodes) == back["k"] <= 4 and all(n["depth"] <= 2 and -1 <= n["parent"] < n["id"] for n in nodes)
         path = [n for n in nodes if n["on_path"]]
         assert len(path) == back["n_accepted"] and [n["depth"] for n in path] == list(range(1, len(path) + 1))
