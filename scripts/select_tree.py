@@ -4,6 +4,7 @@ the verify cost of the tree's size and the head's cost per depth. Prints one tab
 
     .venv/bin/python scripts/select_tree.py --pair smollm2-135m --prompts 20 --max-new-tokens 48
     .venv/bin/python scripts/select_tree.py --pair shakespeare --prompts 12 --max-new-tokens 64
+    .venv/bin/python scripts/select_tree.py --pair smollm2-135m --prompts 12 --children sampled --shapes 2,4,8
 
 SmolLM2 (rule of 2026-11-25 02:21): T = 0 and 0.7, the verify costs of issue 24's calibration. Shakespeare (rule of
 2026-11-25 05:36): T = 0 and 1, the verify costs and the head's step measured in the same run.
@@ -42,10 +43,10 @@ def verify_steps(n: int) -> float:
     return VERIFY_STEPS[lo] + (VERIFY_STEPS[hi] - VERIFY_STEPS[lo]) * (n - lo) / (hi - lo)
 
 
-def tokens_per_call(pair, prompts, temperature, spec_kw, max_new_tokens) -> tuple[float, float]:
+def tokens_per_call(pair, prompts, temperature, spec_kw, max_new_tokens, children="top") -> tuple[float, float]:
     tokens = calls = drafted_rounds = drafts = 0
     for i, prompt in enumerate(prompts):
-        spec = SpecConfig(max_new_tokens=max_new_tokens, seed=i, top_candidates=0, **spec_kw)
+        spec = SpecConfig(max_new_tokens=max_new_tokens, seed=i, top_candidates=0, tree_children=children, **spec_kw)
         tr = speculative_generate(pair, prompt, SamplingConfig(temperature), spec)
         tokens += len(tr.output_ids)
         calls += len(tr.rounds)
@@ -69,9 +70,14 @@ def main() -> None:
     ap.add_argument("--pair", default="smollm2-135m", choices=sorted(SHAPES))
     ap.add_argument("--prompts", type=int, default=20)
     ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--children", default="top", choices=("top", "sampled"),
+                    help="the tree's children at T > 0: the head's top-k (the rules above) or drawn from it")
+    ap.add_argument("--shapes", default=None, help="only these shapes, e.g. 2,4,8;1,4,4")
     args = ap.parse_args()
     pair = load_pair(args.pair)
     shapes = SHAPES[args.pair]
+    if args.shapes:
+        shapes = [tuple(int(x) for x in s.split(",")) for s in args.shapes.split(";")]
     if args.pair == "smollm2-135m":  # the rule of 2026-11-25 02:21: issue 24's calibration, T = 0 and 0.7
         from smollm2_prompts import SELECTION
 
@@ -98,7 +104,7 @@ def main() -> None:
         cells = []
         for t in temps:
             tau, _ = tokens_per_call(pair, prompts, t, {"strategy": "tree", "tree_topk": topk, "tree_depth": depth,
-                                                        "tree_budget": budget}, args.max_new_tokens)
+                                                        "tree_budget": budget}, args.max_new_tokens, args.children)
             cells.append((tau, tau / (verify(budget + 1) + head * depth + HEAD_FIXED)))
         mean = (cells[0][1] + cells[1][1]) / 2
         rows.append(((topk, depth, budget), mean))

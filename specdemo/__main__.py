@@ -50,6 +50,8 @@ def add_common(ap: argparse.ArgumentParser) -> None:
                     "head's own)")
     ap.add_argument("--tree-budget", type=int, default=0, help="tree: the most nodes a tree keeps (0 = the head's "
                     "own; SPECDEMO_MAX_TREE caps it)")
+    ap.add_argument("--tree-children", default="auto", help="tree: top (the head's top-k children), sampled "
+                    "(drawn from the head, T > 0) or auto (default: sampled at T > 0, top at T = 0)")
     ap.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
     ap.add_argument("--draft-dtype", default=None, help="auto, float32, bfloat16 or float16 (default: auto)")
     ap.add_argument("--target-dtype", default=None, help="auto, float32, bfloat16 or float16 (default: auto)")
@@ -86,7 +88,7 @@ def spec_of(args, **kw):
     return SpecConfig(**{"k": args.k, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
                          "lenience": args.lenience, "strategy": args.strategy, "ngram": args.ngram,
                          "tree_topk": args.tree_topk, "tree_depth": args.tree_depth,
-                         "tree_budget": args.tree_budget} | kw)
+                         "tree_budget": args.tree_budget, "tree_children": args.tree_children} | kw)
 
 
 def divergence_line(d) -> str:

@@ -48,7 +48,7 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
     ks = list(range(1, 9)) if k_search else [k]
     tree_spec = SpecConfig(strategy="tree", tree_topk=tree[0], tree_depth=tree[1], tree_budget=tree[2])
     shape = tree_shape(tree_spec, pair.head) if pair.head is not None else None
-    methods = method_names(pair, targets, ks, k, lookup_k, include_hf, shape)
+    methods = method_names(pair, targets, ks, k, lookup_k, include_hf, shape, sampled=not sampling.greedy)
     counter = CallCounter(pair.target)
     run = method_runner(pair, targets, sampling, k, max_new_tokens, ngram, lookup_k, counter, shape)
 
@@ -83,23 +83,25 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
 
 
 def method_names(pair: ModelPair, targets: dict, ks: list[int], k: int, lookup_k: int, include_hf: bool,
-                 shape: tuple[int, int, int] | None = None) -> list[str]:
+                 shape: tuple[int, int, int] | None = None, sampled: bool = False) -> list[str]:
     """The race's entrants: target-only in each dtype, fixed K for each K searched, adaptive, lookup, eagle and the
-    head's tree of `shape` (if the pair has a head), and transformers' three assisted modes."""
+    head's tree of `shape` (if the pair has a head; at T > 0 twice, with top-k and with sampled children), and
+    transformers' three assisted modes."""
     methods = [f"target-only {name}" for name in targets]
     methods += [f"fixed K={kk}" for kk in ks] + ["adaptive", f"lookup K={lookup_k}"]
     if pair.head is not None:
         methods.append(f"eagle K={k}")
         if shape is not None:
-            methods.append(tree_method(shape))
+            methods += [tree_method(shape, c) for c in (("top", "sampled") if sampled else ("top",))]
     if include_hf:
         methods += [f"hf assisted K={k}", "hf assisted default", f"hf prompt lookup K={lookup_k}"]
     return methods
 
 
-def tree_method(shape: tuple[int, int, int]) -> str:
-    """A tree's row name: 'tree 2x4 N=8' (top-k, depth, budget)."""
-    return f"tree {shape[0]}x{shape[1]} N={shape[2]}"
+def tree_method(shape: tuple[int, int, int], children: str = "top") -> str:
+    """A tree's row name: 'tree 2x4 N=8' (top-k, depth, budget) with top-k children, 'tree 2x4 N=8 sampled' with
+    children drawn from the head."""
+    return f"tree {shape[0]}x{shape[1]} N={shape[2]}" + (" sampled" if children == "sampled" else "")
 
 
 def method_runner(pair: ModelPair, targets: dict, sampling: SamplingConfig, k: int, max_new_tokens: int, ngram: int,
@@ -119,6 +121,8 @@ def method_runner(pair: ModelPair, targets: dict, sampling: SamplingConfig, k: i
         strategy = method.split()[0]
         kk = int(method.split("=")[1]) if "=" in method and strategy != "tree" else k
         sizes = dict(zip(("tree_topk", "tree_depth", "tree_budget"), shape)) if strategy == "tree" else {}
+        if strategy == "tree":
+            sizes["tree_children"] = "sampled" if method.endswith(" sampled") else "top"
         spec = SpecConfig(k=kk, max_new_tokens=max_new_tokens, seed=s, strategy=strategy, ngram=ngram,
                           top_candidates=0, **sizes)
         tr = speculative_generate(pair, prompt, sampling, spec)
