@@ -394,9 +394,15 @@ def presenter_layout(on) -> gr.Column:
     return gr.Column(elem_classes=["sd-present"] if on else [])
 
 
-def redraw(lang, presenter, state, round_no, position, sweep, dist, race, pair_desc) -> dict:
-    """Everything specdemo renders itself, again, in `lang` and presenter size (REDRAW_OUTPUTS)."""
-    return views.everything(lang, presenter, state, round_no, position, sweep, dist, race, pair_desc)
+def redraw(lang, presenter, state, round_no, position, sweep, dist, race, pair_desc, request: gr.Request = None
+           ) -> dict:
+    """Everything specdemo renders itself, again, in `lang` and presenter size (REDRAW_OUTPUTS).
+
+    It draws the step view from the cursor, so it takes the session's step lock (step_round): a key press that
+    lands during a switch's redraw waits for it or goes first, and the view that reaches the page last is drawn from
+    the cursor that the last press wrote, never from the one the redraw's event read before it."""
+    with session_lock(request).lock:
+        return views.everything(lang, presenter, state, round_no, position, sweep, dist, race, pair_desc)
 
 
 def tab_labels(lang) -> dict:

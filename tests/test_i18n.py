@@ -201,6 +201,29 @@ def test_redraw_keeps_a_run_and_switches_everything(run):
     assert "Generate first" in empty["insp_reason"]
 
 
+def test_a_redraw_waits_for_a_step_and_draws_its_cursor(run):
+    """A switch's redraw and a step key of the same session take turns on the session's lock, and the redraw draws
+    the cursor as the step left it: the step view never goes back to the round the redraw's event read."""
+    import threading
+    from types import SimpleNamespace
+
+    request = SimpleNamespace(session_hash="redraw-order")
+    state = {"spec": run, "base": None, "cursor": 1}
+    out = {}
+    lock = handlers.session_lock(request)  # held as a key press holds it, while the redraw's event arrives
+    with lock.lock:
+        worker = threading.Thread(target=lambda: out.update(handlers.redraw("en", False, state, 1, 1, None, None,
+                                                                            None, None, request)))
+        worker.start()
+        worker.join(0.5)
+        assert worker.is_alive() and not out  # it waits for the step
+        state["cursor"] = 3  # what the step wrote
+    worker.join(60)
+    assert out["step_caption"].startswith("Round 3 of")
+    after = handlers.step_round(state, 1, "en", request)  # and a press after the redraw goes on from there
+    assert after["step_caption"].startswith("Round 4 of") and state["cursor"] == 4
+
+
 @pytest.mark.parametrize("kwargs,en,zh", [
     (dict(prompt=""), "The prompt is empty", "提示词是空的"),
     (dict(k=99), "K must be between 1 and", "K必须在 1 到"),
