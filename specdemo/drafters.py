@@ -304,34 +304,47 @@ class EagleDrafter(Drafter):
             return Proposal(seq.new_empty(0), empty, "prefill")
         if k_max <= 0:
             return Proposal(seq.new_empty(0), empty, "eagle")
-        # 1. read the true features of the newly fixed positions j with their next tokens x_{j+1}, in one step
+        drafted, q_draft, unsure, _ = self.draft_chain(self.read_pending(seq), k_max, gen, self.sampling.greedy)
+        return Proposal(drafted, q_draft, "eagle", unsure=unsure)
+
+    def read_pending(self, seq: torch.Tensor) -> torch.Tensor:
+        """Read the true features of the newly fixed positions j with their next tokens x_{j+1}, in one step; return
+        the predicted feature that the first draft comes from."""
         feats, start = torch.cat(self.pending), self.cache.length
         assert start + feats.shape[0] == seq.numel() - 1, (start, feats.shape, seq.numel())
         g = self.read(feats, seq[start + 1 :])
         self.pending, self.true_len = [], self.cache.length
-        # 2. draft: predicted feature -> q over the draft vocabulary -> token; then go on from the prediction
-        tokens, rows, unsure = [], [], None
+        return g
+
+    def draft_chain(self, g: torch.Tensor, k_max: int, gen: torch.Generator, greedy: bool, head_p: bool = False):
+        """Draft up to k_max tokens from the predicted feature g: feature -> q over the draft vocabulary -> token
+        (the argmax if greedy, else a draw from the warped q); then go on from the prediction. Returns the tokens
+        [k], their q rows over the target's vocabulary [k, V] (one-hot if greedy), the confidence stop's (conf,
+        stop_below) if it ended the chain early, and (if head_p) the head's unwarped probability of each token."""
+        tokens, rows, probs, unsure = [], [], [], None
         for t in range(k_max):
             logits = F.linear(g, self.head.lm_rows).float()  # [1, V_draft]
-            q = None if self.sampling.greedy else warp(logits, self.sampling)
+            q = None if greedy else warp(logits, self.sampling)
             if t and self.stop_below and (conf := confidence(logits, q)) < self.stop_below:
                 unsure = (conf, self.stop_below)
                 break  # unsure of x_{t+1}: leave that position to the target (its bonus token)
             pick = logits.argmax(-1) if q is None else sample(q, gen)
             if q is not None:
                 rows.append(q)
+            if head_p:
+                probs.append(logits.softmax(-1).gather(1, pick.view(1, 1)).view(1))
             x = self.head.d2t[pick]  # draft id -> target id
             tokens.append(x)
             if t + 1 == k_max:
                 break
             g = self.step(g, x)
         drafted = torch.cat(tokens)
-        if self.sampling.greedy:
+        if greedy:
             q_draft = one_hot(drafted, self.vocab_size)
         else:  # q over the whole vocabulary: zero outside the draft vocabulary
-            q_draft = torch.zeros(len(rows), self.vocab_size, device=seq.device).index_copy_(
+            q_draft = torch.zeros(len(rows), self.vocab_size, device=drafted.device).index_copy_(
                 1, self.head.d2t, torch.cat(rows))
-        return Proposal(drafted, q_draft, "eagle", unsure=unsure)
+        return drafted, q_draft, unsure, torch.cat(probs) if head_p else None
 
     def observe(self, outcome: RoundOutcome) -> None:
         self.cache.crop(self.true_len)  # drop the drafted positions: they were read from predicted features
@@ -391,11 +404,13 @@ class TreeDrafter(EagleDrafter):
         if k_max <= 0:
             return Proposal(seq.new_empty(0), empty, "tree")
         # 1. read the true features of the newly fixed positions, as the chain does
-        feats, start = torch.cat(self.pending), self.cache.length
-        assert start + feats.shape[0] == seq.numel() - 1, (start, feats.shape, seq.numel())
-        g_root = self.read(feats, seq[start + 1 :])
-        self.pending, self.true_len = [], self.cache.length
+        g_root = self.read_pending(seq)
         depth, topk = min(self.depth, k_max), self.topk
+        if topk == 1:  # a tree of one child per node is a chain: drafted by the chain's own loop, no tree mask
+            drafted, q_draft, _, head_p = self.draft_chain(g_root, depth, gen, not self.sampled, head_p=True)
+            q_rows = torch.cat([q_draft, q_draft.new_zeros(1, self.vocab_size)]) if self.sampled else None
+            tree = DraftTree.chain(drafted.shape[0], drafted.device, head_p, q_rows)
+            return Proposal(drafted, empty, "tree", tree=tree)
         dev, true_len = seq.device, self.true_len
         outputs = {"g": g_root}  # the predicted features of the nodes the head read last (the root's at first)
 

@@ -284,7 +284,7 @@ def speculative_rounds(
         fed_from = target.length
         unseen = seq.numel() - fed_from
         tree = proposal.tree
-        attention = None if tree is None else tree_attention(tree, fed_from, unseen, pair.dtype)
+        attention = None if tree is None or tree.is_chain else tree_attention(tree, fed_from, unseen, pair.dtype)
         logits, features = target.feed_features(torch.cat([seq[fed_from:], draft_tokens]), keep_logits=k + 1,
                                                 layers=drafter.feature_layers, tree=attention)
         p = warp(logits, sampling)  # [k+1, V]: p at the last fixed token, then at each drafted token
@@ -311,7 +311,7 @@ def speculative_rounds(
         # its own cache back, and a drafter that reads features gets the target's at kept positions
         kept = seq.numel() - 1
         kept_rows = (list(range(unseen)) + [unseen + i for i in path])[: kept - fed_from]
-        if tree is None:
+        if tree is None or tree.is_chain:  # the kept path is already in place
             target.crop(min(target.length, kept))
         else:
             target.keep_rows(fed_from, kept_rows)

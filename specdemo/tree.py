@@ -38,12 +38,15 @@ class DraftTree:
     #     i + 1 at node i, the warped head distribution the row's children were drawn from, without replacement, in
     #     node order; zero at a row with no children. None: the children are the head's top-k (deterministic)
     max_children: int = 0  # sampled children only: the most children a row has (the walk's loop runs this often)
+    is_chain: bool = False  # parents -1, 0, 1, ...: the target's mask is the causal one, and a rollback a crop
 
     @staticmethod
-    def chain(k: int, device, head_p: torch.Tensor | None = None) -> DraftTree:
-        """The chain of k nodes as a tree: parents -1, 0, 1, ..."""
+    def chain(k: int, device, head_p: torch.Tensor | None = None, q_rows: torch.Tensor | None = None) -> DraftTree:
+        """The chain of k nodes as a tree: parents -1, 0, 1, ... (q_rows: sampled, each row's one child drawn from
+        it; the last row, the leaf's, is zero)."""
         idx = torch.arange(k, device=device)
-        return DraftTree(idx - 1, idx + 1, head_p if head_p is not None else torch.ones(k, device=device), k)
+        return DraftTree(idx - 1, idx + 1, head_p if head_p is not None else torch.ones(k, device=device), k,
+                         q_rows, 1 if q_rows is not None else 0, True)
 
 
 def ancestors(parents: torch.Tensor, max_depth: int) -> torch.Tensor:

@@ -182,8 +182,9 @@ def test_grow_keeps_distinct_children_and_every_parent_and_reads_no_target():
 
 
 @pytest.mark.parametrize("cfg,shape", [(SamplingConfig(1.0), (2, 2, 4)), (SamplingConfig(1.0), (3, 2, 6)),
-                                       (SamplingConfig(0.7, top_k=4, top_p=0.9), (2, 2, 4))],
-                         ids=["T1-2x2-4", "T1-3x2-6", "T0.7-k4-p0.9-2x2-4"])
+                                       (SamplingConfig(0.7, top_k=4, top_p=0.9), (2, 2, 4)),
+                                       (SamplingConfig(1.0), (1, 2, 2))],
+                         ids=["T1-2x2-4", "T1-3x2-6", "T0.7-k4-p0.9-2x2-4", "T1-chain-1x2-2"])
 def test_the_tree_is_exact_on_the_toy_pair(toy_pair, cfg, shape, one_thread):
     """The joint of the first three tokens (the first from the prefill round, the next from the first tree round)
     follows the target, with a random head (exactness must not depend on what the head learnt); the first tree
@@ -359,10 +360,11 @@ def test_the_sampled_walk_emits_exactly_p_at_each_depth(one_thread):
 
 
 SAMPLED_TOY_SHAPES = [(SamplingConfig(1.0), (2, 2, 4)), (SamplingConfig(1.0), (3, 3, 7)),
-                      (SamplingConfig(0.7, top_k=4, top_p=0.9), (3, 2, 6))]
+                      (SamplingConfig(0.7, top_k=4, top_p=0.9), (3, 2, 6)), (SamplingConfig(1.0), (1, 2, 2))]
 
 
-@pytest.mark.parametrize("cfg,shape", SAMPLED_TOY_SHAPES, ids=["T1-2x2-4", "T1-3x3-7", "T0.7-k4-p0.9-3x2-6"])
+@pytest.mark.parametrize("cfg,shape", SAMPLED_TOY_SHAPES, ids=["T1-2x2-4", "T1-3x3-7", "T0.7-k4-p0.9-3x2-6",
+                                                               "T1-chain-1x2-2"])
 def test_the_sampled_tree_is_exact_on_the_toy_pair(toy_pair, cfg, shape, one_thread):
     """Children drawn from a random head without replacement, verified by recursive rejection sampling: the joint
     of the first three tokens follows the target, through rounds that end at the root, inside and at leaves (with
