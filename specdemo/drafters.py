@@ -43,6 +43,7 @@ fixed), but never on the target's p at the positions being drafted nor on the ro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -53,7 +54,7 @@ from .i18n import Msg
 from .eagle import HeadCache
 from .models import CachedLM, ModelPair, StrategyUnavailable
 from .sampling import sample, warp
-from .tree import DraftTree, grow, grow_sampled, sampled_plan
+from .tree import DraftTree, Drawn, grow, grow_sampled, sampled_plan
 
 ADAPTIVE_MAX_K = 12  # the adaptive drafter's cap (it chooses K per round), lowered to the server's K limit
 ADAPTIVE_THRESHOLD = 0.3  # stop once the estimated chance that all drafts so far survive falls below this
@@ -269,6 +270,16 @@ class LookupDrafter(Drafter):
             self.host.extend(outcome.kept)
 
 
+class DraftedChain(NamedTuple):
+    """What EagleDrafter.draft_chain drafted."""
+
+    tokens: torch.Tensor  # [k] target ids
+    picks: torch.Tensor  # [k] the same tokens as draft-vocabulary ids
+    q: torch.Tensor | None  # [k, V_draft] the warped rows they were drawn from (None: greedy, the argmax)
+    unsure: tuple[float, float] | None  # the confidence stop's (conf, stop_below), if it ended the chain early
+    head_p: torch.Tensor | None  # [k] the head's unwarped probability of each token, if asked for
+
+
 class EagleDrafter(Drafter):
     """Draft with the EAGLE head from the target's features (see specdemo/eagle.py for what the head computes).
 
@@ -304,8 +315,13 @@ class EagleDrafter(Drafter):
             return Proposal(seq.new_empty(0), empty, "prefill")
         if k_max <= 0:
             return Proposal(seq.new_empty(0), empty, "eagle")
-        drafted, q_draft, unsure, _ = self.draft_chain(self.read_pending(seq), k_max, gen, self.sampling.greedy)
-        return Proposal(drafted, q_draft, "eagle", unsure=unsure)
+        chain = self.draft_chain(self.read_pending(seq), k_max, gen, self.sampling.greedy)
+        if chain.q is None:
+            q_draft = one_hot(chain.tokens, self.vocab_size)
+        else:  # q over the whole vocabulary: zero outside the draft vocabulary
+            q_draft = torch.zeros(chain.q.shape[0], self.vocab_size, device=seq.device).index_copy_(
+                1, self.head.d2t, chain.q)
+        return Proposal(chain.tokens, q_draft, "eagle", unsure=chain.unsure)
 
     def read_pending(self, seq: torch.Tensor) -> torch.Tensor:
         """Read the true features of the newly fixed positions j with their next tokens x_{j+1}, in one step; return
@@ -318,10 +334,8 @@ class EagleDrafter(Drafter):
 
     def draft_chain(self, g: torch.Tensor, k_max: int, gen: torch.Generator, greedy: bool, head_p: bool = False):
         """Draft up to k_max tokens from the predicted feature g: feature -> q over the draft vocabulary -> token
-        (the argmax if greedy, else a draw from the warped q); then go on from the prediction. Returns the tokens
-        [k], their q rows over the target's vocabulary [k, V] (one-hot if greedy), the confidence stop's (conf,
-        stop_below) if it ended the chain early, and (if head_p) the head's unwarped probability of each token."""
-        tokens, rows, probs, unsure = [], [], [], None
+        (the argmax if greedy, else a draw from the warped q); then go on from the prediction."""
+        tokens, rows, probs, picks, unsure = [], [], [], [], None
         for t in range(k_max):
             logits = F.linear(g, self.head.lm_rows).float()  # [1, V_draft]
             q = None if greedy else warp(logits, self.sampling)
@@ -335,16 +349,12 @@ class EagleDrafter(Drafter):
                 probs.append(logits.softmax(-1).gather(1, pick.view(1, 1)).view(1))
             x = self.head.d2t[pick]  # draft id -> target id
             tokens.append(x)
+            picks.append(pick.view(1))
             if t + 1 == k_max:
                 break
             g = self.step(g, x)
-        drafted = torch.cat(tokens)
-        if greedy:
-            q_draft = one_hot(drafted, self.vocab_size)
-        else:  # q over the whole vocabulary: zero outside the draft vocabulary
-            q_draft = torch.zeros(len(rows), self.vocab_size, device=drafted.device).index_copy_(
-                1, self.head.d2t, torch.cat(rows))
-        return drafted, q_draft, unsure, torch.cat(probs) if head_p else None
+        return DraftedChain(torch.cat(tokens), torch.cat(picks), None if greedy else torch.cat(rows), unsure,
+                            torch.cat(probs) if head_p else None)
 
     def observe(self, outcome: RoundOutcome) -> None:
         self.cache.crop(self.true_len)  # drop the drafted positions: they were read from predicted features
@@ -406,12 +416,13 @@ class TreeDrafter(EagleDrafter):
         # 1. read the true features of the newly fixed positions, as the chain does
         g_root = self.read_pending(seq)
         depth, topk = min(self.depth, k_max), self.topk
-        if topk == 1:  # a tree of one child per node is a chain: drafted by the chain's own loop, no tree mask
-            drafted, q_draft, _, head_p = self.draft_chain(g_root, depth, gen, not self.sampled, head_p=True)
-            q_rows = torch.cat([q_draft, q_draft.new_zeros(1, self.vocab_size)]) if self.sampled else None
-            tree = DraftTree.chain(drafted.shape[0], drafted.device, head_p, q_rows)
-            return Proposal(drafted, empty, "tree", tree=tree)
         dev, true_len = seq.device, self.true_len
+        if topk == 1:  # a tree of one child per node is a chain: drafted by the chain's own loop, no tree mask
+            chain = self.draft_chain(g_root, depth, gen, not self.sampled, head_p=True)
+            k = chain.tokens.shape[0]
+            drawn = None if chain.q is None else Drawn(chain.q, torch.arange(k, device=dev), chain.picks,
+                                                       self.head.d2t, 1)
+            return Proposal(chain.tokens, empty, "tree", tree=DraftTree.chain(k, dev, chain.head_p, drawn))
         outputs = {"g": g_root}  # the predicted features of the nodes the head read last (the root's at first)
 
         def expand(parent_slots, draft_ids, visible, d):
@@ -431,11 +442,8 @@ class TreeDrafter(EagleDrafter):
             grown = grow(root, expand, topk, depth, self.budget)
             return Proposal(self.head.d2t[grown.draft_ids], empty, "tree", tree=grown.tree)
         grown = grow_sampled(root, expand, sampled_plan(topk, depth, self.budget),
-                             lambda logits: warp(logits, self.sampling), gen)
-        tree = grown.tree
-        tree.q_rows = torch.zeros(tree.q_rows.shape[0], self.vocab_size, device=dev).index_copy_(
-            1, self.head.d2t, tree.q_rows)  # over the target's vocabulary: zero outside the draft vocabulary
-        return Proposal(self.head.d2t[grown.draft_ids], empty, "tree", tree=tree)
+                             lambda logits: warp(logits, self.sampling), gen, self.head.d2t)
+        return Proposal(self.head.d2t[grown.draft_ids], empty, "tree", tree=grown.tree)
 
     def step_at(self, feat, tokens, positions, mask) -> torch.Tensor:
         return self.head.step(feat.to(self.dtype), self.embed(tokens).to(self.dtype), self.cache, positions, mask)

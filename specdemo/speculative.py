@@ -195,7 +195,7 @@ def tree_verdict_on_host(pair: ModelPair, tokens: torch.Tensor, tree: DraftTree,
     (ids, parents, depths, head_p, p_node, on_path, p_go, q_node, acc_node, (end_row, next_tok, leaf), (p_next_host,),
      *top_host) = host
     assert all(-1 <= a < i for i, a in enumerate(parents)), f"a tree node without its parent: {parents}"
-    sampled = tree.q_rows is not None
+    sampled = tree.drawn is not None
     nodes = [TreeNode(i, int(t), pair.token_text(int(t)), int(a), int(d), hp, pn, bool(o), qn if sampled else None, an)
              for i, (t, a, d, hp, pn, o, qn, an) in enumerate(zip(ids, parents, depths, head_p, p_node, on_path,
                                                                     q_node, acc_node))]
@@ -297,7 +297,7 @@ def speculative_rounds(
             draft_list, rows, n_acc, next_tok, p_next, top = verdict_on_host(pair, draft_tokens, q_draft, p, v, top_m)
             path = list(range(n_acc))
         else:
-            tv = (walk(draft_tokens, tree, p, gen, greedy=sampling.greedy) if tree.q_rows is None
+            tv = (walk(draft_tokens, tree, p, gen, greedy=sampling.greedy) if tree.drawn is None
                   else walk_sampled(draft_tokens, tree, p, gen))
             nodes, path, p_go, next_tok, p_next, leaf, top = tree_verdict_on_host(pair, draft_tokens, tree, p, tv,
                                                                                   top_m)

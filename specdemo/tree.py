@@ -34,19 +34,28 @@ class DraftTree:
     depths: torch.Tensor  # [n] long: 1 for a child of the root
     head_p: torch.Tensor  # [n] float32: the head's probability of the node's token given its parent (unwarped)
     max_depth: int  # a bound on depths, known on the host (the loops below run this many times, with no sync)
-    q_rows: torch.Tensor | None = None  # [n + 1, V] sampled children only (grow_sampled): row 0 at the root, row
-    #     i + 1 at node i, the warped head distribution the row's children were drawn from, without replacement, in
-    #     node order; zero at a row with no children. None: the children are the head's top-k (deterministic)
-    max_children: int = 0  # sampled children only: the most children a row has (the walk's loop runs this often)
+    drawn: Drawn | None = None  # sampled children only: what they were drawn from (None: the head's top-k)
     is_chain: bool = False  # parents -1, 0, 1, ...: the target's mask is the causal one, and a rollback a crop
 
     @staticmethod
-    def chain(k: int, device, head_p: torch.Tensor | None = None, q_rows: torch.Tensor | None = None) -> DraftTree:
-        """The chain of k nodes as a tree: parents -1, 0, 1, ... (q_rows: sampled, each row's one child drawn from
-        it; the last row, the leaf's, is zero)."""
+    def chain(k: int, device, head_p: torch.Tensor | None = None, drawn: Drawn | None = None) -> DraftTree:
+        """The chain of k nodes as a tree: parents -1, 0, 1, ... (drawn: its tokens were sampled)."""
         idx = torch.arange(k, device=device)
-        return DraftTree(idx - 1, idx + 1, head_p if head_p is not None else torch.ones(k, device=device), k,
-                         q_rows, 1 if q_rows is not None else 0, True)
+        return DraftTree(idx - 1, idx + 1, head_p if head_p is not None else torch.ones(k, device=device), k, drawn,
+                         True)
+
+
+@dataclass
+class Drawn:
+    """How a sampled tree's children were drawn (grow_sampled; a sampled chain): what walk_sampled tests them with.
+    The head's q lives on its own vocabulary (W columns, the draft vocabulary), and only the rows with children
+    have one."""
+
+    q: torch.Tensor  # [E, W] float32: the head's warped distribution at each row with children, in `rows` order
+    rows: torch.Tensor  # [E] long: the p row of each (0 the root, i + 1 node i)
+    cols: torch.Tensor  # [n] long: each node's token as a column of q
+    ids: torch.Tensor  # [W] long: the target's token id of each column
+    width: int  # the most children a row has (the walk's loop runs this often)
 
 
 def ancestors(parents: torch.Tensor, max_depth: int) -> torch.Tensor:
@@ -92,7 +101,8 @@ class TreeVerdict:
     end_is_leaf: torch.Tensor  # scalar bool: the walk ended at a node without children (so next_token is a bonus)
     p_of_node: torch.Tensor  # [n] the target's p of each node's token at its parent
     p_continue: torch.Tensor  # [n + 1] the target's p of all children of each row together: its chance to go on
-    draws: torch.Tensor  # [n + 1] the target's draw at every row (only the walked rows' draws are used)
+    draws: torch.Tensor  # [n + 1] the target's draw at every row (the top-k walk uses the rows it visits; the
+    #                      sampled walk draws only at the row where it ended, and is -1 elsewhere)
     q_of_node: torch.Tensor  # [n] the q each node was tested with (1 for a deterministic child)
     accept_of_node: torch.Tensor  # [n] its chance to be accepted when tested: p for a deterministic child,
     #                               min(1, r/q) against the row's residual for a sampled one
@@ -152,53 +162,87 @@ def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, 
     the q that the child was really drawn from, so the row's token follows r_1 = p whatever the children are; a
     rejected child has r(c) < q(c), so it has no mass in any later residual and is never drawn again. The tree's
     shape may depend on the head's draws (which nodes are expanded), never on the target.
-    p_continue is, for each row, the chance that the walk goes on to one of its children given these children."""
-    n = tokens.shape[0]
-    assert p_target.shape[0] == n + 1 and tree.q_rows is not None and tree.q_rows.shape == p_target.shape
-    from .sampling import residual, sample
+    p_continue is, for each row, the chance that the walk goes on to one of its children given these children.
 
-    dev, rows, width = tokens.device, n + 1, max(tree.max_children, 1)
-    wide = torch.float32 if dev.type == "mps" else torch.float64  # a peaked head leaves subnormal float32 masses
+    Work: the head's q is zero outside its own vocabulary (W columns), so the residual changes only there; outside
+    it stays p times one factor per row. The loop runs on the W columns of the rows with children, in float64 (a
+    peaked head leaves subnormal float32 masses once its top token is set aside); the full rows are put together
+    once, for the round's draws."""
+    n, drawn = tokens.shape[0], tree.drawn
+    assert p_target.shape[0] == n + 1 and drawn is not None
+    from .sampling import sample
+
+    dev, width, rows_e = tokens.device, max(drawn.width, 1), drawn.rows
+    wide = torch.float32 if dev.type == "mps" else torch.float64
+    n_e = rows_e.shape[0]
     parent_row = tree.parents + 1
-    child = torch.full((rows, width), -1, dtype=torch.long, device=dev)
-    child[parent_row, sibling_slots(tree.parents)] = torch.arange(n, device=dev)
-    u = torch.rand(rows, width, generator=generator, device=dev, dtype=wide)
-    r, q_left = p_target.to(wide), tree.q_rows.to(wide)  # the row's residual, and the head's q not yet drawn
-    accepted = torch.full((rows,), -1, dtype=torch.long, device=dev)  # the accepted child's node, -1 none yet
+    row_to_e = torch.full((n + 1,), -1, dtype=torch.long, device=dev).index_copy_(0, rows_e, torch.arange(n_e,
+                                                                                                          device=dev))
+    child = torch.full((n_e, width), -1, dtype=torch.long, device=dev)
+    child[row_to_e[parent_row], sibling_slots(tree.parents)] = torch.arange(n, device=dev)
+    u = torch.rand(n_e, width, generator=generator, device=dev, dtype=wide)
+    p_e = p_target[rows_e].to(wide)
+    r_in = p_e[:, drawn.ids]  # [E, W] the residual on the head's columns (unnormalised)
+    out_mass = (p_e.sum(-1) - r_in.sum(-1)).clamp(min=0.0)  # p's mass outside them
+    out_scale = torch.ones(n_e, device=dev, dtype=wide)  # the residual outside them is p times this (unnormalised)
+    q_left = drawn.q.to(wide)  # the head's q not yet drawn
+    accepted = torch.full((n_e,), -1, dtype=torch.long, device=dev)  # the accepted child's node, -1 none yet
     q_of_node = torch.zeros(n, device=dev, dtype=wide)
     accept_of_node = torch.zeros(n, device=dev, dtype=wide)
-    reach = torch.ones(rows, device=dev, dtype=wide)  # the chance the walk is still testing this row's children
+    reach = torch.ones(n_e, device=dev, dtype=wide)  # the chance the walk is still testing this row's children
     for s in range(width):
         node = child[:, s]
         has = node >= 0
-        tok = tokens[node.clamp(min=0)].view(-1, 1)
+        col = drawn.cols[node.clamp(min=0)].view(-1, 1)
         mass = q_left.sum(-1, keepdim=True)
         q_now = torch.where(mass > 0, q_left / mass, torch.zeros_like(q_left))  # q without c_1..c_{s-1}
-        q_c = q_now.gather(1, tok).squeeze(1)
+        q_c = q_now.gather(1, col).squeeze(1)
+        total = r_in.sum(-1) + out_mass * out_scale
+        r_c = torch.where(total > 0, r_in.gather(1, col).squeeze(1) / total, torch.zeros_like(total))
         live = has & (q_c > 0)  # a child drawn past the head's support was never really drawn: skip it
-        ratio = torch.where(live, (r.gather(1, tok).squeeze(1) / q_c).clamp(max=1.0), torch.zeros_like(q_c))
+        ratio = torch.where(live, (r_c / q_c).clamp(max=1.0), torch.zeros_like(q_c))
         q_of_node.index_copy_(0, node[has], q_c[has])
         accept_of_node.index_copy_(0, node[has], ratio[has])
         testing = live & (accepted < 0)
         ok = testing & (u[:, s] < ratio)
         accepted = torch.where(ok, node, accepted)
         reach = reach * torch.where(live, 1.0 - ratio, torch.ones_like(ratio))
-        go_on = (testing & ~ok).view(-1, 1)
-        r = torch.where(go_on, residual(r, q_now), r)
-        q_left = torch.where(go_on, q_left.scatter(1, tok, 0.0), q_left)
-    draws = sample(r, generator)  # [n + 1]: the residual's draw (a row whose children were all rejected) or p's
-    on_path = torch.zeros(rows, dtype=torch.bool, device=dev)
+        # refused: r <- max(0, r/|r| - q) on the head's columns, r/|r| outside them (where r > q: q is 0 there)
+        go_on = testing & ~ok
+        safe = total.clamp(min=torch.finfo(wide).tiny).view(-1, 1)
+        r_in = torch.where(go_on.view(-1, 1), refused(r_in / safe, q_now), r_in)
+        out_scale = torch.where(go_on, out_scale / safe.view(-1), out_scale)
+        q_left = torch.where(go_on.view(-1, 1), q_left.scatter(1, col, 0.0), q_left)
+    on_path = torch.zeros(n + 1, dtype=torch.bool, device=dev)
     on_path[0] = True
     node_ids = torch.arange(n, device=dev)
+    accepted_at = torch.full((n + 1,), -1, dtype=torch.long, device=dev).index_copy_(0, rows_e, accepted)
     for _ in range(tree.max_depth):
-        on_path[1:] = (accepted[parent_row] == node_ids) & on_path[parent_row]
+        on_path[1:] = (accepted_at[parent_row] == node_ids) & on_path[parent_row]
     path = on_path[1:]
     end_row = torch.where(on_path, torch.cat([tree.depths.new_zeros(1), tree.depths]), -1).argmax()
-    next_token = draws.gather(0, end_row.view(1)).squeeze(0)
-    end_is_leaf = child[:, 0].gather(0, end_row.view(1)).squeeze(0) < 0
+    # the one draw the round needs, at the row where the walk ended: from its last residual, put together whole
+    # (p outside the head's columns, times the row's factor), or from p at a row without children (the bonus);
+    # where rounding left a residual no mass at all, p, as sampling.residual does
+    e = row_to_e.gather(0, end_row.view(1))
+    end_is_leaf = (e < 0).squeeze(0)
+    e = e.clamp(min=0)
+    res = (p_e.index_select(0, e) * out_scale.index_select(0, e).view(1, 1)).index_copy_(1, drawn.ids,
+                                                                                           r_in.index_select(0, e))
+    p_end = p_target.index_select(0, end_row.view(1)).to(wide)
+    row = torch.where(end_is_leaf | (res.sum() <= 0), p_end, res)
+    next_token = sample(row, generator).squeeze(0)
     p_of_node = p_target[parent_row].gather(1, tokens.view(-1, 1)).squeeze(1)
-    return TreeVerdict(path, path.long().sum(), end_row, next_token, end_is_leaf, p_of_node,
-                       (1.0 - reach).float(), draws, q_of_node.float(), accept_of_node.float())
+    p_go = torch.zeros(n + 1, device=dev, dtype=wide).index_copy_(0, rows_e, 1.0 - reach)
+    draws = torch.full((n + 1,), -1, dtype=torch.long, device=dev).scatter_(0, end_row.view(1), next_token.view(1))
+    return TreeVerdict(path, path.long().sum(), end_row, next_token, end_is_leaf, p_of_node, p_go.float(), draws,
+                       q_of_node.float(), accept_of_node.float())
+
+
+def refused(r: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """What is left of a row's normalised residual r on the head's columns once a child drawn from q is refused:
+    max(0, r - q) (walk_sampled renormalises it with the rest of the row)."""
+    return (r - q).clamp(min=0.0)
 
 
 def sampled_plan(topk: int, depth: int, budget: int) -> list[tuple[int, int]]:
@@ -289,12 +333,13 @@ def draft_ids_at(draft_ids: list[torch.Tensor], frontier: torch.Tensor) -> torch
 
 
 def grow_sampled(root_logits: torch.Tensor, expand, plan: list[tuple[int, int]], warp_q,
-                 generator: torch.Generator | None) -> Grown:
+                 generator: torch.Generator | None, draft_to_target: torch.Tensor) -> Grown:
     """A tree of SAMPLED children, for T > 0 (verified by walk_sampled): each expanded node's children are drawn
     from the head's warped q (`warp_q`: logits [rows, V_draft] -> probabilities, the run's T, top-k and top-p)
     without replacement, in draw order. `plan` (sampled_plan) says how many nodes each depth expands and how many
     children each gets; the nodes expanded are the previous depth's best by cumulative log q, which depends only
-    on the head's own draws. `expand` is as for `grow`, for a frontier of any size. Every drawn child is kept."""
+    on the head's own draws. `expand` is as for `grow`, for a frontier of any size. Every drawn child is kept.
+    draft_to_target [V_draft]: the target's id of each draft id (the Drawn's column ids)."""
     dev = root_logits.device
     logits = root_logits.float().view(1, -1)
     q = warp_q(logits)
@@ -324,9 +369,6 @@ def grow_sampled(root_logits: torch.Tensor, expand, plan: list[tuple[int, int]],
         level = offset + torch.arange(m * c, device=dev)
         level_slot = torch.arange(m, device=dev).repeat_interleave(c)
         offset += m * c
-    n = offset
-    q_rows = torch.zeros(n + 1, q.shape[-1], device=dev).index_copy_(0, torch.cat(expanded) + 1,
-                                                                      torch.cat(q_of_rows))
-    tree = DraftTree(torch.cat(parents), torch.cat(depths), torch.cat(head_p), len(plan), q_rows,
-                     max(c for _, c in plan))
-    return Grown(torch.cat(draft_ids), tree)
+    ids = torch.cat(draft_ids)
+    drawn = Drawn(torch.cat(q_of_rows), torch.cat(expanded) + 1, ids, draft_to_target, max(c for _, c in plan))
+    return Grown(ids, DraftTree(torch.cat(parents), torch.cat(depths), torch.cat(head_p), len(plan), drawn))

@@ -26,7 +26,7 @@ from specdemo.drafters import TreeDrafter, make_drafter, tree_shape
 from specdemo.models import CachedLM, StrategyUnavailable
 from specdemo.sampling import residual, sample, warp
 from specdemo.speculative import speculative_rounds
-from specdemo.tree import (DraftTree, TreeVerdict, ancestors, grow, gumbel_top, sampled_plan, tree_attention, walk,
+from specdemo.tree import (DraftTree, Drawn, TreeVerdict, ancestors, grow, gumbel_top, sampled_plan, tree_attention, walk,
                            walk_sampled)
 from test_eagle import exact_joint3, random_head
 from test_exactness import BUG_P, PASS_P, chi2_pvalue
@@ -343,9 +343,8 @@ def test_the_sampled_walk_emits_exactly_p_at_each_depth(one_thread):
         kids = gumbel_top(q_root.log().view(1, -1), 3, gen)[0]
         kid0 = gumbel_top(q_node.log().view(1, -1), 1, gen)[0]
         tokens = torch.cat([kids, kid0])  # nodes 0..2: the root's children; node 3: the child of node 0
-        q_rows = torch.zeros(5, v)
-        q_rows[0], q_rows[1] = q_root, q_node
-        tree = DraftTree(torch.tensor([-1, -1, -1, 0]), torch.tensor([1, 1, 1, 2]), torch.ones(4), 2, q_rows, 3)
+        drawn = Drawn(torch.stack([q_root, q_node]), torch.tensor([0, 1]), tokens, torch.arange(v), 3)
+        tree = DraftTree(torch.tensor([-1, -1, -1, 0]), torch.tensor([1, 1, 1, 2]), torch.ones(4), 2, drawn)
         verdict = walk_sampled(tokens, tree, p, gen)
         path = [int(t) for t, o in zip(tokens, verdict.on_path) if o]
         out = (path + [int(verdict.next_token)])[:2]
@@ -382,13 +381,13 @@ def test_a_sampled_walk_without_the_residual_is_caught(toy_pair, monkeypatch, on
     """PLANTED BUG: test every sampled sibling against p itself and draw the round's end from p, not from the
     residual norm(max(0, r - q)) (the mistake of forgetting that a refused child changes what is left). The same
     chi-square test catches it."""
-    import specdemo.sampling as sampling
+    import specdemo.tree as tree
 
     cfg = SamplingConfig(1.0)
     prompt = [0, 1]
     head = random_head(toy_pair, torch.arange(toy_pair.vocab_size), scale=0.5)
     shape = (2, 2, 4)
-    monkeypatch.setattr(sampling, "residual", lambda p_target, q_draft: p_target)
+    monkeypatch.setattr(tree, "refused", lambda r, q: r)
     n = 1000
     counts, _ = tree_samples(toy_pair, prompt, cfg, shape, n, tree_drafter(toy_pair, head, cfg, shape, "sampled"),
                              children="sampled")
