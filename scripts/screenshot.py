@@ -121,7 +121,10 @@ def tree_round(browser, url: str, out: Path, prompt: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out-dir", type=Path, default=ROOT / "assets")
+    parser.add_argument("--only", choices=("first-screen", "english", "presenter-zh", "tree"), action="append",
+                        help="retake only these (repeatable; default: all four)")
     args = parser.parse_args()
+    take = set(args.only or ("first-screen", "english", "presenter-zh", "tree"))
     import app
     from playwright.sync_api import sync_playwright
 
@@ -135,17 +138,19 @@ def main() -> None:
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-            first_screen(browser, url, args.out_dir / "screenshot-first-screen.png")
-            english(browser, url, args.out_dir / "screenshot.png", examples[min(1, len(examples) - 1)])
-            presenter_zh(browser, url, args.out_dir / "screenshot-presenter-zh.png", examples[-1])
-            if PRESETS[DEFAULT_PRESET].eagle_head:  # the tree is the head's: a pair without one has no tree
+            if "first-screen" in take:
+                first_screen(browser, url, args.out_dir / "screenshot-first-screen.png")
+            if "english" in take:
+                english(browser, url, args.out_dir / "screenshot.png", examples[min(1, len(examples) - 1)])
+            if "presenter-zh" in take:
+                presenter_zh(browser, url, args.out_dir / "screenshot-presenter-zh.png", examples[-1])
+            if "tree" in take and PRESETS[DEFAULT_PRESET].eagle_head:  # a pair without a head has no tree
                 tree_round(browser, url, args.out_dir / "screenshot-tree.png", examples[0])
             browser.close()
     finally:
         app.demo.close()
-    for name in ("screenshot-first-screen.png", "screenshot.png", "screenshot-presenter-zh.png",
-                 "screenshot-tree.png"):
-        print(args.out_dir / name)
+    for name in take:
+        print(args.out_dir / f"screenshot-{name}.png".replace("screenshot-english", "screenshot"))
 
 
 if __name__ == "__main__":
