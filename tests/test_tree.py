@@ -409,6 +409,25 @@ def test_the_sampled_tree_is_exact_on_the_shakespeare_pair(pair32, cfg, one_thre
     assert chi2_pvalue(counts, exact, n) > PASS_P
 
 
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_tree_of_top_k_1_is_the_chain(pair32, temperature):
+    """A tree with one child a node is drafted by the chain's own loop and walked by the chain's own test (at T > 0
+    tree.chain_walk, sampling.verify), so with the same seed it keeps exactly the tokens of `eagle` with K = depth,
+    round for round (the Shakespeare head has no confidence stop)."""
+    assert pair32.head.cfg.stop_below == 0
+    cfg = SamplingConfig(temperature)
+    for seed, prompt in enumerate(("ROMEO:\n", "JULIET:\n")):
+        chain = speculative_generate(pair32, prompt, cfg, SpecConfig(k=4, max_new_tokens=48, seed=seed,
+                                                                     strategy="eagle", top_candidates=0))
+        tree = speculative_generate(pair32, prompt, cfg, SpecConfig(max_new_tokens=48, seed=seed, strategy="tree",
+                                                                    tree_topk=1, tree_depth=4, top_candidates=0))
+        assert tree.output_ids == chain.output_ids
+        assert [r.n_accepted for r in tree.rounds] == [r.n_accepted for r in chain.rounds]
+        drafted = [r for r in tree.rounds if r.k]  # (the prefill round, and one at the token budget, draft nothing)
+        assert len(drafted) >= 5 and all([nd.parent for nd in r.tree] == list(range(-1, r.k - 1)) for r in drafted)
+        assert all((nd.q is not None) == (temperature > 0) for r in drafted for nd in r.tree)
+
+
 def test_sampled_children_at_t0_are_the_top_k_walk(pair32):
     """At T = 0 "sampled" is the top-k tree (a one-hot head has one child to draw): the target's greedy output."""
     for prompt in ("ROMEO:\n", "First Citizen:\nBefore we proceed"):
