@@ -174,12 +174,12 @@ def head_step_ms(pair: ModelPair, context: int = 128, reps: int = 30, width: int
             n = drafter.cache.length
             mask = torch.cat([torch.ones(width, n, dtype=torch.bool, device=pair.device),
                               torch.eye(width, dtype=torch.bool, device=pair.device)], dim=1)
-            x = drafter.head.d2t[torch.nn.functional.linear(g, drafter.head.lm_rows).topk(width, dim=-1).indices[0]]
+            x = drafter.head.d2t[drafter.head.logits(g).topk(width, dim=-1).indices[0]]
             out = drafter.head.step(g.expand(width, -1), drafter.embed(x).to(drafter.dtype), drafter.cache,
                                     torch.full((width,), n, device=pair.device), mask)
-            torch.nn.functional.linear(out, drafter.head.lm_rows).float().log_softmax(-1).topk(width, dim=-1)
+            drafter.head.logits(out).float().log_softmax(-1).topk(width, dim=-1)
         else:
-            x = drafter.head.d2t[torch.nn.functional.linear(g, drafter.head.lm_rows).argmax(-1)]
+            x = drafter.head.d2t[drafter.head.logits(g).argmax(-1)]
             g = drafter.step(g, x)
         device_sync(pair.device)
         times.append(time.perf_counter() - t0)

@@ -47,7 +47,6 @@ from typing import NamedTuple
 
 import torch
 
-import torch.nn.functional as F
 
 from .config import PRESETS, TREE_DEPTH_RANGE, Limits, SamplingConfig, SpecConfig
 from .i18n import Msg
@@ -337,7 +336,7 @@ class EagleDrafter(Drafter):
         (the argmax if greedy, else a draw from the warped q); then go on from the prediction."""
         tokens, rows, probs, picks, unsure = [], [], [], [], None
         for t in range(k_max):
-            logits = F.linear(g, self.head.lm_rows).float()  # [1, V_draft]
+            logits = self.head.logits(g).float()  # [1, V_draft]
             q = None if greedy else warp(logits, self.sampling)
             if t and self.stop_below and (conf := confidence(logits, q)) < self.stop_below:
                 unsure = (conf, self.stop_below)
@@ -433,11 +432,11 @@ class TreeDrafter(EagleDrafter):
             prefix_seen = torch.ones(m, true_len, dtype=torch.bool, device=dev)
             g = self.step_at(feat, self.head.d2t[draft_ids], positions, torch.cat([prefix_seen, visible], dim=1))
             outputs["g"] = g
-            return F.linear(g, self.head.lm_rows)
+            return self.head.logits(g)
 
         # 2. grow the tree from the root's logits: the head's top-k children, reranked to the best `budget` nodes;
         #    or children drawn from the head, in the shape sampled_plan fixes
-        root = F.linear(g_root, self.head.lm_rows)[0]
+        root = self.head.logits(g_root)[0]
         if not self.sampled:
             grown = grow(root, expand, topk, depth, self.budget)
             return Proposal(self.head.d2t[grown.draft_ids], empty, "tree", tree=grown.tree)

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .devices import pick_dtype
+from .devices import pack_weight, packed_linear, packs_bf16, pick_dtype
 from .i18n import Msg, Translatable
 
 ARCHITECTURE = "specdemo-eagle"
@@ -141,15 +141,30 @@ class EagleHead(nn.Module):
         self.register_buffer("lm_rows", rows.clone(), persistent=False)
         return self.to(device=device, dtype=dtype).eval()
 
-    def fused(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """q|k|v and gate|up as one matrix each, made once per dtype and device: drafting runs one position at a
-        time, where each call costs more than its arithmetic (the training path keeps the separate modules)."""
+    def fused(self) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
+        """The weights drafting multiplies by, made once per dtype and device: fc, q|k|v and gate|up as one matrix
+        each, o, down and the LM rows. Drafting runs one position at a time, where each call costs more than its
+        arithmetic (the training path keeps the separate modules). Each comes with its oneDNN-packed copy on a CPU
+        with AMX (devices.packs_bf16; None elsewhere)."""
         w = self.q_proj.weight
         cached = getattr(self, "_fused", None)
-        if cached is None or cached[0].dtype != w.dtype or cached[0].device != w.device:
-            cached = self._fused = (torch.cat([w, self.k_proj.weight, self.v_proj.weight]),
-                                    torch.cat([self.gate_proj.weight, self.up_proj.weight]))
+        if cached is None or cached["qkv"][0].dtype != w.dtype or cached["qkv"][0].device != w.device:
+            plain = {"fc": self.fc.weight, "qkv": torch.cat([w, self.k_proj.weight, self.v_proj.weight]),
+                     "o": self.o_proj.weight, "gu": torch.cat([self.gate_proj.weight, self.up_proj.weight]),
+                     "down": self.down_proj.weight, "lm": self.lm_rows}
+            pack = packs_bf16(w.device, w.dtype)
+            cached = self._fused = {name: (m, pack_weight(m) if pack else None) for name, m in plain.items()}
         return cached
+
+    def linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        """x times one of the drafting weights (`fused`), packed where it is."""
+        weight, packed = self.fused()[name]
+        return F.linear(x, weight) if packed is None else packed_linear(x, packed, weight.shape[0])
+
+    def logits(self, g: torch.Tensor) -> torch.Tensor:
+        """Predicted features [n, H] -> the head's logits over its draft vocabulary [n, V_draft] (the target's own
+        LM-head rows), in the head's dtype."""
+        return self.linear(g, "lm")
 
     # ------------------------------------------------------------------------------------------- building blocks
     def true_feature(self, feats: torch.Tensor) -> torch.Tensor:
@@ -209,7 +224,7 @@ class EagleHead(nn.Module):
     def step(self, feat: torch.Tensor, emb: torch.Tensor, cache: HeadCache, positions: torch.Tensor | None = None,
              mask: torch.Tensor | None = None) -> torch.Tensor:
         """Drafting: n new positions [n, H] appended to `cache` -> their predicted features [n, H]. The same
-        arithmetic as `forward`, with the fused weights that `attach` made and no module calls.
+        arithmetic as `forward`, with the fused (and, on AMX, packed) weights and no module calls.
 
         By default the new positions continue the sequence causally. A draft tree passes its nodes' RoPE
         `positions` [n] and `mask` [n, cache.length + n] (bool, True where a new position may attend)."""
@@ -217,9 +232,8 @@ class EagleHead(nn.Module):
         n, start = feat.shape[0], cache.length
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         assert start + n <= cache.k.shape[1], "the head's cache is full"
-        w_qkv, w_gu = self.fused()
-        x = F.linear(torch.cat([emb, feat], dim=-1), self.fc.weight)  # [n, H]
-        qkv = F.linear(self.input_norm(x), w_qkv)
+        x = self.linear(torch.cat([emb, feat], dim=-1), "fc")  # [n, H]
+        qkv = self.linear(self.input_norm(x), "qkv")
         q = qkv[:, : nh * hd].view(n, nh, hd).transpose(0, 1)
         k = qkv[:, nh * hd : (nh + nkv) * hd].view(n, nkv, hd).transpose(0, 1)
         if positions is None:
@@ -235,9 +249,9 @@ class EagleHead(nn.Module):
             mask = torch.ones(n, start + n, dtype=torch.bool, device=x.device).tril(diagonal=start)
         attn = F.scaled_dot_product_attention(rope(q, cos, sin), cache.k[:, : start + n], cache.v[:, : start + n],
                                               attn_mask=mask, enable_gqa=nh != nkv)
-        x = x + F.linear(attn.transpose(0, 1).reshape(n, nh * hd), self.o_proj.weight)
-        gate, up = F.linear(self.post_norm(x), w_gu).chunk(2, dim=-1)
-        return x + F.linear(F.silu(gate) * up, self.down_proj.weight)
+        x = x + self.linear(attn.transpose(0, 1).reshape(n, nh * hd), "o")
+        gate, up = self.linear(self.post_norm(x), "gu").chunk(2, dim=-1)
+        return x + self.linear(F.silu(gate) * up, "down")
 
 
 # ---------------------------------------------------------------------------------------------------- files

@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from .config import DEFAULT_PRESET, PRESETS, env_int
-from .devices import DTypeArg, dtype_name, model_budget_bytes, pick_device, pick_dtype, requested_dtype
+from .devices import (DTypeArg, dtype_name, model_budget_bytes, pack_weight, packed_linear, packs_bf16, pick_device,
+                      pick_dtype, requested_dtype)
 from .weights import (INSTALL_HINT, ModelLoadError, checked_folder, display_id, find_packaged_file, hub_offline,
                       hub_reachable, labels, load_error, offline_for, preset_draft, role_name, save_plain_folder)
 from .i18n import Msg, Translatable
@@ -105,8 +106,10 @@ class CachedLM:
         h = hidden[-keep_logits:]
         if weight.dtype == torch.float32:
             logits = torch.nn.functional.linear(h.float(), weight, bias)
-        else:  # the full product in the model's dtype, then the REFINE_TOP best recomputed exactly in float32
-            logits = torch.nn.functional.linear(h, weight, bias).float()
+        else:  # the full product in the model's dtype (packed where the head is), then the REFINE_TOP best
+            #     recomputed exactly in float32
+            head = self.model.get_output_embeddings()
+            logits = (head(h) if isinstance(head, PackedLinear) else torch.nn.functional.linear(h, weight, bias)).float()
             top = logits.topk(REFINE_TOP, dim=-1).indices  # [keep, m]
             exact = torch.einsum("kh,kmh->km", h.float(), weight[top].float())
             if bias is not None:
@@ -305,7 +308,38 @@ def _load_one(model_id: str, role: str, device: torch.device, dtype: torch.dtype
         chosen = pick_dtype(device, role, sum(p.numel() for p in model.parameters()))
         if chosen != load_dt:
             model = model.to(chosen)
-    return tok, model.to(device).eval()
+    model = model.to(device).eval()
+    if packs_bf16(device, model.dtype):
+        pack_linears(model)
+    return tok, model
+
+
+class PackedLinear(torch.nn.Linear):
+    """An inference-only nn.Linear whose bf16 weight is also held packed in oneDNN's blocked layout (made once by
+    `pack_linears`), so that a CPU with AMX does not lay it out again at every call (devices.packs_bf16). Its
+    parameters, state dict and results stay those of the plain layer; where the weight has left the CPU or bf16,
+    or a gradient is wanted, it computes as the plain layer does."""
+
+    packed: torch.Tensor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        if w.dtype != torch.bfloat16 or w.device.type != "cpu" or x.dtype != w.dtype or (
+                torch.is_grad_enabled() and (w.requires_grad or x.requires_grad)):
+            return torch.nn.functional.linear(x, w, self.bias)
+        return packed_linear(x, self.packed, self.out_features, self.bias)
+
+
+def pack_linears(model: torch.nn.Module) -> int:
+    """Pack every plain bf16 nn.Linear of `model` in place (PackedLinear); returns how many. The packed copies take
+    as many bytes again as those weights (pair_bytes counts them)."""
+    n = 0
+    for module in model.modules():
+        if type(module) is torch.nn.Linear and module.weight.dtype == torch.bfloat16:
+            module.packed = pack_weight(module.weight)
+            module.__class__ = PackedLinear
+            n += 1
+    return n
 
 
 
@@ -441,11 +475,14 @@ def _cached(key: tuple) -> ModelPair | None:
 
 
 def pair_bytes(pair: ModelPair) -> int:
-    """The bytes a loaded pair holds: the parameters and buffers of its two models and of its EAGLE head."""
+    """The bytes a loaded pair holds: the parameters and buffers of its two models and of its EAGLE head, and the
+    packed copies of bf16 weights (PackedLinear)."""
     seen, total = set(), 0
     for module in (pair.draft, pair.target, pair.head):
         if isinstance(module, torch.nn.Module):
-            for t in (*module.parameters(), *module.buffers()):
+            packed = [m.packed for m in module.modules() if isinstance(m, PackedLinear)]
+            packed += [pk for _, pk in (getattr(module, "_fused", None) or {}).values() if pk is not None]  # a head's
+            for t in (*module.parameters(), *module.buffers(), *packed):
                 if id(t) not in seen:
                     seen.add(id(t))
                     total += t.numel() * t.element_size()
