@@ -10,7 +10,7 @@ the verify cost of the tree's size and the head's cost per depth. Prints one tab
 SmolLM2 (rule of 2026-11-25 02:21): T = 0 and 0.7, the verify costs of issue 24's calibration; it chose (2, 4, 8).
 Shakespeare (rule of 2026-11-25 05:36): T = 0 and 1, the verify costs and the head's step measured in the same run.
 
-SmolLM2 again (rule of 2026-11-25 10:50, written before any tree of these shapes ran this session; `--rule measured`):
+SmolLM2 again (rule of 2026-11-25 10:50, written before any shape but the shipped (2, 4, 8) ran this session; `--rule measured`):
 on a CPU with AMX, v(n) measured 1.10 for 9 tokens, 1.14 for 17 and 1.21 for 25 (scratch, a tree mask after 180
 tokens), far below the calibration's 1.18 / 1.43 / 1.60, so the calibration priced big trees wrongly there. The rule:
 the 20 SELECTION prompts x 48 tokens; T = 0 (top-k children) and T = 0.7 (sampled children, what `auto` means at

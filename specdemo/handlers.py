@@ -159,7 +159,7 @@ def generate_api(pair: str = DEFAULT_PRESET, prompt: str = PRESETS[DEFAULT_PRESE
     pair: a preset name, or "custom" with draft and target model ids. chat: true wraps the prompt (a user message)
     with the target's chat template and returns the assistant's reply; false continues the prompt as raw text;
     null (the default) takes the pair's own default (chat for instruct presets). strategy: "" (the default) takes
-    the pair's own, the one the page opens it with (eagle for smollm2-135m, fixed for shakespeare and custom
+    the pair's own, the one the page opens it with (tree for smollm2-135m, fixed for shakespeare and custom
     pairs); "fixed" (K drafts a round), "adaptive" (the draft stops when unsure; K is ignored), "lookup" (copy
     after a matching n-gram of up to `ngram` tokens; no draft model), "eagle" (the pair's EAGLE head drafts up
     to K tokens from the target's features; the embedded pairs only, refused in one sentence elsewhere) or "tree"

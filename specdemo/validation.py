@@ -138,7 +138,7 @@ def as_strategy(strategy) -> str:
 
 
 def own_strategy(pair_name) -> str:
-    """The strategy a pair opens with: its preset's (eagle for smollm2-135m), fixed for a custom pair."""
+    """The strategy a pair opens with: its preset's (tree for smollm2-135m), fixed for a custom pair."""
     return PRESETS[pair_name].strategy if pair_name in PRESETS else "fixed"
 
 

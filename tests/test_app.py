@@ -70,13 +70,13 @@ def test_generate_endpoint_takes_a_strategy(client, pair, strategy):
 
 
 def test_generate_endpoint_defaults_to_the_pairs_own_strategy(client, pair):
-    """Without a strategy, /generate drafts as the page opens the pair: the EAGLE head for smollm2-135m (its
+    """Without a strategy, /generate drafts as the page opens the pair: the EAGLE head's tree for smollm2-135m (its
     preset's), the draft model for shakespeare; a pair's strategy can still be asked for by name."""
     for name, prompt, want in (("shakespeare", "ROMEO:\n", "fixed"),
-                               ("smollm2-135m", "What is the capital of Italy?", "eagle")):
+                               ("smollm2-135m", "What is the capital of Italy?", "tree")):
         trace = gen(client, pair=name, prompt=prompt, temperature=0.0, max_new_tokens=12)["speculative"]
         assert trace["settings"]["strategy"] == want
-        assert {r["source"] for r in trace["rounds"]} <= ({"prefill", "eagle"} if want == "eagle" else {"draft"})
+        assert {r["source"] for r in trace["rounds"]} <= ({"prefill", "tree"} if want == "tree" else {"draft"})
     asked = gen(client, pair="smollm2-135m", prompt="What is the capital of Italy?", max_new_tokens=8,
                 strategy="lookup")["speculative"]
     assert asked["settings"]["strategy"] == "lookup"

@@ -401,7 +401,8 @@ def test_the_reply_reads_as_text_and_the_full_story_strikes_the_rejected_drafts(
 def test_the_shipped_default_opens_as_its_preset_says_and_runs(browser):
     """`python app.py` as shipped, in a process of its own without SPECDEMO_DEFAULT_PAIR (the other tests pin the
     Shakespeare pair): the page opens on SHIPPED_DEFAULT with its preset's strategy, first example and chat setting,
-    and Generate streams a run drafted that way (with an EAGLE head: a prefill round, then rounds the head drafted)."""
+    and Generate streams a run drafted that way (with an EAGLE head: a prefill round, then rounds the head drafted,
+    as a chain or as trees)."""
     from measure_app import start  # the app as `python app.py` starts it, timed by scripts/measure_app.py
     from specdemo.config import PRESETS, SHIPPED_DEFAULT
 
@@ -430,8 +431,9 @@ def test_the_shipped_default_opens_as_its_preset_says_and_runs(browser):
         assert len(reply.split()) >= 3 and "<|im_start|>" not in reply  # a chat pair shows the reply, not the template
         film = page.inner_text("#sd-film")
         assert page.locator("#sd-film .sd-row").count() >= 2
-        if preset.strategy == "eagle":  # the first round reads the prompt; the head drafts the rest
-            assert "prefill" in film and "head \u00b7" in film
+        if preset.strategy in ("eagle", "tree"):  # the first round reads the prompt; the head drafts the rest
+            assert "prefill" in film
+            assert ("head \u00b7" in film) if preset.strategy == "eagle" else re.search(r"tree \d+ \u00b7 kept \d+", film)
         context.close()
     finally:
         proc.terminate()
