@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 
@@ -9,7 +10,8 @@ import pytest
 import torch
 
 from specdemo.config import EMBEDDED_DRAFT, EMBEDDED_TARGET
-from specdemo.models import ModelLoadError, check_tokenizers, load_pair
+from specdemo.devices import packs_bf16
+from specdemo.models import ModelLoadError, PackedLinear, check_tokenizers, load_pair, pack_linears
 
 
 def test_embedded_pair_loads_offline_with_plain_transformers():
@@ -193,3 +195,51 @@ def test_loads_in_progress_count_against_the_memory_budget(monkeypatch):
         loader.join(120)
     assert first and isinstance(first[0], models.ModelPair), first
     assert in_use() == models.pair_bytes(first[0])  # the reservation became the pair's own size
+
+
+needs_packing = pytest.mark.skipif(not packs_bf16(torch.device("cpu"), torch.bfloat16),
+                                   reason="bf16 weights are packed only on a CPU with AMX (devices.packs_bf16)")
+
+
+@needs_packing
+def test_packed_linears_compute_what_the_plain_layers_do():
+    """pack_linears turns a bf16 model's nn.Linear layers into PackedLinear in place: the parameters and the state
+    dict stay as they were, and the outputs are bit for bit the plain layers' at the row counts a verify feeds.
+    Where a gradient is wanted it computes as nn.Linear does, and the gradient reaches the input."""
+    torch.manual_seed(0)
+    plain = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.SiLU(), torch.nn.Linear(96, 48, bias=False))
+    plain = plain.to(torch.bfloat16)
+    packed = copy.deepcopy(plain)
+    assert pack_linears(packed) == 2
+    assert [type(m) for m in packed] == [PackedLinear, torch.nn.SiLU, PackedLinear]
+    assert packed.state_dict().keys() == plain.state_dict().keys()
+    assert all(torch.equal(a, b) for a, b in zip(packed.parameters(), plain.parameters()))
+    with torch.inference_mode():
+        for rows in (1, 5, 9, 17, 32):
+            x = torch.randn(1, rows, 64).to(torch.bfloat16)
+            assert torch.equal(packed(x), plain(x)), rows
+    x = torch.randn(3, 64, dtype=torch.bfloat16, requires_grad=True)
+    packed(x).float().sum().backward()
+    grad = x.grad.clone()
+    x.grad = None
+    plain(x).float().sum().backward()
+    assert torch.equal(grad, x.grad)
+
+
+@needs_packing
+def test_a_bf16_pair_on_an_amx_cpu_is_packed_and_counts_the_packed_bytes():
+    """The SmolLM2 pair as auto loads it on this CPU: its target's linears and its head's drafting weights are
+    packed, pair_bytes counts the copies, and the head's packed product equals the plain one."""
+    from specdemo.models import pair_bytes
+
+    smol = load_pair("smollm2-135m")
+    if smol.dtype != torch.bfloat16:
+        pytest.skip("the target is not in bf16 here")
+    layers = [m for m in smol.target.modules() if isinstance(m, torch.nn.Linear)]
+    assert layers and all(isinstance(m, PackedLinear) for m in layers)
+    weights = sum(t.numel() * t.element_size() for t in (*smol.target.parameters(), *smol.draft.parameters()))
+    assert pair_bytes(smol) > weights + sum(m.weight.numel() * 2 for m in layers) * 0.9
+    g = torch.randn(3, smol.head.cfg.hidden_size).to(torch.bfloat16)
+    with torch.inference_mode():
+        assert all(pk is not None for _, pk in smol.head.fused().values())
+        assert torch.equal(smol.head.logits(g), torch.nn.functional.linear(g, smol.head.lm_rows))
