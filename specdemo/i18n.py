@@ -171,10 +171,11 @@ EN: dict[str, str] = {
     "stats.not_measured": "speedup not measured: the time limit ended the run before the target-only baseline",
     "stats.lossy": "Lossy run: lenience b < 1, so the output does not follow the target.",
     "stats.recorded": (
-        "A recorded run, not live: {pair}, {strategy}, K = {k}, T = {t}, seed {seed}; recorded on {date} ({machine}). "
+        "A recorded run, not live: {pair}, {strategy}, {size}, T = {t}, seed {seed}; recorded on {date} ({machine}). "
         "Generate replaces it with a live run."
     ),
     "stats.recorded_cpu": "{cpu} CPU, {threads} threads",
+    "stats.recorded_tree": "top-k {topk}, depth {depth}, {budget} nodes",
     "status.speculative": "running speculative...",
     "status.baseline": "running the target-only baseline: {n} tokens",
     "status.done": "done ({reason})",
@@ -586,10 +587,11 @@ ZH: dict[str, str] = {
     "stats.not_measured": "未测加速比：运行在只用目标模型的基线开始前已到时间上限",
     "stats.lossy": "有损运行：宽松系数 b < 1，输出不服从目标模型的分布。",
     "stats.recorded": (
-        "这是一次录制的运行，不是现场生成：{pair}，{strategy}，K = {k}，T = {t}，随机种子 {seed}；录制于 {date}"
+        "这是一次录制的运行，不是现场生成：{pair}，{strategy}，{size}，T = {t}，随机种子 {seed}；录制于 {date}"
         "（{machine}）。点击“生成”会换成一次现场运行。"
     ),
     "stats.recorded_cpu": "{cpu} CPU，{threads} 个线程",
+    "stats.recorded_tree": "top-k {topk}，深度 {depth}，{budget} 个节点",
     "status.speculative": "投机采样运行中…",
     "status.baseline": "只用目标模型的基线运行中：已生成 {n} 个 token",
     "status.done": "完成（{reason}）",

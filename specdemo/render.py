@@ -275,14 +275,17 @@ def stats_html(spec: Trace | None, base: Trace | None = None, running: str = "",
 
 
 def recorded_note(spec: Trace, lang: str | None = None) -> str:
-    """A recorded run says so, with the settings it was made with and when and where (recorded.py)."""
+    """A recorded run says so, with the settings it was made with (K, or a tree's sizes) and when and where
+    (recorded.py)."""
     s, rec = spec.settings, spec.settings.get("recorded") or {}
     strategy = s.get("strategy", "fixed")
     name = tr(f"strategy.{strategy}", lang) if f"strategy.{strategy}" in EN else strategy
     device = rec.get("device", "cpu")
     machine = (tr("stats.recorded_cpu", lang, cpu=rec.get("cpu", "?"), threads=rec.get("threads", "?"))
                if device == "cpu" else device)
-    text = tr("stats.recorded", lang, pair=s.get("pair", "?"), strategy=name, k=s.get("k", "?"),
+    size = (tr("stats.recorded_tree", lang, topk=s["tree_topk"], depth=s["tree_depth"], budget=s["tree_budget"])
+            if strategy == "tree" and "tree_budget" in s else f"K = {s.get('k', '?')}")  # a symbol in any language
+    text = tr("stats.recorded", lang, pair=s.get("pair", "?"), strategy=name, size=size,
               t=f"{s.get('temperature', 0):g}", seed=s.get("seed", "?"), date=rec.get("date", "?"), machine=machine)
     return f'<div class="sd-recorded">{esc(text)}</div>'
 

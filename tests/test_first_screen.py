@@ -126,6 +126,18 @@ def test_a_run_shown_as_recorded_says_so_in_both_languages():
     first = views.opening({"spec": spec, "base": base, "cursor": 0}, "zh-CN")
     assert "这是一次录制的运行" in first["stats"] and "第1轮" in first["film"] and first["pos_sl"] >= 1
     assert len(first["insp_reason"]) > 30 and "第 1 轮之前" in first["step_caption"]
+
+
+def test_a_recorded_tree_run_names_its_tree_not_a_k():
+    """The SmolLM2 page opens on a tree run: its note gives the tree's sizes as the run drafted them (K is the
+    chain's and plays no part), in both languages."""
+    spec, base = recorded.load("smollm2-135m")
+    s = spec.settings
+    assert s["strategy"] == PRESETS["smollm2-135m"].strategy == "tree"
+    en, zh = render.stats_html(spec, base, lang="en"), render.stats_html(spec, base, lang="zh-CN")
+    assert f"EAGLE tree, top-k {s['tree_topk']}, depth {s['tree_depth']}, {s['tree_budget']} nodes, T = 0.3" in en
+    assert "K = " not in en
+    assert f"top-k {s['tree_topk']}，深度 {s['tree_depth']}，{s['tree_budget']} 个节点" in zh
     assert views.opening(None)["film"] == render.filmstrip_html([])  # no recording: the empty page
 
 
