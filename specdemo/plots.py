@@ -81,14 +81,21 @@ def strategy_race(runs: dict[str, list[tuple[float, int]]], lang: str | None = N
     return fig
 
 
+def most_kept(rnd: Round) -> int:
+    """The most drafts a round could keep: its K for a chain; for a tree its depth, since its nodes are alternatives
+    and one path through them is kept."""
+    return max((nd.depth for nd in rnd.tree), default=0) if rnd.tree else rnd.k
+
+
 def acceptance_per_round(spec: Trace | None, lang: str | None = None) -> go.Figure:
+    """Each round's kept drafts, stacked on the rest of what it could have kept (K, or a tree's depth)."""
     fig = _fig(tr("chart.acc_round", lang), tr("chart.round", lang), tr("chart.accepted_of_k", lang))
     if spec is not None and spec.rounds:
         rs = spec.rounds
         fig.add_bar(x=[r.index + 1 for r in rs], y=[r.n_accepted for r in rs], name=tr("chart.accepted", lang),
                     marker_color=PALETTE["accepted"])
-        fig.add_bar(x=[r.index + 1 for r in rs], y=[r.k - r.n_accepted for r in rs], name=tr("chart.not_accepted", lang),
-                    marker_color=PALETTE["rejected"], marker_pattern_shape="/")
+        fig.add_bar(x=[r.index + 1 for r in rs], y=[most_kept(r) - r.n_accepted for r in rs],
+                    name=tr("chart.not_accepted", lang), marker_color=PALETTE["rejected"], marker_pattern_shape="/")
         fig.update_layout(barmode="stack")
     return fig
 
@@ -97,7 +104,7 @@ def accepted_length_histogram(spec: Trace | None, lang: str | None = None) -> go
     fig = _fig(tr("chart.hist", lang), tr("chart.hist_x", lang), tr("chart.rounds", lang))
     if spec is not None and spec.rounds:
         lengths = [len(r.output) for r in spec.rounds]
-        k = max(r.k for r in spec.rounds)
+        k = max(most_kept(r) for r in spec.rounds)
         counts = [lengths.count(i) for i in range(1, k + 2)]
         fig.add_bar(x=list(range(1, k + 2)), y=counts, marker_color=PALETTE["target"], name=tr("chart.rounds", lang))
         fig.update_xaxes(dtick=1)

@@ -134,6 +134,23 @@ def test_the_theory_chart_says_the_chains_model_does_not_apply_to_a_tree(tree_tr
     assert plots.speedup_vs_theory(chain, base, lang="en").data  # the chain's curves, for comparison
 
 
+def test_a_tree_rounds_bar_stacks_its_kept_path_on_its_depth_not_its_node_count(tree_trace):
+    """A tree's nodes are alternatives: a round keeps at most one path, as deep as the tree. So its bar in "drafts
+    accepted per round" is the path plus the rest of the depth, not the path plus every other node."""
+    from specdemo import plots
+
+    fig = plots.acceptance_per_round(tree_trace, lang="en")
+    kept, rest = fig.data[0].y, fig.data[1].y
+    drafted = [r for r in tree_trace.rounds if r.tree]
+    assert drafted and any(len(r.tree) > max(nd.depth for nd in r.tree) for r in drafted)  # bushy, not chains
+    for r in tree_trace.rounds:
+        deepest = max((nd.depth for nd in r.tree), default=0) if r.tree else r.k
+        assert (kept[r.index], kept[r.index] + rest[r.index]) == (r.n_accepted, deepest)
+    assert "of its depth" in fig.layout.yaxis.title.text
+    hist = plots.accepted_length_histogram(tree_trace, lang="en")
+    assert list(hist.data[0].x) == list(range(1, max(plots.most_kept(r) for r in tree_trace.rounds) + 2))
+
+
 HOSTILE = "<script>alert('x')</script><img src=x onerror=alert(1)>\x07&"
 
 
