@@ -110,7 +110,7 @@ def packs_bf16(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether a bf16 model's linear layers are packed once into oneDNN's blocked layout (models.pack_linears): on
     a CPU with AMX, where torch's plain bf16 `F.linear` lays the weight out again at every call. Measured there on
     2 threads (2026-11-25, SmolLM2-135M): a one-token step 41.9 -> 34.4 ms and a 9-token verify 48.8 -> 43.4 ms,
-    the outputs of each layer bit for bit those of F.linear at 1 and 9 rows. Packing float32 weights was slower at
+    the outputs of each layer bit for bit those of F.linear at 1 to 32 rows. Packing float32 weights was slower at
     one row, and CPUs without AMX were not measured, so both keep F.linear. SPECDEMO_PACK=0 turns it off."""
     return (device.type == "cpu" and dtype == torch.bfloat16 and cpu_bf16_kind() == "amx"
             and os.environ.get("SPECDEMO_PACK", "1").strip() != "0"

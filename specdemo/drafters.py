@@ -47,7 +47,6 @@ from typing import NamedTuple
 
 import torch
 
-
 from .config import PRESETS, TREE_DEPTH_RANGE, Limits, SamplingConfig, SpecConfig
 from .i18n import Msg
 from .eagle import HeadCache
