@@ -342,7 +342,6 @@ def pack_linears(model: torch.nn.Module) -> int:
     return n
 
 
-
 def load_config(model_id: str, role: str, local: bool | None = None):
     """A model's config alone, no weights, for checks made before a load (the size cap on custom ids). A failure is
     a ModelLoadError that names the model by its public label (weights.load_error)."""

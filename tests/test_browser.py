@@ -351,7 +351,11 @@ def check_first_screen(page, width: int, height: int, locale: str, pair_name: st
                    f"{m['alpha_empirical']:.2f}", f"{m['mean_accepted_length']:.2f}", f"{bm['tokens_per_s']:.1f}",
                    f"{m['tokens_per_s'] / bm['tokens_per_s']:.2f}\u00d7"):
         assert number in stats, (number, stats)
-    assert RECORDED[locale] in stats and f"K = {spec.settings['k']}" in stats and pair_name in stats
+    s = spec.settings  # the run's sizes: a chain's K, or a tree's (K plays no part in a tree)
+    sizes = ([f"top-k {s['tree_topk']}", str(s["tree_depth"]), str(s["tree_budget"])] if s["strategy"] == "tree"
+             else [f"K = {s['k']}"])
+    assert RECORDED[locale] in stats and pair_name in stats and all(x in stats for x in sizes), (sizes, stats)
+    assert (s["strategy"] == "tree") == ("K = " not in stats)
     tokens = page.locator("#sd-token-view .sd-tok")
     assert tokens.count() == sum(len(r.tokens) for r in spec.rounds)
     rejected = sum(t.label == "rejected" for r in spec.rounds for t in r.tokens)
