@@ -146,7 +146,7 @@ def test_a_tree_rounds_bar_stacks_its_kept_path_on_its_depth_not_its_node_count(
     for r in tree_trace.rounds:
         deepest = max((nd.depth for nd in r.tree), default=0) if r.tree else r.k
         assert (kept[r.index], kept[r.index] + rest[r.index]) == (r.n_accepted, deepest)
-    assert "of its depth" in fig.layout.yaxis.title.text
+    assert "of depth" in fig.layout.yaxis.title.text and "树深" in plots.acceptance_per_round(tree_trace, "zh-CN").layout.yaxis.title.text
     hist = plots.accepted_length_histogram(tree_trace, lang="en")
     assert list(hist.data[0].x) == list(range(1, max(plots.most_kept(r) for r in tree_trace.rounds) + 2))
 
