@@ -109,7 +109,8 @@ class CachedLM:
         else:  # the full product in the model's dtype (packed where the head is), then the REFINE_TOP best
             #     recomputed exactly in float32
             head = self.model.get_output_embeddings()
-            logits = (head(h) if isinstance(head, PackedLinear) else torch.nn.functional.linear(h, weight, bias)).float()
+            packed = isinstance(head, PackedLinear)
+            logits = (head(h) if packed else torch.nn.functional.linear(h, weight, bias)).float()
             top = logits.topk(REFINE_TOP, dim=-1).indices  # [keep, m]
             exact = torch.einsum("kh,kmh->km", h.float(), weight[top].float())
             if bias is not None:
