@@ -28,7 +28,7 @@ def warp(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     """
     logits = logits.float()
     if cfg.greedy:
-        return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+        return torch.zeros_like(logits).scatter_(-1, first_max(logits, keepdim=True), 1.0)
     logits = logits / cfg.temperature
     vocab = logits.shape[-1]
     if 0 < cfg.top_k < vocab:
@@ -46,23 +46,32 @@ def warp(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     return logits.softmax(-1)
 
 
+def first_max(x: torch.Tensor, keepdim: bool = False) -> torch.Tensor:
+    """The index of each row's largest value, the first one on a tie: argmax's answer. torch.max over a dimension
+    returns the same index (ties included, tested) and costs a third as much on a CPU: 0.11 against 0.34 ms for
+    [9, 49152] float32 here (2026-11-25), and a tree round takes it twice."""
+    return x.max(-1, keepdim=keepdim).indices
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator | None, greedy: bool = False) -> torch.Tensor:
     """One token per row of probs [..., V] -> [...] (long). Greedy takes the argmax and draws nothing.
 
     By the inverse of each row's cumulative distribution: one uniform u per row, scaled to the row's mass, picks
     the first token whose cumulative mass exceeds u, so token i comes with probability p_i / sum(p) (the sums in
-    float64, 1e-16 relative). A token of probability 0 adds no width and is never picked; if rounding puts u on
-    the row's total, the last token with mass is taken. On a CPU this costs about 0.05 ms for a row of 49,152
-    tokens, where torch.multinomial costs about 1.1 ms (2026-11-25), and the tree's walk draws at every node.
+    float64, 1e-16 relative). A token of probability 0 adds no width and is never picked. If rounding puts u on
+    the row's total, the token where the cumulative mass first reaches that total is taken: it has mass, since the
+    sum rose there. On a CPU this costs about 0.3 ms for a row of 49,152 tokens, where torch.multinomial costs
+    about 1.1 ms (2026-11-25), and the tree's walk draws at every node.
     """
     if greedy:
-        return probs.argmax(-1)
+        return first_max(probs)
     flat = probs.reshape(-1, probs.shape[-1])
     wide = torch.float32 if flat.device.type == "mps" else torch.float64  # MPS has no float64
-    cdf = flat.to(wide).cumsum(-1)
-    u = torch.rand(flat.shape[0], 1, generator=generator, device=flat.device, dtype=wide) * cdf[:, -1:]
+    cdf = torch.cumsum(flat, -1, dtype=wide)
+    total = cdf[:, -1:].contiguous()
+    u = torch.rand(flat.shape[0], 1, generator=generator, device=flat.device, dtype=wide) * total
     picked = torch.searchsorted(cdf, u, right=True)
-    last = flat.shape[-1] - 1 - (flat.flip(-1) > 0).float().argmax(-1, keepdim=True)
+    last = torch.searchsorted(cdf, total)  # the first index where the sum reaches its total: a token with mass
     return torch.minimum(picked, last).reshape(probs.shape[:-1])
 
 
