@@ -6,6 +6,7 @@ the verify cost of the tree's size and the head's cost per depth. Prints one tab
     .venv/bin/python scripts/select_tree.py --pair shakespeare --prompts 12 --max-new-tokens 64
     .venv/bin/python scripts/select_tree.py --pair smollm2-135m --prompts 12 --children sampled --shapes 2,4,8
     .venv/bin/python scripts/select_tree.py --pair smollm2-135m --rule measured --prompts 20 --max-new-tokens 48
+    .venv/bin/python scripts/select_tree.py --pair smollm2-135m --rule pruned --prompts 20 --max-new-tokens 48
 
 SmolLM2 (rule of 2026-11-25 02:21): T = 0 and 0.7, the verify costs of issue 24's calibration; it chose (2, 4, 8).
 Shakespeare (rule of 2026-11-25 05:36): T = 0 and 1, the verify costs and the head's step measured in the same run.
@@ -18,6 +19,15 @@ there. The rule: the 20 SELECTION prompts x 48 tokens; T = 0 (top-k children) an
 tokens per call / (v(budget + 1) + h(top-k) * depth + 0.03), with v and h (one head call over a frontier of top-k
 nodes) measured in the same run in target steps; the best mean over both temperatures replaces (2, 4, 8) only if it
 beats it by 3% or more (the margin for noise in the measured costs).
+
+SmolLM2, pruned trees (rule of 2026-11-25 12:52, written before any pruned tree ran; `--rule pruned`): a tree may
+leave out every node whose cumulative head probability is below prune_below (tree.grow). On the 20 SELECTION prompts
+x 48 new tokens, in one process, every candidate and chain `eagle` interleaved prompt by prompt, at T = 0 (top-k
+children) and T = 0.7 (the children `auto` means there), each run's real tokens/s, no model. Candidates: shapes
+(2, 4, 8), (2, 6, 12), (3, 5, 15), (4, 5, 16) x prune_below 0, 0.02, 0.05, 0.1. Score: the mean over the two
+temperatures of tokens/s over the chain's in the same pass. The best replaces the shipped (2, 4, 8) without
+pruning only if its score beats that one's by 3% or more. It chose (3, 5, 15) pruned below 0.02: 1.070 against
+1.010 (assets/bench/select-tree-pruned-smollm2-amx-2026-11-25.txt).
 """
 
 from __future__ import annotations
@@ -78,6 +88,53 @@ def measured_costs(pair, sizes, widths=()) -> tuple[dict, float, dict]:
             {w: head_step_ms(pair, width=w) / step for w in widths})
 
 
+PRUNED_SHAPES, PRUNED_BELOW = [(2, 4, 8), (2, 6, 12), (3, 5, 15), (4, 5, 16)], [0.0, 0.02, 0.05, 0.1]
+
+
+def pruned_rule(pair, prompts, temps, max_new_tokens) -> None:
+    """The rule of 12:52: real tokens/s of every (shape, prune_below) against the chain, interleaved prompt by
+    prompt in this process; the head's prune_below is set on its config for each run and restored."""
+    import time
+    from dataclasses import replace
+
+    own = pair.head.cfg
+    runs = [("chain", None, 0.0)] + [(f"{s} pruned below {p:g}", s, p) for s in PRUNED_SHAPES for p in PRUNED_BELOW]
+
+    def run(sampling, shape, prune, prompt, seed) -> tuple[int, float, int]:
+        spec = (SpecConfig(strategy="eagle", k=4, max_new_tokens=max_new_tokens, seed=seed, top_candidates=0)
+                if shape is None else
+                SpecConfig(strategy="tree", tree_topk=shape[0], tree_depth=shape[1], tree_budget=shape[2],
+                           max_new_tokens=max_new_tokens, seed=seed, top_candidates=0))
+        try:
+            pair.head.cfg = replace(own, tree=own.tree | {"prune_below": prune})
+            t0 = time.perf_counter()
+            tr = speculative_generate(pair, prompt, sampling, spec)
+            return len(tr.output_ids), time.perf_counter() - t0, len(tr.rounds)
+        finally:
+            pair.head.cfg = own
+
+    score = {name: 0.0 for name, _, _ in runs}
+    for t in temps:
+        sampling = SamplingConfig(t)
+        for _, shape, prune in runs:  # warm-up, not counted
+            run(sampling, shape, prune, prompts[0], 0)
+        tot = {name: [0, 0.0, 0] for name, _, _ in runs}
+        for i, prompt in enumerate(prompts):
+            for name, shape, prune in runs:
+                for j, x in enumerate(run(sampling, shape, prune, prompt, i)):
+                    tot[name][j] += x
+        chain = tot["chain"][0] / tot["chain"][1]
+        print(f"T = {t:g}: {len(prompts)} prompts x {max_new_tokens} tokens\n| drafter | tokens/s | tokens per call "
+              "| speed / chain |\n|---|---:|---:|---:|")
+        for name, (n, secs, calls) in tot.items():
+            print(f"| {name} | {n / secs:.1f} | {n / calls:.2f} | {n / secs / chain:.3f}x |", flush=True)
+            score[name] += n / secs / chain / len(temps)
+    best = max((name for name, _, _ in runs[1:]), key=score.get)
+    shipped = score["(2, 4, 8) pruned below 0"]
+    print(f"best by the rule: {best}, mean {score[best]:.3f}x the chain; (2, 4, 8) unpruned {shipped:.3f}x")
+    print("the rule ships " + (best if score[best] >= 1.03 * shipped else "(2, 4, 8) unpruned, as before"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pair", default="smollm2-135m", choices=sorted(SHAPES))
@@ -86,8 +143,9 @@ def main() -> None:
     ap.add_argument("--children", default="top", choices=("top", "sampled"),
                     help="the tree's children at T > 0: the head's top-k (the rules above) or drawn from it")
     ap.add_argument("--shapes", default=None, help="only these shapes, e.g. 2,4,8;1,4,4")
-    ap.add_argument("--rule", default="calibration", choices=("calibration", "measured"),
-                    help="smollm2-135m: the rule of 02:21 (issue 24's costs) or of 10:50 (costs measured in the run)")
+    ap.add_argument("--rule", default="calibration", choices=("calibration", "measured", "pruned"),
+                    help="smollm2-135m: the rule of 02:21 (issue 24's costs), of 10:50 (costs measured in the run) "
+                         "or of 12:52 (pruned trees, real speeds)")
     args = ap.parse_args()
     pair = load_pair(args.pair)
     measured = args.pair == "smollm2-135m" and args.rule == "measured"
@@ -100,6 +158,8 @@ def main() -> None:
         prompts, temps = SELECTION[: args.prompts], (0.0, 0.7)
     else:
         prompts, temps = SHAKESPEARE_SELECTION[: args.prompts], (0.0, 1.0)
+    if args.rule == "pruned":
+        return pruned_rule(pair, prompts, temps, args.max_new_tokens)
     head_at = {}  # measured rule: one head call over a frontier of top-k nodes, by top-k
     if args.pair == "smollm2-135m" and not measured:  # the rule of 2026-11-25 02:21: issue 24's calibration
         verify, head, chain_verify = verify_steps, HEAD_PER_DEPTH, 1.07  # 5 tokens as the chain's bench measured

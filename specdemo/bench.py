@@ -18,7 +18,7 @@ import torch
 from .autoregressive import baseline_generate
 from .config import SamplingConfig, SpecConfig
 from .devices import cpu_has_bf16, dtype_name
-from .drafters import tree_shape
+from .drafters import tree_prune, tree_shape
 from .events import acceptance
 from .models import CachedLM, ModelPair, load_pair_uncached
 from .speculative import device_sync, encode_prompt, speculative_generate
@@ -312,7 +312,7 @@ def summarize(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig, n_pro
         full = [r for r in rounds if r.tree and r.k == tree[2]] or [r for r in rounds if r.tree]
         depth_of = [max(nd.depth for nd in r.tree) for r in full]
         result |= {
-            "tree_shape": {"topk": tree[0], "depth": tree[1], "budget": tree[2]},
+            "tree_shape": {"topk": tree[0], "depth": tree[1], "budget": tree[2], "prune_below": tree_prune(pair.head)},
             "tree_verify_ms_isolated": tree_verify_ms(pair, tree[2]),
             "head_ms_per_depth": sum(r.draft_ms for r in full) / max(1, sum(depth_of)),
             "head_ms_per_depth_isolated": iso_draft,
@@ -345,11 +345,14 @@ def format_bench(res: dict) -> str:
     if "tree_shape" in res:
         t, step = res["tree_shape"], res["t_target_isolated_ms"]
         lines += [
-            f"tree top-k {t['topk']}, depth {t['depth']}, budget {t['budget']}: {res['mean_accepted_length']:.2f} "
-            f"tokens per target call ({res['target_calls']} calls), {res['drafts_per_round']:.1f} nodes a round",
-            f"verify of the tree ({t['budget']} nodes + the last fixed token): {res['t_verify_ms']:.2f} ms in the loop "
-            f"= {res['verify_cost']:.2f} target steps; {res['tree_verify_ms_isolated']:.2f} ms = "
-            f"{res['tree_verify_ms_isolated'] / step:.2f} steps in isolation",
+            f"tree top-k {t['topk']}, depth {t['depth']}, budget {t['budget']}"
+            + (f", pruned below {t['prune_below']:g}" if t.get("prune_below") else "")
+            + f": {res['mean_accepted_length']:.2f} tokens per target call ({res['target_calls']} calls), "
+            f"{res['drafts_per_round']:.1f} nodes a round",
+            f"verify of the tree ({res['drafts_per_round']:.1f} nodes on average + the last fixed token): "
+            f"{res['t_verify_ms']:.2f} ms in the loop = {res['verify_cost']:.2f} target steps; a full tree of "
+            f"{t['budget']} nodes in isolation {res['tree_verify_ms_isolated']:.2f} ms = "
+            f"{res['tree_verify_ms_isolated'] / step:.2f} steps",
             f"the head per depth: {res['head_ms_per_depth']:.2f} ms in the loop (the root's read included) = "
             f"{res['head_ms_per_depth'] / step:.3f} target steps; one depth in isolation "
             f"{res['head_ms_per_depth_isolated']:.2f} ms = {res['head_ms_per_depth_isolated'] / step:.3f} steps",

@@ -375,6 +375,12 @@ def tree_shape(spec: SpecConfig, head, limits: Limits | None = None) -> tuple[in
     return topk, depth, max(1, min(budget, topk + (depth - 1) * topk * topk, cap))
 
 
+def tree_prune(head) -> float:
+    """The cumulative head probability below which a tree leaves a node out (tree.grow's prune_below): the head's
+    config's "prune_below", 0 (no pruning) for a head that names none."""
+    return float((head.cfg.tree if head is not None else {}).get("prune_below", 0.0))
+
+
 AUTO_TREE_CHILDREN = "sampled"  # what tree_children="auto" means at T > 0 (chosen by measuring; README)
 
 
@@ -398,10 +404,11 @@ class TreeDrafter(EagleDrafter):
     name = "tree"
 
     def __init__(self, head, target, sampling: SamplingConfig, vocab_size: int, capacity: int,
-                 shape: tuple[int, int, int], children: str = "top"):
+                 shape: tuple[int, int, int], children: str = "top", prune_below: float = 0.0):
         self.topk, self.depth, self.budget = shape
         super().__init__(head, target, sampling, vocab_size, capacity + (self.depth - 1) * self.topk)
         self.stop_below = 0.0  # a tree hedges instead of stopping
+        self.prune_below = prune_below  # nodes below this cumulative head probability are left out (tree.grow)
         self.sampled = children == "sampled" and not sampling.greedy
 
     @torch.inference_mode()
@@ -437,10 +444,10 @@ class TreeDrafter(EagleDrafter):
         #    or children drawn from the head, in the shape sampled_plan fixes
         root = self.head.logits(g_root)[0]
         if not self.sampled:
-            grown = grow(root, expand, topk, depth, self.budget)
+            grown = grow(root, expand, topk, depth, self.budget, self.prune_below)
             return Proposal(self.head.d2t[grown.draft_ids], empty, "tree", tree=grown.tree)
         grown = grow_sampled(root, expand, sampled_plan(topk, depth, self.budget),
-                             lambda logits: warp(logits, self.sampling), gen, self.head.d2t)
+                             lambda logits: warp(logits, self.sampling), gen, self.head.d2t, self.prune_below)
         return Proposal(self.head.d2t[grown.draft_ids], empty, "tree", tree=grown.tree)
 
     def step_at(self, feat, tokens, positions, mask) -> torch.Tensor:
@@ -482,7 +489,7 @@ def make_drafter(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, dr
         return EagleDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1)
     if spec.strategy == "tree":
         return TreeDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1,
-                           tree_shape(spec, pair.head), tree_children(spec, sampling))
+                           tree_shape(spec, pair.head), tree_children(spec, sampling), tree_prune(pair.head))
     draft_lm = draft_lm or CachedLM(pair.draft, pair.vocab_size)
     if spec.strategy == "adaptive":
         return AdaptiveDrafter(draft_lm, sampling)

@@ -61,6 +61,7 @@ class HeadConfig:
     feature_layers: tuple[int, ...] = ()  # decoder layers (0-based) whose outputs the head also reads (EAGLE-3)
     stop_below: float = 0.0  # confidence stop: draft x_t (t >= 2) only where the head's top probability >= this
     tree: dict = field(default_factory=dict)  # the draft tree's default shape: {"topk", "depth", "budget"} (ints)
+    #                                             and "prune_below" (a float, tree.grow's pruning; 0 or absent: none)
     target: dict = field(default_factory=dict)  # model_type, hidden_size, vocab_size, vocab_sha256, name
     training: dict = field(default_factory=dict)  # the recipe and the learning curve (the card reads it)
 
@@ -290,8 +291,10 @@ def read_config(folder: Path) -> HeadConfig:
     if not (type(stop) in (int, float) and 0 <= stop < 1):
         raise HeadError("err.head_damaged", error="stop_below")
     tree = meta.get("tree", {})
-    if not (isinstance(tree, dict) and set(tree) <= {"topk", "depth", "budget"}
-            and all(type(v) is int and 1 <= v <= 256 for v in tree.values())):
+    sizes = {k: v for k, v in tree.items() if k != "prune_below"} if isinstance(tree, dict) else None
+    if not (isinstance(tree, dict) and set(sizes) <= {"topk", "depth", "budget"}
+            and all(type(v) is int and 1 <= v <= 256 for v in sizes.values())
+            and type(tree.get("prune_below", 0.0)) in (int, float) and 0 <= tree.get("prune_below", 0.0) < 1):
         raise HeadError("err.head_damaged", error="tree")
     try:
         fields = {k: meta[k] for k in HeadConfig.__dataclass_fields__ if k in meta}

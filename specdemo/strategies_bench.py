@@ -14,7 +14,7 @@ from .autoregressive import baseline_generate
 from .bench import COPY_PROMPTS, assisted_generate, bench_prompts, forward_ms, head_step_ms, target_variants
 from .config import SamplingConfig, SpecConfig
 from .devices import dtype_name
-from .drafters import tree_shape
+from .drafters import tree_prune, tree_shape
 from .events import acceptance
 from .models import ModelPair
 from .speculative import speculative_generate
@@ -92,16 +92,18 @@ def method_names(pair: ModelPair, targets: dict, ks: list[int], k: int, lookup_k
     if pair.head is not None:
         methods.append(f"eagle K={k}")
         if shape is not None:
-            methods += [tree_method(shape, c) for c in (("top", "sampled") if sampled else ("top",))]
+            methods += [tree_method(shape, c, tree_prune(pair.head)) for c in (("top", "sampled") if sampled
+                                                                               else ("top",))]
     if include_hf:
         methods += [f"hf assisted K={k}", "hf assisted default", f"hf prompt lookup K={lookup_k}"]
     return methods
 
 
-def tree_method(shape: tuple[int, int, int], children: str = "top") -> str:
+def tree_method(shape: tuple[int, int, int], children: str = "top", prune_below: float = 0.0) -> str:
     """A tree's row name: 'tree 2x4 N=8' (top-k, depth, budget) with top-k children, 'tree 2x4 N=8 sampled' with
-    children drawn from the head."""
-    return f"tree {shape[0]}x{shape[1]} N={shape[2]}" + (" sampled" if children == "sampled" else "")
+    children drawn from the head; ' prune 0.02' where the head prunes (drafters.tree_prune)."""
+    return (f"tree {shape[0]}x{shape[1]} N={shape[2]}" + (f" prune {prune_below:g}" if prune_below else "")
+            + (" sampled" if children == "sampled" else ""))
 
 
 def method_runner(pair: ModelPair, targets: dict, sampling: SamplingConfig, k: int, max_new_tokens: int, ngram: int,

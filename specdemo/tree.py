@@ -23,6 +23,7 @@ average, the sum over nodes of the target's probability of the path to that node
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -136,7 +137,7 @@ def walk(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, generato
     next_token = draws.gather(0, end_row.view(1)).squeeze(0)
     has_child = torch.zeros(n + 1, dtype=torch.bool, device=tokens.device).scatter_(0, parent_row, True)
     end_is_leaf = ~has_child.gather(0, end_row.view(1)).squeeze(0)
-    p_of_node = p_target[parent_row].gather(1, tokens.view(-1, 1)).squeeze(1)
+    p_of_node = p_target[parent_row, tokens]  # not p_target[parent_row]: that copies n whole rows
     p_continue = torch.zeros(n + 1, device=tokens.device).index_add_(0, parent_row, p_of_node)
     return TreeVerdict(path, n_accepted, end_row, next_token, end_is_leaf, p_of_node, p_continue, draws,
                        torch.ones_like(p_of_node), p_of_node)
@@ -185,9 +186,9 @@ def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, 
     child = torch.full((n_e, width), -1, dtype=torch.long, device=dev)
     child[row_to_e[parent_row], sibling_slots(tree.parents)] = torch.arange(n, device=dev)
     u = torch.rand(n_e, width, generator=generator, device=dev, dtype=wide)
-    p_e = p_target[rows_e].to(wide)
-    r_in = p_e[:, drawn.ids]  # [E, W] the residual on the head's columns (unnormalised)
-    out_mass = (p_e.sum(-1) - r_in.sum(-1)).clamp(min=0.0)  # p's mass outside them
+    p_e = p_target.index_select(0, rows_e)  # [E, V] float32: the whole rows are only summed, never widened
+    r_in = p_e.index_select(1, drawn.ids).to(wide)  # [E, W] the residual on the head's columns (unnormalised)
+    out_mass = (p_e.sum(-1, dtype=wide) - r_in.sum(-1)).clamp(min=0.0)  # p's mass outside them
     out_scale = torch.ones(n_e, device=dev, dtype=wide)  # the residual outside them is p times this (unnormalised)
     q_left = drawn.q.to(wide)  # the head's q not yet drawn
     accepted = torch.full((n_e,), -1, dtype=torch.long, device=dev)  # the accepted child's node, -1 none yet
@@ -231,12 +232,11 @@ def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, 
     e = row_to_e.gather(0, end_row.view(1))
     end_is_leaf = (e < 0).squeeze(0)
     e = e.clamp(min=0)
-    res = (p_e.index_select(0, e) * out_scale.index_select(0, e).view(1, 1)).index_copy_(1, drawn.ids,
-                                                                                           r_in.index_select(0, e))
-    p_end = p_target.index_select(0, end_row.view(1)).to(wide)
+    p_end = p_target.index_select(0, end_row.view(1)).to(wide)  # p at the end row (row e of p_e, if it has children)
+    res = (p_end * out_scale.index_select(0, e).view(1, 1)).index_copy_(1, drawn.ids, r_in.index_select(0, e))
     row = torch.where(end_is_leaf | (res.sum() <= 0), p_end, res)
     next_token = sample(row, generator).squeeze(0)
-    p_of_node = p_target[parent_row].gather(1, tokens.view(-1, 1)).squeeze(1)
+    p_of_node = p_target[parent_row, tokens]  # not p_target[parent_row]: that copies n whole rows
     p_go = torch.zeros(n + 1, device=dev, dtype=wide).index_copy_(0, rows_e, 1.0 - reach)
     draws = torch.full((n + 1,), -1, dtype=torch.long, device=dev).scatter_(0, end_row.view(1), next_token.view(1))
     return TreeVerdict(path, path.long().sum(), end_row, next_token, end_is_leaf, p_of_node, p_go.float(), draws,
@@ -302,7 +302,7 @@ class Grown:
     tree: DraftTree
 
 
-def grow(root_logits: torch.Tensor, expand, topk: int, depth: int, budget: int) -> Grown:
+def grow(root_logits: torch.Tensor, expand, topk: int, depth: int, budget: int, prune_below: float = 0.0) -> Grown:
     """EAGLE-2's tree (Li et al. 2024, arXiv:2406.16858): expand by cumulative head probability, then rerank.
 
     root_logits [V_draft]: the head's logits for the first drafted position. `expand(parent_slots, draft_ids,
@@ -316,7 +316,12 @@ def grow(root_logits: torch.Tensor, expand, topk: int, depth: int, budget: int) 
     candidate of every depth then competes for the budget by the same score; a stable sort over the
     breadth-first order breaks ties towards the shallower node, and a child's score is never above its
     parent's, so the kept nodes always include each kept node's parent. Nothing here reads the target or a random
-    draw: the tree depends only on the context and the head."""
+    draw: the tree depends only on the context and the head.
+
+    prune_below > 0 also drops every node whose cumulative head probability is below it (the root's likeliest
+    child always stays), and stops expanding once no frontier node reaches it, since no descendant could: an unsure
+    head then drafts a smaller, shallower tree, which costs fewer head calls and a smaller verify. Deciding to stop
+    reads one number per depth on the host: free on a CPU, a sync on a GPU."""
     dev = root_logits.device
     logp = root_logits.float().log_softmax(-1)
     score, ids = logp.topk(topk)  # depth 1: the root's children, best first
@@ -326,7 +331,11 @@ def grow(root_logits: torch.Tensor, expand, topk: int, depth: int, budget: int) 
     frontier_slots = None  # their parents' slots in the previous frontier
     visible = torch.eye(topk, dtype=torch.bool, device=dev)
     offset = topk  # global index of the first candidate of the next depth
+    floor = math.log(prune_below) if prune_below > 0 else None
+    reached = 1
     for d in range(1, depth):
+        if floor is not None and float(torch.cat(scores)[frontier].max()) < floor:
+            break  # no child of this frontier can reach prune_below
         child_logp = expand(frontier_slots, draft_ids_at(draft_ids, frontier), visible, d).float().log_softmax(-1)
         c_logp, c_ids = child_logp.topk(topk, dim=-1)  # [topk frontier, topk children]
         c_score = (torch.cat(scores)[frontier].view(-1, 1) + c_logp).reshape(-1)
@@ -335,6 +344,7 @@ def grow(root_logits: torch.Tensor, expand, topk: int, depth: int, budget: int) 
         parents.append(frontier.repeat_interleave(topk))
         depths.append(torch.full_like(c_score, d + 1, dtype=torch.long))
         head_p.append(c_logp.exp().reshape(-1))
+        reached = d + 1
         # the next frontier: this depth's best topk candidates (stable: ties go to the earlier one)
         best = torch.sort(c_score, descending=True, stable=True).indices[:topk]
         frontier_slots = best // topk
@@ -342,12 +352,15 @@ def grow(root_logits: torch.Tensor, expand, topk: int, depth: int, budget: int) 
         visible = torch.cat([visible[frontier_slots], torch.eye(topk, dtype=torch.bool, device=dev)], dim=1)
         offset += topk * topk
     score, ids, parent, dep, hp = (torch.cat(x) for x in (scores, draft_ids, parents, depths, head_p))
-    keep = torch.sort(score, descending=True, stable=True).indices[:budget].sort().values  # breadth-first again
+    order = torch.sort(score, descending=True, stable=True).indices[:budget]
+    if floor is not None:  # the best node (the root's likeliest child) always stays
+        order = order[: max(1, int((score[order] >= floor).sum()))]
+    keep = order.sort().values  # breadth-first again
     # renumber the kept parents; a parent left out would map to -2 (checked on the host after the round's copy)
     new_index = torch.full((score.shape[0] + 1,), -2, dtype=torch.long, device=dev)
     new_index[-1] = -1  # index -1 (the root) stays -1
     new_index[keep] = torch.arange(keep.shape[0], device=dev)
-    return Grown(ids[keep], DraftTree(new_index[parent[keep]], dep[keep], hp[keep], depth))
+    return Grown(ids[keep], DraftTree(new_index[parent[keep]], dep[keep], hp[keep], reached))
 
 
 def draft_ids_at(draft_ids: list[torch.Tensor], frontier: torch.Tensor) -> torch.Tensor:
@@ -355,13 +368,17 @@ def draft_ids_at(draft_ids: list[torch.Tensor], frontier: torch.Tensor) -> torch
 
 
 def grow_sampled(root_logits: torch.Tensor, expand, plan: list[tuple[int, int]], warp_q,
-                 generator: torch.Generator | None, draft_to_target: torch.Tensor) -> Grown:
+                 generator: torch.Generator | None, draft_to_target: torch.Tensor, prune_below: float = 0.0) -> Grown:
     """A tree of SAMPLED children, for T > 0 (verified by walk_sampled): each expanded node's children are drawn
     from the head's warped q (`warp_q`: logits [rows, V_draft] -> probabilities, the run's T, top-k and top-p)
     without replacement, in draw order. `plan` (sampled_plan) says how many nodes each depth expands and how many
     children each gets; the nodes expanded are the previous depth's best by cumulative log q, which depends only
     on the head's own draws. `expand` is as for `grow`, for a frontier of any size. Every drawn child is kept.
-    draft_to_target [V_draft]: the target's id of each draft id (the Drawn's column ids)."""
+    draft_to_target [V_draft]: the target's id of each draft id (the Drawn's column ids).
+
+    prune_below > 0: a node is expanded only if its cumulative q reaches it, and the tree stops growing where none
+    does. This decides which rows get children from the head's own draws, never from the target; it never drops a
+    drawn child, since a row's children must be all of its draws, in order, for walk_sampled's tests."""
     dev = root_logits.device
     logits = root_logits.float().view(1, -1)
     q = warp_q(logits)
@@ -372,8 +389,16 @@ def grow_sampled(root_logits: torch.Tensor, expand, plan: list[tuple[int, int]],
     q_of_rows, expanded = [q], [torch.full((1,), -1, device=dev, dtype=torch.long)]
     level = torch.arange(ids.shape[0], device=dev)  # the last depth's nodes (global indices)
     level_slot, visible, offset = None, None, ids.shape[0]  # each level node's parent among the last fed nodes
+    floor = math.log(prune_below) if prune_below > 0 else None
+    reached, width = 1, plan[0][1]
     for d, (m, c) in enumerate(plan[1:], start=1):
-        best = torch.sort(torch.cat(scores)[level], descending=True, stable=True).indices[:m]
+        level_scores = torch.cat(scores)[level]
+        best = torch.sort(level_scores, descending=True, stable=True).indices[:m]
+        if floor is not None:
+            m = int((level_scores[best] >= floor).sum())
+            if m == 0:
+                break  # no node of this depth is likely enough to expand, so no deeper node would be either
+            best = best[:m]
         chosen = level[best]
         slots = None if level_slot is None else level_slot[best]
         eye = torch.eye(m, dtype=torch.bool, device=dev)
@@ -391,6 +416,7 @@ def grow_sampled(root_logits: torch.Tensor, expand, plan: list[tuple[int, int]],
         level = offset + torch.arange(m * c, device=dev)
         level_slot = torch.arange(m, device=dev).repeat_interleave(c)
         offset += m * c
+        reached, width = d + 1, max(width, c)
     ids = torch.cat(draft_ids)
-    drawn = Drawn(torch.cat(q_of_rows), torch.cat(expanded) + 1, ids, draft_to_target, max(c for _, c in plan))
-    return Grown(ids, DraftTree(torch.cat(parents), torch.cat(depths), torch.cat(head_p), len(plan), drawn))
+    drawn = Drawn(torch.cat(q_of_rows), torch.cat(expanded) + 1, ids, draft_to_target, width)
+    return Grown(ids, DraftTree(torch.cat(parents), torch.cat(depths), torch.cat(head_p), reached, drawn))

@@ -280,6 +280,8 @@ def refusal(pair) -> str:
     ("layers_in_version_1", "err.head_damaged"),
     ("layers_unordered", "err.head_damaged"),
     ("stop_above_one", "err.head_damaged"),
+    ("prune_above_one", "err.head_damaged"),
+    ("prune_not_a_number", "err.head_damaged"),
     ("d2t_repeats", "err.head_d2t_repeats"),
 ])
 def test_a_bad_head_is_refused_in_one_sentence_and_the_rest_works(pair32, head_copy, damage, key):
@@ -296,6 +298,10 @@ def test_a_bad_head_is_refused_in_one_sentence_and_the_rest_works(pair32, head_c
     elif damage == "stop_above_one":  # a confidence stop no probability reaches
         meta = json.loads((head_copy / "config.json").read_text())
         (head_copy / "config.json").write_text(json.dumps(meta | {"stop_below": 1.5}))
+    elif damage.startswith("prune_"):  # a tree pruned below a probability no node reaches, or below a word
+        meta = json.loads((head_copy / "config.json").read_text())
+        meta["tree"] = {"topk": 2, "prune_below": 1.5 if damage == "prune_above_one" else "low"}
+        (head_copy / "config.json").write_text(json.dumps(meta))
     elif damage == "d2t_repeats":  # two draft rows name one target token: its q would add up, and q be wrong
         from safetensors.torch import load_file, save_file
 

@@ -245,8 +245,9 @@ def test_no_training_prompt_is_a_held_out_prompt_or_close_to_one():
 
 def test_tree_on_the_readable_pair_is_greedy_exact_in_float32(smol32):
     """Draft trees from the shipped head on SmolLM2 (float32, where a tree forward and a one-token step round
-    alike): on 20 chat prompts, a chain (top-k 1), two bushy trees and a budget of 1 give the target's own greedy
-    output token for token, and the bushy trees keep paths through siblings the head did not rank first."""
+    alike): on 20 chat prompts, a chain (top-k 1), two bushy trees, a budget of 1 and the head's own shape, each
+    pruned as the head's config says, give the target's own greedy output token for token, and the bushy trees
+    keep paths through siblings the head did not rank first."""
     sys.path.insert(0, str(ROOT / "scripts"))
     from smollm2_prompts import SELECTION
 
@@ -258,7 +259,7 @@ def test_tree_on_the_readable_pair_is_greedy_exact_in_float32(smol32):
             ref = smol32.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                                          do_sample=False, max_new_tokens=12)
         want = ref[0, len(ids):].tolist()
-        for topk, depth, budget in ((1, 4, 4), (2, 4, 8), (4, 5, 16), (3, 3, 1)):
+        for topk, depth, budget in ((1, 4, 4), (2, 4, 8), (4, 5, 16), (3, 3, 1), (0, 0, 0)):  # 0s: the head's own
             spec = SpecConfig(max_new_tokens=12, top_candidates=0, strategy="tree", tree_topk=topk, tree_depth=depth,
                               tree_budget=budget)
             got = speculative_generate(smol32, message, SamplingConfig(0.0), spec)

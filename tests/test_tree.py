@@ -26,8 +26,8 @@ from specdemo.drafters import TreeDrafter, make_drafter, tree_shape
 from specdemo.models import CachedLM, StrategyUnavailable
 from specdemo.sampling import residual, sample, warp
 from specdemo.speculative import speculative_rounds
-from specdemo.tree import (DraftTree, Drawn, TreeVerdict, ancestors, grow, gumbel_top, sampled_plan, tree_attention, walk,
-                           walk_sampled)
+from specdemo.tree import (DraftTree, Drawn, TreeVerdict, ancestors, grow, grow_sampled, gumbel_top, sampled_plan,
+                           tree_attention, walk, walk_sampled)
 from test_eagle import exact_joint3, random_head
 from test_exactness import BUG_P, PASS_P, chi2_pvalue
 
@@ -178,6 +178,68 @@ def test_grow_keeps_distinct_children_and_every_parent_and_reads_no_target():
         assert all(shape == (topk, d * topk) for d, shape in first_calls)
 
 
+def test_grow_prunes_below_its_threshold_keeps_parents_and_stops_expanding():
+    """prune_below: every kept node but the root's likeliest child reaches the threshold by cumulative head
+    probability, every kept node's parent is kept, and no head call is made for a frontier that cannot reach it
+    (a child's probability is never above its parent's); a threshold above every node leaves the best child alone,
+    and no pruning is the plain tree."""
+    V = 10
+    calls = []
+
+    def expand(parent_slots, draft_ids, visible, d):
+        calls.append(d)
+        return torch.log(torch.tensor([[0.6, 0.3, 0.1] + [0.0] * (V - 3)])).expand(draft_ids.shape[0], -1)
+
+    root = torch.log(torch.tensor([0.5, 0.3, 0.2] + [0.0] * (V - 3)))
+    plain = grow(root, expand, 2, 4, 8)
+    for prune, depth_reached in ((0.0, 4), (0.1, 4), (0.2, 3), (0.4, 2), (0.6, 1)):
+        calls.clear()
+        g = grow(root, expand, 2, 4, 8, prune)
+        parents = g.tree.parents.tolist()
+        cum = []
+        for i, a in enumerate(parents):
+            cum.append(float(g.tree.head_p[i]) * (cum[a] if a >= 0 else 1.0))
+        assert all(-1 <= a < i for i, a in enumerate(parents))
+        assert cum[0] == max(cum) and all(c >= prune - 1e-6 for c in cum[1:]), (prune, cum)
+        assert calls == list(range(1, depth_reached)) and g.tree.max_depth == depth_reached, (prune, calls)
+        if prune == 0.0:
+            assert torch.equal(g.draft_ids, plain.draft_ids) and torch.equal(g.tree.parents, plain.tree.parents)
+    assert len(grow(root, expand, 2, 4, 8, 0.9).draft_ids) == 1  # nothing reaches 0.9: the best child alone
+
+
+def test_grow_sampled_prunes_only_expansions_and_keeps_every_drawn_child():
+    """With prune_below, a sampled tree expands only nodes whose cumulative q reaches it and stops where none does;
+    each expanded node keeps all its drawn children (a row's children must be all its draws, in order)."""
+    V = 8
+    calls = []
+    q_row = torch.tensor([[0.5, 0.25, 0.15, 0.1] + [0.0] * (V - 4)])
+
+    def expand(parent_slots, draft_ids, visible, d):
+        calls.append((d, draft_ids.shape[0]))
+        return q_row.log().expand(draft_ids.shape[0], -1)
+
+    for prune in (0.0, 0.05, 0.3, 0.95):
+        for seed in range(20):
+            calls.clear()
+            gen = torch.Generator().manual_seed(seed)
+            g = grow_sampled(q_row.log()[0], expand, sampled_plan(2, 4, 8), lambda x: x.softmax(-1), gen,
+                             torch.arange(V), prune)
+            parents, n = g.tree.parents.tolist(), len(g.draft_ids)
+            q = g.tree.drawn.q
+            cum = []
+            for i, a in enumerate(parents):
+                cum.append(float(q_row[0, g.draft_ids[i]]) * (cum[a] if a >= 0 else 1.0))
+            expanded = sorted(set(a for a in parents if a >= 0))
+            assert all(cum[a] >= prune for a in expanded), (prune, cum, parents)
+            kids, plan, depths = Counter(parents), sampled_plan(2, 4, 8), g.tree.depths.tolist()
+            assert kids[-1] == plan[0][1] and all(kids[a] == plan[depths[a]][1] for a in expanded)  # all draws kept
+            assert q.shape[0] == 1 + len(expanded) and n == sum(kids.values())
+            if prune == 0.95:
+                assert calls == [] and n == 2  # the root's two drawn children, no deeper call
+            if prune == 0.0:
+                assert len(calls) == 3
+
+
 # ------------------------------------------------------------------------------------------------ toy pair
 
 
@@ -230,6 +292,38 @@ def lossy_walk(tokens, tree, p_target, generator, greedy=False, q_head=None):
     p_of_node = p_target[parent_row].gather(1, tokens.view(-1, 1)).squeeze(1)
     return TreeVerdict(on_path, on_path.long().sum(), end_row, nxt, torch.tensor(not kids), p_of_node,
                        torch.zeros(n + 1), torch.zeros(n + 1, dtype=torch.long), torch.ones(n), p_of_node)
+
+
+@pytest.mark.parametrize("children,prune", [("top", 0.05), ("sampled", 0.15)])
+def test_a_pruned_tree_is_exact_on_the_toy_pair(toy_pair, children, prune, one_thread):
+    """prune_below makes the tree's size depend on the head's probabilities (and, for sampled children, on its
+    draws), never on the target: the joint of the first three tokens still follows the target. The first tree
+    rounds are pruned (a milder random head than the other tests', whose near-one-hot q leaves one path at any
+    threshold); with sampled children some are pruned and some whole, by the head's draws."""
+    cfg, shape, prompt = SamplingConfig(1.0), (3, 2, 6), [0, 1]
+    head = random_head(toy_pair, torch.arange(toy_pair.vocab_size), scale=0.1)
+    sizes: Counter = Counter()
+
+    def make():
+        drafter = TreeDrafter(head, toy_pair.target, cfg, toy_pair.vocab_size, toy_pair.context_window + 1, shape,
+                              children, prune)
+        propose = drafter.propose
+
+        def counted(seq, k_max, gen):
+            proposal = propose(seq, k_max, gen)
+            if proposal.tree is not None and not drafter.counted:  # each run's first tree round
+                sizes[proposal.k] += 1
+                drafter.counted = True
+            return proposal
+
+        drafter.propose, drafter.counted = counted, False
+        return drafter
+
+    n = 1000
+    counts, ends = tree_samples(toy_pair, prompt, cfg, shape, n, make, children=children)
+    assert {kind for kind, _ in ends} == {"root", "inner", "leaf"}, ends
+    assert 1 < min(sizes) < shape[2] and (children == "top" or max(sizes) == shape[2]), sizes
+    assert chi2_pvalue(counts, exact_joint3(toy_pair, prompt, cfg), n) > PASS_P
 
 
 def test_the_planted_ratio_test_on_top_k_children_is_caught(toy_pair, monkeypatch, one_thread):
@@ -441,23 +535,33 @@ def test_sampled_children_at_t0_are_the_top_k_walk(pair32):
 
 # ------------------------------------------------------------------------------------------------ greedy identity
 
-GREEDY_SHAPES = [(1, 4, 4), (2, 4, 8), (4, 5, 16), (3, 3, 1)]  # a chain, two bushy trees, a budget of one node
+GREEDY_SHAPES = [(1, 4, 4, 0.0), (2, 4, 8, 0.0), (4, 5, 16, 0.0), (3, 3, 1, 0.0),  # a chain, two bushy trees, one node
+                 (4, 5, 16, 0.05)]  # and a tree pruned below a cumulative head probability of 0.05
 
 
 def test_greedy_identity_on_the_shakespeare_pair(pair32):
     """At T = 0 the walk is the argmax walk: the output equals the target's own greedy output on 20 prompts for a
-    chain (top-k 1), two bushy trees and a budget of 1, in float32 (where a tree forward and a one-token step
-    round alike). The trees are really used: some rounds keep a path that is not the head's first choice."""
+    chain (top-k 1), two bushy trees, a budget of 1 and a pruned tree, in float32 (where a tree forward and a
+    one-token step round alike). The trees are really used: some rounds keep a path that is not the head's first
+    choice, and the pruned tree's size varies from round to round."""
+    from dataclasses import replace
+
     from conftest import PROMPTS
 
-    off_first_choice = 0
+    off_first_choice, pruned_sizes, own = 0, set(), pair32.head.cfg
     for prompt in PROMPTS:
         want = baseline_generate(pair32, prompt, GREEDY, max_new_tokens=32).output_ids
-        for topk, depth, budget in GREEDY_SHAPES:
+        for topk, depth, budget, prune in GREEDY_SHAPES:
             spec = SpecConfig(max_new_tokens=32, top_candidates=0, strategy="tree", tree_topk=topk, tree_depth=depth,
                               tree_budget=budget)
-            got = speculative_generate(pair32, prompt, GREEDY, spec)
-            assert got.output_ids == want, (prompt, topk, depth, budget)
+            try:
+                pair32.head.cfg = replace(own, tree=own.tree | {"prune_below": prune})
+                got = speculative_generate(pair32, prompt, GREEDY, spec)
+            finally:
+                pair32.head.cfg = own
+            assert got.output_ids == want, (prompt, topk, depth, budget, prune)
+            if prune:
+                pruned_sizes |= {r.k for r in got.rounds if r.tree}
             trees = [r for r in got.rounds if r.tree]  # (a round at the token budget drafts nothing)
             assert trees and all(r.k <= budget for r in trees)
             for r in trees:
@@ -466,6 +570,7 @@ def test_greedy_identity_on_the_shakespeare_pair(pair32):
                 off_first_choice += any(nd.head_p < max(s.head_p for s in r.tree if s.parent == nd.parent)
                                         for nd in path)
     assert off_first_choice > 0  # a sibling that was not the head's favourite was kept at least once
+    assert len(pruned_sizes) > 3, pruned_sizes
 
 
 # ------------------------------------------------------------------------------------------------ caches
