@@ -6,6 +6,14 @@ target call and each one's speed over the chain's. At T > 0 one pass of 10 promp
 
     .venv/bin/python scripts/tree_vs_chain.py --temperature 0.7 --seeds 2
     .venv/bin/python scripts/tree_vs_chain.py --temperature 0.3 --seeds 2
+    .venv/bin/python scripts/tree_vs_chain.py --selection --prompts 20 --max-new-tokens 48 --seeds 1 \\
+        --temperature 0.3,0.7,1   # the rule that chose `auto` children (drafters.AUTO_TREE_CHILDREN)
+
+The rule for `auto` children, written 2026-11-25 13:39 UTC after the held-out T = 0.7 run above (sampled 1.037x,
+top 1.063x the chain) and before any measurement on SELECTION: on SELECTION (20 prompts x 48 tokens, one seed,
+the shipped shape), at T = 0.3, 0.7 and 1, with the three drafters interleaved in one process, `auto` means "top"
+for every T up to the largest measured T at which top-k children are faster than sampled ones there and at every
+lower measured T; above it (or everywhere, if top loses at 0.3) it stays "sampled".
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from specdemo import SamplingConfig, SpecConfig, load_pair, speculative_generate  # noqa: E402
 from specdemo.bench import bench_prompts  # noqa: E402
@@ -26,29 +35,42 @@ RUNS = {"eagle": {"strategy": "eagle"}, "tree sampled": {"strategy": "tree", "tr
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pair", default="smollm2-135m")
-    ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--temperature", default="0.7", help="one temperature, or several: 0.3,0.7,1")
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--selection", action="store_true",
+                    help="SmolLM2's SELECTION prompts (where its defaults are chosen) instead of the held-out ones")
+    ap.add_argument("--prompts", type=int, default=0, help="only the first N prompts (0: all)")
     args = ap.parse_args()
     pair = load_pair(args.pair)
-    prompts, sampling = bench_prompts(pair), SamplingConfig(args.temperature)
+    if args.selection:
+        from smollm2_prompts import SELECTION  # noqa: PLC0415
+
+        prompts = list(SELECTION)
+    else:
+        prompts = bench_prompts(pair)
+    prompts = prompts[: args.prompts or len(prompts)]
+    for temperature in (float(t) for t in args.temperature.split(",")):
+        compare(pair, prompts, SamplingConfig(temperature), args.seeds, args.max_new_tokens)
+
+
+def compare(pair, prompts: list[str], sampling: SamplingConfig, seeds: int, max_new_tokens: int) -> None:
     speculative_generate(pair, prompts[0], sampling, SpecConfig(max_new_tokens=16, strategy="tree"))  # warm-up
     tot = {name: [0, 0.0, 0] for name in RUNS}  # tokens, seconds, target calls
-    for s in range(args.seeds):
+    for s in range(seeds):
         for i, prompt in enumerate(prompts):
             for name, kw in RUNS.items():
-                spec = SpecConfig(max_new_tokens=args.max_new_tokens, seed=100 * s + i, top_candidates=0, **kw)
+                spec = SpecConfig(max_new_tokens=max_new_tokens, seed=100 * s + i, top_candidates=0, **kw)
                 tr = speculative_generate(pair, prompt, sampling, spec)
                 tot[name][0] += len(tr.output_ids)
                 tot[name][1] += tr.wall_s
                 tot[name][2] += len(tr.rounds)
-        print(f"  seed {s + 1}/{args.seeds} done", flush=True)
+        print(f"  seed {s + 1}/{seeds} done", flush=True)
     chain = tot["eagle"][0] / tot["eagle"][1]
-    print(f"{args.pair}, T = {args.temperature:g}: {len(prompts)} prompts x {args.seeds} seeds x "
-          f"{args.max_new_tokens} tokens")
+    print(f"{pair.name}, T = {sampling.temperature:g}: {len(prompts)} prompts x {seeds} seeds x {max_new_tokens} tokens")
     print("| drafter | tokens/s | tokens per target call | speed / chain |\n|---|---:|---:|---:|")
     for name, (n, secs, calls) in tot.items():
-        print(f"| {name} | {n / secs:.1f} | {n / calls:.2f} | {n / secs / chain:.3f}x |")
+        print(f"| {name} | {n / secs:.1f} | {n / calls:.2f} | {n / secs / chain:.3f}x |", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Draft trees: how a tree of drafted tokens is laid out, checked by the target in one forward, and walked exactly.
 
 Owns the tree's shape (`DraftTree`), the target's tree attention (`tree_attention`), the exact walk that verifies a
-tree whose children are deterministic (`walk`) and the head's EAGLE-2 tree builder (`grow`); and, for T > 0, the
+tree whose children are deterministic (`walk`) and the head's EAGLE-2 tree builder (`grow`, which may prune nodes
+below a cumulative head probability, so an unsure head drafts a smaller tree); and, for T > 0, the
 tree whose children are drawn from the head (`sampled_plan`, `grow_sampled`, `Drawn`) with its exact walk by
 recursive rejection sampling (`walk_sampled`). It does not own the loop (speculative.py), the drafter that calls
 the builders (drafters.TreeDrafter) or how a tree is drawn (render.py).
