@@ -381,7 +381,10 @@ def tree_prune(head) -> float:
     return float((head.cfg.tree if head is not None else {}).get("prune_below", 0.0))
 
 
-AUTO_TREE_CHILDREN = "sampled"  # what tree_children="auto" means at T > 0 (chosen by measuring; README)
+# What tree_children="auto" means at T > 0. Chosen twice by rules written before measuring: by tokens per target
+# call (select_tree.py --children sampled), then by speed on SELECTION at T = 0.3, 0.7 and 1 for the pruned tree
+# (tree_vs_chain.py --selection; top-k children lost at 0.3). README, "Pruned draft trees".
+AUTO_TREE_CHILDREN = "sampled"
 
 
 def tree_children(spec: SpecConfig, sampling: SamplingConfig) -> str:

@@ -174,8 +174,12 @@ EN: dict[str, str] = {
         "A recorded run, not live: {pair}, {strategy}, {size}, T = {t}, seed {seed}; recorded on {date} ({machine}). "
         "Generate replaces it with a live run."
     ),
-    "stats.recorded_cpu": "{cpu} CPU, {threads} threads",
+    "stats.recorded_cpu": "{cpu} CPU{units}, {threads} threads",
+    "stats.cpu_amx": " with AMX",
+    "stats.cpu_avx512_bf16": " with AVX-512 BF16",
+    "stats.cpu_none": " without bf16 units",
     "stats.recorded_tree": "top-k {topk}, depth {depth}, {budget} nodes",
+    "stats.recorded_pruned": "{tree}, pruned below {prune}",
     "status.speculative": "running speculative...",
     "status.baseline": "running the target-only baseline: {n} tokens",
     "status.done": "done ({reason})",
@@ -590,8 +594,12 @@ ZH: dict[str, str] = {
         "这是一次录制的运行，不是现场生成：{pair}，{strategy}，{size}，T = {t}，随机种子 {seed}；录制于 {date}"
         "（{machine}）。点击“生成”会换成一次现场运行。"
     ),
-    "stats.recorded_cpu": "{cpu} CPU，{threads} 个线程",
+    "stats.recorded_cpu": "{cpu} CPU{units}，{threads} 个线程",
+    "stats.cpu_amx": "（有 AMX）",
+    "stats.cpu_avx512_bf16": "（有 AVX-512 BF16）",
+    "stats.cpu_none": "（无 bf16 矩阵单元）",
     "stats.recorded_tree": "top-k {topk}，深度 {depth}，{budget} 个节点",
+    "stats.recorded_pruned": "{tree}，剪去累计概率低于 {prune} 的节点",
     "status.speculative": "投机采样运行中…",
     "status.baseline": "只用目标模型的基线运行中：已生成 {n} 个 token",
     "status.done": "完成（{reason}）",

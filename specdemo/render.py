@@ -274,6 +274,11 @@ def stats_html(spec: Trace | None, base: Trace | None = None, running: str = "",
     return f'{note}<div class="sd-cards">{"".join(cards)}</div>{status}'
 
 
+# The CPU's bf16 matrix units, as the recorded note names them: the recorded speed-up depends on them (with AMX a
+# verify is nearly free; without bf16 units it costs about two target steps).
+CPU_UNITS_KEY = {"amx": "stats.cpu_amx", "avx512_bf16": "stats.cpu_avx512_bf16", "none": "stats.cpu_none"}
+
+
 def recorded_note(spec: Trace, lang: str | None = None) -> str:
     """A recorded run says so, with the settings it was made with (K, or a tree's sizes) and when and where
     (recorded.py)."""
@@ -281,10 +286,16 @@ def recorded_note(spec: Trace, lang: str | None = None) -> str:
     strategy = s.get("strategy", "fixed")
     name = tr(f"strategy.{strategy}", lang) if f"strategy.{strategy}" in EN else strategy
     device = rec.get("device", "cpu")
-    machine = (tr("stats.recorded_cpu", lang, cpu=rec.get("cpu", "?"), threads=rec.get("threads", "?"))
+    units = CPU_UNITS_KEY.get(rec.get("cpu_bf16"))  # devices.cpu_bf16_kind where it was recorded (none: an old one)
+    units = tr(units, lang) if units else ""
+    machine = (tr("stats.recorded_cpu", lang, cpu=rec.get("cpu", "?"), units=units, threads=rec.get("threads", "?"))
                if device == "cpu" else device)
-    size = (tr("stats.recorded_tree", lang, topk=s["tree_topk"], depth=s["tree_depth"], budget=s["tree_budget"])
-            if strategy == "tree" and "tree_budget" in s else f"K = {s.get('k', '?')}")  # a symbol in any language
+    if strategy == "tree" and "tree_budget" in s:
+        size = tr("stats.recorded_tree", lang, topk=s["tree_topk"], depth=s["tree_depth"], budget=s["tree_budget"])
+        if s.get("tree_prune_below"):
+            size = tr("stats.recorded_pruned", lang, tree=size, prune=f"{s['tree_prune_below']:g}")
+    else:
+        size = f"K = {s.get('k', '?')}"  # a symbol in any language
     text = tr("stats.recorded", lang, pair=s.get("pair", "?"), strategy=name, size=size,
               t=f"{s.get('temperature', 0):g}", seed=s.get("seed", "?"), date=rec.get("date", "?"), machine=machine)
     return f'<div class="sd-recorded">{esc(text)}</div>'

@@ -135,9 +135,28 @@ def test_a_recorded_tree_run_names_its_tree_not_a_k():
     s = spec.settings
     assert s["strategy"] == PRESETS["smollm2-135m"].strategy == "tree"
     en, zh = render.stats_html(spec, base, lang="en"), render.stats_html(spec, base, lang="zh-CN")
-    assert f"EAGLE tree, top-k {s['tree_topk']}, depth {s['tree_depth']}, {s['tree_budget']} nodes, T = 0.3" in en
+    tree = f"EAGLE tree, top-k {s['tree_topk']}, depth {s['tree_depth']}, {s['tree_budget']} nodes"
+    assert s["tree_prune_below"] > 0  # the head's shape is pruned, and the note says below what
+    assert f"{tree}, pruned below {s['tree_prune_below']:g}, T = 0.3" in en
     assert "K = " not in en
-    assert f"top-k {s['tree_topk']}，深度 {s['tree_depth']}，{s['tree_budget']} 个节点" in zh
+    assert f"top-k {s['tree_topk']}，深度 {s['tree_depth']}，{s['tree_budget']} 个节点，剪去累计概率低于" in zh
+    unpruned = dataclasses.replace(spec, settings=s | {"tree_prune_below": 0.0})
+    assert f"{tree}, T = 0.3" in render.stats_html(unpruned, base, lang="en")
+
+
+@pytest.mark.parametrize("kind, en_words, zh_words", [("amx", "CPU with AMX, 2 threads", "CPU（有 AMX）"),
+                                                      ("none", "CPU without bf16 units, 2 threads", "无 bf16"),
+                                                      (None, "x86_64 CPU, 2 threads", "x86_64 CPU，2 个线程")])
+def test_the_recorded_note_names_the_cpus_bf16_units(kind, en_words, zh_words):
+    """The recorded speed-up depends on the CPU's bf16 units (AMX makes a verify nearly free), so the note names
+    them; a recording that predates the field names none."""
+    spec, base = recorded.load("smollm2-135m")
+    rec = {k: v for k, v in spec.settings["recorded"].items() if k != "cpu_bf16"} | {"cpu": "x86_64", "threads": 2}
+    if kind is not None:
+        rec["cpu_bf16"] = kind
+    spec = dataclasses.replace(spec, settings=spec.settings | {"recorded": rec})
+    assert en_words in render.stats_html(spec, base, lang="en")
+    assert zh_words in render.stats_html(spec, base, lang="zh-CN")
     assert views.opening(None)["film"] == render.filmstrip_html([])  # no recording: the empty page
 
 
