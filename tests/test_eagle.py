@@ -97,6 +97,18 @@ class CountingDrafter(EagleDrafter):
         return prop
 
 
+class ProbeDrafter(EagleDrafter):
+    """Records the head's confidence where its stop ended a chain (Proposal.unsure)."""
+
+    seen: list[float]
+
+    def propose(self, seq, k_max, gen):
+        prop = super().propose(seq, k_max, gen)
+        if prop.unsure is not None:
+            self.seen.append(prop.unsure[0])
+        return prop
+
+
 def test_the_confidence_stop_shortens_rounds_and_stays_exact(toy_pair):
     """A head with a confidence stop drafts x_t (t >= 2) only where its own top probability there is at least
     stop_below, decided before x_t is drawn and without p or r (why that keeps the output exact:
@@ -106,7 +118,22 @@ def test_the_confidence_stop_shortens_rounds_and_stays_exact(toy_pair):
 
     cfg = SamplingConfig(1.0)
     head = random_head(toy_pair, torch.tensor([0, 2, 3, 5, 7]))
-    head.cfg = replace(head.cfg, stop_below=0.775)  # about 40% of rounds stop (the head's top probability at x3)
+    # The threshold: the median of the head's top probability at its first stop decision, over 200 runs with seeds
+    # the test does not use (a stop_below of almost 1 stops every round there and records what it saw). It depends
+    # on the machine: the toy target's features, which the head reads, are bf16 on a CPU with bf16 units and
+    # float32 elsewhere, and a fixed 0.775 stopped 40% of rounds on one and 99% on the other.
+    head.cfg = replace(head.cfg, stop_below=1 - 1e-9)
+    seen: list[float] = []
+
+    def probe():
+        drafter = ProbeDrafter(head, toy_pair.target, cfg, toy_pair.vocab_size, 64)
+        drafter.seen = seen
+        return drafter
+
+    speculative_samples(toy_pair, [0, 1], cfg, k=3, n=200, n_tokens=3, seed0=10**6, strategy="eagle",
+                        make_drafter=probe)
+    assert len(seen) > 150  # the first round is the prefill; every eagle round stopped and recorded
+    head.cfg = replace(head.cfg, stop_below=sorted(seen)[len(seen) // 2])
     ks: list[int] = []
 
     def make():
@@ -117,7 +144,7 @@ def test_the_confidence_stop_shortens_rounds_and_stays_exact(toy_pair):
     n, prompt = EAGLE_N, [0, 1]
     counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n, n_tokens=3, strategy="eagle", make_drafter=make)
     counts.pop("rejections")
-    assert set(ks) == {1, 2} and 0.1 * len(ks) < ks.count(1) < 0.9 * len(ks)  # it stopped in some rounds only
+    assert {1, 2} <= set(ks) and 0.1 * len(ks) < ks.count(1) < 0.9 * len(ks)  # it stopped in some rounds only
     assert chi2_pvalue(drop_k(counts), exact_joint3(toy_pair, prompt, cfg), n) > PASS_P
 
 

@@ -245,9 +245,10 @@ def test_no_training_prompt_is_a_held_out_prompt_or_close_to_one():
 
 def test_tree_on_the_readable_pair_is_greedy_exact_in_float32(smol32):
     """Draft trees from the shipped head on SmolLM2 (float32, where a tree forward and a one-token step round
-    alike): on 20 chat prompts, a chain (top-k 1), two bushy trees, a budget of 1 and the head's own shape, each
-    pruned as the head's config says, give the target's own greedy output token for token, and the bushy trees
-    keep paths through siblings the head did not rank first."""
+    alike): on 20 chat prompts, a chain (top-k 1), two bushy trees and a budget of 1, each pruned as the head's
+    config says (below 0.02, as its own shape is), give the target's own greedy output token for token, and the
+    bushy trees keep paths through siblings the head did not rank first. The head's own (3, 5, 15) adds no code
+    path to these, and would cost 40 s of CI on a CPU without bf16 units."""
     sys.path.insert(0, str(ROOT / "scripts"))
     from smollm2_prompts import SELECTION
 
@@ -259,7 +260,7 @@ def test_tree_on_the_readable_pair_is_greedy_exact_in_float32(smol32):
             ref = smol32.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                                          do_sample=False, max_new_tokens=12)
         want = ref[0, len(ids):].tolist()
-        for topk, depth, budget in ((1, 4, 4), (2, 4, 8), (4, 5, 16), (3, 3, 1), (0, 0, 0)):  # 0s: the head's own
+        for topk, depth, budget in ((1, 4, 4), (2, 4, 8), (4, 5, 16), (3, 3, 1)):
             spec = SpecConfig(max_new_tokens=12, top_candidates=0, strategy="tree", tree_topk=topk, tree_depth=depth,
                               tree_budget=budget)
             got = speculative_generate(smol32, message, SamplingConfig(0.0), spec)
