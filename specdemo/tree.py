@@ -335,11 +335,12 @@ def grow(root_logits: torch.Tensor, expand, topk: int, depth: int, budget: int, 
     floor = math.log(prune_below) if prune_below > 0 else None
     reached = 1
     for d in range(1, depth):
-        if floor is not None and float(torch.cat(scores)[frontier].max()) < floor:
+        frontier_score = torch.cat(scores)[frontier]
+        if floor is not None and float(frontier_score.max()) < floor:
             break  # no child of this frontier can reach prune_below
         child_logp = expand(frontier_slots, draft_ids_at(draft_ids, frontier), visible, d).float().log_softmax(-1)
         c_logp, c_ids = child_logp.topk(topk, dim=-1)  # [topk frontier, topk children]
-        c_score = (torch.cat(scores)[frontier].view(-1, 1) + c_logp).reshape(-1)
+        c_score = (frontier_score.view(-1, 1) + c_logp).reshape(-1)
         scores.append(c_score)
         draft_ids.append(c_ids.reshape(-1))
         parents.append(frontier.repeat_interleave(topk))
