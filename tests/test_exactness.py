@@ -336,7 +336,7 @@ def test_adaptive_stop_rule_keeps_exactness(toy_pair):
     cfg = SamplingConfig(temperature=1.0)
     prompt = [0, 1]
     exact = exact_joint(toy_pair, prompt, cfg)
-    n = 3000
+    n = 2000
     # the real rule, at a threshold where its choice depends on the drawn tokens (see the test above): exact
     counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n, seed0=10_000, make_drafter=lambda: AdaptiveDrafter(
         CachedLM(toy_pair.draft, toy_pair.vocab_size), cfg, threshold=0.2, calibrate=False))
@@ -344,8 +344,8 @@ def test_adaptive_stop_rule_keeps_exactness(toy_pair):
     assert 0.1 * n < counts[("k", 3)] < 0.9 * n  # it stopped early (at K = 2) in some runs, not in all
     assert chi2_pvalue(drop_k(counts), exact, n) > PASS_P
     # the planted rules: not exact, and caught, each with the samples it needs (over these seeds, 2026-11-25). The
-    # peeking rule is the subtle one and sets n for the real rule too: p = 2e-16 at n = 3000, 2e-10 at 1500, 5e-5 at
-    # 1000. The withdrawing rule gets p = 3e-32 at 1000 (6e-126 at 3000); a bug caught at 1000 is caught at 3000.
+    # peeking rule is the subtle one and sets n for the real rule too: p = 2e-16 at n = 3000, 2e-15 at 2000, 2e-11
+    # at 1500, 1e-6 at 1000. The withdrawing rule gets p = 3e-32 at 1000; a bug caught at 1000 is caught at 2000.
     for planted, n_bug in ((lambda: PeekingDrafter(toy_pair, cfg), n),
                            (lambda: WithdrawingDrafter(CachedLM(toy_pair.draft, toy_pair.vocab_size), cfg), 1000)):
         counts = speculative_samples(toy_pair, prompt, cfg, k=3, n=n_bug, make_drafter=planted)
