@@ -93,7 +93,9 @@ EN: dict[str, str] = {
     "ui.step_prev": "\u25c0 Previous round",
     "ui.step_next": "Next round \u25b6",
     "ui.download": "Download the trace (JSON)",
-    "ui.trace": "Trace",
+    "ui.export_note": "The file holds the whole run: its text and token ids, every round with its labels, p, q, r, "
+                      "min(1, p/q), top candidates, tree nodes and timings, the metrics, and the target-only run. "
+                      "The CLI prints the same trace with `--json`; the `/generate` endpoint returns it.",
     "tab.film": "Film strip",
     "tab.charts": "Charts",
     "tab.sweep": "K sweep",
@@ -519,7 +521,8 @@ ZH: dict[str, str] = {
     "ui.step_prev": "\u25c0 上一轮",
     "ui.step_next": "下一轮 \u25b6",
     "ui.download": "下载运行记录（JSON）",
-    "ui.trace": "运行记录",
+    "ui.export_note": "文件包含整次运行：文本与 token id，每一轮的标签、p、q、r、min(1, p/q)、候选 token、树节点与计时，"
+                      "各项指标，以及仅目标模型的运行。命令行用 `--json` 输出同样的记录；`/generate` 接口也返回它。",
     "tab.film": "逐轮记录",
     "tab.charts": "更多图表",
     "tab.sweep": "K 值扫描",

@@ -248,7 +248,10 @@ def results(u, limits: Limits, first: dict, n_rounds: int) -> None:
             u.step_tokens = gr.HTML(first["step_tokens"], elem_id="sd-step-tokens")
         with gr.Tab(L("tab.export"), id="export") as u.tab_export:
             u.download_btn = gr.Button(L("ui.download"), size="sm", elem_id="sd-download")
-            u.trace_json = gr.JSON(label=L("ui.trace"), open=False)
+            gr.Markdown(L("ui.export_note"), elem_id="sd-export-note")
+            # only carries the trace from the server to DOWNLOAD_JS: a visible JSON tree of a run's trace (17,000 DOM
+            # nodes for 128 tokens) froze the page for 11 s when the tab opened, on a 2-core CPU
+            u.trace_json = gr.JSON(visible=False)
 
 
 def wire_events(demo: gr.Blocks, u) -> None:

@@ -269,7 +269,9 @@ def test_toy_joint_distribution_matches_target_for_every_strategy(toy_pair, cfg,
     """The joint of the first two tokens follows the target for adaptive K and for copied (one-hot q) drafts."""
     prompt = LOOKUP_PROMPT if strategy == "lookup" else [0, 1]
     exact = exact_joint(toy_pair, prompt, cfg)
-    n = 3000
+    # 2000: what goes wrong in a proposer is a draft chosen or withdrawn on the wrong information; the planted peeking
+    # and withdrawing rules below are caught at p = 2e-15 and 3e-32 with 2000 and 1000 samples (2026-11-25)
+    n = 2000
     # adaptive: the toy draft's confidences (0.2-0.65) make the default threshold stop it at the same K in every run
     # at T = 1 and 1.3; these thresholds sit among its products of confidences, so that the rule's choice depends on
     # the drawn tokens, which is what this test must exercise. Uncalibrated (alpha_hat = conf): the run's calibration
