@@ -9,7 +9,9 @@ It does not sample. The device and the dtypes come from devices.py; files, cache
 
 from __future__ import annotations
 
+import functools
 import gc
+import inspect
 import os
 import threading
 import weakref
@@ -29,6 +31,13 @@ from .i18n import Msg, Translatable
 
 class StrategyUnavailable(Translatable, ValueError):
     """The pair cannot draft with the strategy asked for (no EAGLE head for it). Nothing was loaded or changed."""
+
+
+@functools.lru_cache(maxsize=None)
+def cache_argument(forward) -> str:
+    """The name under which a model's `forward` takes its KV cache: `cache` where transformers has renamed it (5.24
+    warns that `past_key_values` goes in 5.40), `past_key_values` in the 5.x releases before the rename."""
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 class CachedLM:
@@ -95,11 +104,12 @@ class CachedLM:
         self.calls += 1
         extra = {} if tree is None else {"attention_mask": tree[0], "position_ids": tree[1]}
         if self.head32 is None:
-            out = self.model(input_ids=ids.view(1, -1), past_key_values=self.cache, use_cache=True,
-                             logits_to_keep=keep_logits, **extra)
+            out = self.model(input_ids=ids.view(1, -1), use_cache=True, logits_to_keep=keep_logits,
+                             **{cache_argument(type(self.model).forward): self.cache}, **extra)
             return out.logits[0, -keep_logits:, : self.vocab_size].float(), None
-        out = self.model.base_model(input_ids=ids.view(1, -1), past_key_values=self.cache, use_cache=True,
-                                    output_hidden_states=bool(layers), **extra)
+        base = self.model.base_model
+        out = base(input_ids=ids.view(1, -1), use_cache=True, output_hidden_states=bool(layers),
+                   **{cache_argument(type(base).forward): self.cache}, **extra)
         hidden = out.last_hidden_state[0]
         features = torch.cat([out.hidden_states[i + 1][0] for i in layers] + [hidden], -1) if layers else hidden
         weight, bias = self.head32

@@ -35,6 +35,27 @@ def test_embedded_pair_loads_offline_with_plain_transformers():
     assert "\n" in text  # verse comes in lines
 
 
+def test_the_cache_goes_in_under_the_name_the_installed_transformers_takes(pair, toy_pair):
+    """transformers renamed forward's `past_key_values` to `cache` (5.24 warns that the old name goes in 5.40): both
+    of CachedLM's forwards (a model's own, and its base model's under a float32 head) pass the cache under the name
+    the installed version takes, so they warn about neither, and a later 5.x cannot break them."""
+    import warnings
+
+    from specdemo.models import CachedLM
+
+    for model in (pair.target, toy_pair.target):
+        lm = CachedLM(model, model.config.vocab_size)
+        for head32 in (lm.head32, None):  # a model's own forward too, as for one with soft-capped logits
+            lm.head32 = head32
+            lm.reset()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                lm.feed(torch.tensor([1, 2, 3]))
+                lm.feed(torch.tensor([4]))
+            assert lm.length == 4
+            assert not [w for w in caught if "past_key_values" in str(w.message)], [str(w.message) for w in caught]
+
+
 @pytest.mark.parametrize("folder", [EMBEDDED_DRAFT, EMBEDDED_TARGET])
 def test_weight_files_fit_a_space_without_lfs(folder):
     files = list(folder.glob("*.safetensors"))
