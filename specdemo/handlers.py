@@ -31,7 +31,7 @@ CHART_EVERY_S = 0.4  # redraw the plotly charts at most this often while streami
 STEP_TAB = "step"  # the Step through tab's id (ui.py), which a step key selects
 
 # The outputs each event may update, by name (ui.py's components of the same names, in this order).
-RUN_OUTPUTS = ("tokens", "stats", "film", *views.CHARTS, "state", "round_sl", "pos_sl", "insp_plot",
+RUN_OUTPUTS = ("tokens", "stats", "film", *views.CHARTS, "trace_json", "state", "round_sl", "pos_sl", "insp_plot",
                "insp_reason")
 INSPECT_OUTPUTS = ("pos_sl", "insp_plot", "insp_reason")
 STEP_OUTPUTS = ("state", "step_tokens", "step_caption")
@@ -95,11 +95,11 @@ def snapshot(trace: Trace | None) -> Trace | None:
 def on_screen(spec, base, first: bool, lang=None, presenter=False) -> dict:
     """The run as far as it went, everywhere the page keeps it apart from the text: the state that clicks, the
     step-through, the trace download and redraws read (every update), and with the first update the inspector on
-    round 1, so that nothing shows the previous run after a Stop or an error."""
+    round 1 and no trace, so that nothing shows the previous run after a Stop or an error."""
     state = {"spec": snapshot(spec), "base": snapshot(base), "cursor": 0}
     out = {"state": state, "round_sl": views.round_slider(state, reset=first)}
     if first:
-        out |= views.opened_round(state, 1, lang, presenter)
+        out |= {"trace_json": None} | views.opened_round(state, 1, lang, presenter)
     return out
 
 
@@ -138,12 +138,11 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
     if spec.stop_reason == runs.TIME_LIMIT:
         gr.Warning(tr("warn.time_limit", lang, s=limits.time_limit_s))
     yield (views.run_view(spec, base, lang=lang) | views.charts(spec, base, lang, presenter)
-           | on_screen(spec, base, True, lang, presenter))
+           | on_screen(spec, base, True, lang, presenter) | {"trace_json": views.trace_payload(spec, base)})
 
 
 def trace_of(state) -> dict:
-    """The trace of the run in the session's state, for the download (the state follows what is on screen). Built on
-    the click, not with every run: it is a few hundred kB, and drawn as a JSON tree it froze the page for 11 s."""
+    """The trace of the run in the session's state, for the download (the state follows what is on screen)."""
     spec, base = (state.get("spec"), state.get("base")) if state else (None, None)
     return {"trace_json": views.trace_payload(spec, base)}
 

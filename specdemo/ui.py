@@ -249,8 +249,8 @@ def results(u, limits: Limits, first: dict, n_rounds: int) -> None:
         with gr.Tab(L("tab.export"), id="export") as u.tab_export:
             u.download_btn = gr.Button(L("ui.download"), size="sm", elem_id="sd-download")
             gr.Markdown(L("ui.export_note"), elem_id="sd-export-note")
-            # only carries the trace from the server to DOWNLOAD_JS: a visible JSON tree of a run's trace (17,000 DOM
-            # nodes for 128 tokens) froze the page for 11 s when the tab opened, on a 2-core CPU
+            # carries a finished run's trace (also the last output of /generate_stream) to DOWNLOAD_JS, undrawn: as a
+            # visible JSON tree (17,000 elements for 128 tokens) it froze the page for 11 s when the tab first opened
             u.trace_json = gr.JSON(visible=False)
 
 
