@@ -173,6 +173,10 @@ def test_a_failed_pair_load_puts_the_selector_back_on_the_loaded_pair(app_url):
         page.wait_for_function("document.querySelector('#sd-pair input').value.startsWith('shakespeare:')",
                                timeout=60000)
         assert not page.locator("#sd-draft-id").is_visible()
+        page.locator("#sd-settings .label-wrap").click()  # a short run: what matters is which pair it runs
+        box = page.locator("#sd-max-new input[type=number]")
+        box.fill("16")
+        box.press("Enter")
         page.click("#sd-generate")
         page.wait_for_function("document.querySelector('#sd-stats').innerText.includes('done')", timeout=120000)
         assert "Could not load" in page.evaluate(STATUS), "the error was replaced"

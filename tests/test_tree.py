@@ -495,9 +495,10 @@ def test_a_sampled_walk_without_the_residual_is_caught(toy_pair, monkeypatch, on
                          ids=["T1", "T0.7-k20-p0.9"])
 def test_the_sampled_tree_is_exact_on_the_shakespeare_pair(pair32, cfg, one_thread):
     """As for the top-k tree, with the shipped head's children sampled: the first tree round's first token at
-    T = 1, and the joint of three tokens at T = 0.7 with top-k 20 and top-p 0.9. (The shipped head is confident,
-    so a refused child rarely matters here: the no-residual bug planted above gets only p = 0.016 at T = 0.7 and 800
-    samples, 2026-11-25; the toy pair's random head is what catches it. So these runs are sized as the top-k tree's.)"""
+    T = 1, and the joint of three tokens at T = 0.7 with top-k 20 and top-p 0.9. (With this pair a refused child
+    hardly changes what is drawn: the no-residual bug planted above gets only p = 0.016 here at 800 samples, and
+    p > 0.05 at 500 with two other prompts or with trees (3, 2, 6) and (4, 3, 12), 2026-11-25. The toy pair's random
+    head is what catches it, so these runs are sized as the top-k tree's.)"""
     prompt_ids = pair32.encode("ROMEO:\n")
     n = SHAKESPEARE_N
     cells = (1, 2) if cfg.temperature == 1.0 else (0, 3)
