@@ -12,6 +12,7 @@ import pytest
 from gradio_client import Client
 
 from conftest import CHROMIUM, CHROMIUM_ARGS
+from test_browser import set_slider
 from specdemo import views
 from specdemo.config import PRESETS
 
@@ -173,10 +174,7 @@ def test_a_failed_pair_load_puts_the_selector_back_on_the_loaded_pair(app_url):
         page.wait_for_function("document.querySelector('#sd-pair input').value.startsWith('shakespeare:')",
                                timeout=60000)
         assert not page.locator("#sd-draft-id").is_visible()
-        page.locator("#sd-settings .label-wrap").click()  # a short run: what matters is which pair it runs
-        box = page.locator("#sd-max-new input[type=number]")
-        box.fill("16")
-        box.press("Enter")
+        set_slider(page, "sd-max-new", 16)  # a short run: what matters is which pair it runs
         page.click("#sd-generate")
         page.wait_for_function("document.querySelector('#sd-stats').innerText.includes('done')", timeout=120000)
         assert "Could not load" in page.evaluate(STATUS), "the error was replaced"

@@ -20,6 +20,7 @@ from specdemo.events import Round, Trace
 from specdemo.validation import UserError, validate
 
 from conftest import CHROMIUM
+from test_browser import open_settings, set_slider
 
 SVG = "{http://www.w3.org/2000/svg}"
 SHAPE = dict(tree_topk=2, tree_depth=2, tree_budget=4)  # small: rounds that reach a leaf and rounds that miss
@@ -356,15 +357,11 @@ def test_a_tree_round_is_drawn_on_the_page_and_stepped_through_in_presenter_mode
     page.goto(app_url)
     page.wait_for_function("(document.querySelector('#sd-pair-status')?.innerText || '').includes('已加载')",
                            timeout=120000)
-    folded = page.locator("#sd-settings .label-wrap")  # the folded settings (who drafts, the budget), if folded
-    if folded.count() and not page.locator("#sd-settings .label-wrap.open").count():
-        folded.click()
+    open_settings(page)  # the folded settings: who drafts, the budget
     page.locator("#sd-strategy").get_by_text("EAGLE 草稿树", exact=True).click()
     page.wait_for_selector("#sd-tree-sizes", state="visible")
     assert "草稿树规模" in page.inner_text("#sd-tree-sizes")
-    box = page.locator("#sd-max-new input[type=number]")
-    box.fill("40")
-    box.press("Enter")
+    set_slider(page, "sd-max-new", 40)
     page.locator("#sd-prompt textarea").fill("ROMEO:\n")
     page.click("#sd-generate")
     page.wait_for_function("document.querySelector('#sd-stats').innerText.includes('完成')"
