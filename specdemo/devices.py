@@ -109,11 +109,14 @@ def pick_dtype(device: torch.device, role: str = "target", n_params: int | None 
 
 def packs_bf16(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether a bf16 model's linear layers are packed once into oneDNN's blocked layout (models.pack_linears): on
-    a CPU with AMX, where torch's plain bf16 `F.linear` lays the weight out again at every call. Measured there on
-    2 threads (2026-11-25, SmolLM2-135M): a one-token step 41.9 -> 34.4 ms and a 9-token verify 48.8 -> 43.4 ms,
-    the outputs of each layer bit for bit those of F.linear at 1 to 32 rows. Packing float32 weights was slower at
-    one row, and CPUs without AMX were not measured, so both keep F.linear. SPECDEMO_PACK=0 turns it off."""
-    return (device.type == "cpu" and dtype == torch.bfloat16 and cpu_bf16_kind() == "amx"
+    a CPU with bf16 units (AMX or AVX-512 BF16), where torch's plain bf16 `F.linear` lays the weight out again at
+    every call. Measured on 2 threads with SmolLM2-135M, the outputs of each layer bit for bit those of F.linear
+    at 1 to 32 rows on both kinds:
+    - with AMX (Xeon, 2026-11-25): a one-token step 41.9 -> 34.4 ms, a 9-token verify 48.8 -> 43.4 ms;
+    - with AVX-512 BF16 and no AMX (AMD EPYC, Zen 4, 2026-11-25, `scripts/pack_ab.py`): a one-token step
+      34.9 -> 29.9 ms, a 12-token verify 45.6 -> 37.1 ms.
+    Packing float32 weights was slower at one row, so float32 keeps F.linear. SPECDEMO_PACK=0 turns it off."""
+    return (device.type == "cpu" and dtype == torch.bfloat16 and cpu_bf16_kind() != "none"
             and os.environ.get("SPECDEMO_PACK", "1").strip() != "0"
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 

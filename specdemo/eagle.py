@@ -146,7 +146,7 @@ class EagleHead(nn.Module):
         """The weights drafting multiplies by, made once per dtype and device: fc, q|k|v and gate|up as one matrix
         each, o, down and the LM rows. Drafting runs one position at a time, where each call costs more than its
         arithmetic (the training path keeps the separate modules). Each comes with its oneDNN-packed copy on a CPU
-        with AMX (devices.packs_bf16; None elsewhere)."""
+        with bf16 units (devices.packs_bf16; None elsewhere)."""
         w = self.q_proj.weight
         cached = getattr(self, "_fused", None)
         if cached is None or cached["qkv"][0].dtype != w.dtype or cached["qkv"][0].device != w.device:
@@ -225,7 +225,7 @@ class EagleHead(nn.Module):
     def step(self, feat: torch.Tensor, emb: torch.Tensor, cache: HeadCache, positions: torch.Tensor | None = None,
              mask: torch.Tensor | None = None) -> torch.Tensor:
         """Drafting: n new positions [n, H] appended to `cache` -> their predicted features [n, H]. The same
-        arithmetic as `forward`, with the fused (and, on AMX, packed) weights and no module calls.
+        arithmetic as `forward`, with the fused (and, on a CPU with bf16 units, packed) weights and no module calls.
 
         By default the new positions continue the sequence causally. A draft tree passes its nodes' RoPE
         `positions` [n] and `mask` [n, cache.length + n] (bool, True where a new position may attend)."""

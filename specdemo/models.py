@@ -327,7 +327,7 @@ def _load_one(model_id: str, role: str, device: torch.device, dtype: torch.dtype
 
 class PackedLinear(torch.nn.Linear):
     """An inference-only nn.Linear whose bf16 weight is also held packed in oneDNN's blocked layout (made once by
-    `pack_linears`), so that a CPU with AMX does not lay it out again at every call (devices.packs_bf16). Its
+    `pack_linears`), so that a CPU with bf16 units does not lay it out again at every call (devices.packs_bf16). Its
     parameters, state dict and results stay those of the plain layer; where the weight has left the CPU or bf16,
     or a gradient is wanted, it computes as the plain layer does."""
 

@@ -219,7 +219,7 @@ def test_loads_in_progress_count_against_the_memory_budget(monkeypatch):
 
 
 needs_packing = pytest.mark.skipif(not packs_bf16(torch.device("cpu"), torch.bfloat16),
-                                   reason="bf16 weights are packed only on a CPU with AMX (devices.packs_bf16)")
+                                   reason="bf16 weights are packed only on a CPU with bf16 units (devices.packs_bf16)")
 
 
 @needs_packing
