@@ -405,6 +405,7 @@ class TreeDrafter(EagleDrafter):
     round, and the kept path is re-read from the target's true features, as for the chain."""
 
     name = "tree"
+    prune_children = False  # sampled children: also stop a row's draws by prune_below (tree.grow_sampled)
 
     def __init__(self, head, target, sampling: SamplingConfig, vocab_size: int, capacity: int,
                  shape: tuple[int, int, int], children: str = "top", prune_below: float = 0.0):
@@ -450,7 +451,8 @@ class TreeDrafter(EagleDrafter):
             grown = grow(root, expand, topk, depth, self.budget, self.prune_below)
             return Proposal(self.head.d2t[grown.draft_ids], empty, "tree", tree=grown.tree)
         grown = grow_sampled(root, expand, sampled_plan(topk, depth, self.budget),
-                             lambda logits: warp(logits, self.sampling), gen, self.head.d2t, self.prune_below)
+                             lambda logits: warp(logits, self.sampling), gen, self.head.d2t, self.prune_below,
+                             self.prune_children)
         return Proposal(self.head.d2t[grown.draft_ids], empty, "tree", tree=grown.tree)
 
     def step_at(self, feat, tokens, positions, mask) -> torch.Tensor:

@@ -370,7 +370,8 @@ def draft_ids_at(draft_ids: list[torch.Tensor], frontier: torch.Tensor) -> torch
 
 
 def grow_sampled(root_logits: torch.Tensor, expand, plan: list[tuple[int, int]], warp_q,
-                 generator: torch.Generator | None, draft_to_target: torch.Tensor, prune_below: float = 0.0) -> Grown:
+                 generator: torch.Generator | None, draft_to_target: torch.Tensor, prune_below: float = 0.0,
+                 prune_children: bool = False) -> Grown:
     """A tree of SAMPLED children, for T > 0 (verified by walk_sampled): each expanded node's children are drawn
     from the head's warped q (`warp_q`: logits [rows, V_draft] -> probabilities, the run's T, top-k and top-p)
     without replacement, in draw order. `plan` (sampled_plan) says how many nodes each depth expands and how many
@@ -380,18 +381,28 @@ def grow_sampled(root_logits: torch.Tensor, expand, plan: list[tuple[int, int]],
 
     prune_below > 0: a node is expanded only if its cumulative q reaches it, and the tree stops growing where none
     does. This decides which rows get children from the head's own draws, never from the target; it never drops a
-    drawn child, since a row's children must be all of its draws, in order, for walk_sampled's tests."""
+    drawn child for what that child turned out to be, since a row's children must be its first draws, in order,
+    for walk_sampled's tests (a child kept or dropped by its own q would no longer be a draw from q).
+
+    prune_children (with prune_below > 0): the s-th draw of a row is kept only if the draws before it leave it an
+    expected cumulative q, parent's cumulative q x E[q(c_s) | c_1..c_{s-1}] = cum x sum(q_left^2) / sum(q_left),
+    of at least prune_below, as a top-k tree keeps a child whose cumulative probability reaches it. The rule
+    reads the earlier draws only, so the kept children are the row's first m draws for an m fixed before the
+    m-th is seen: still draws without replacement from q. The root keeps its first draw whatever."""
     dev = root_logits.device
+    floor = math.log(prune_below) if prune_below > 0 else None
+    by_draws = prune_children and floor is not None
     logits = root_logits.float().view(1, -1)
     q = warp_q(logits)
-    ids = gumbel_top(q.log(), plan[0][1], generator)[0]
+    kids = gumbel_top(q.log(), plan[0][1], generator)
+    keep = first_draws(q, kids, q.new_zeros(1), floor, root=True).view(-1) if by_draws else None
+    ids = pick(kids.view(-1), keep)
     hp = logits.softmax(-1)[0, ids]
     draft_ids, parents, depths, head_p = [ids], [torch.full_like(ids, -1)], [torch.ones_like(ids)], [hp]
     scores = [q[0, ids].log()]
     q_of_rows, expanded = [q], [torch.full((1,), -1, device=dev, dtype=torch.long)]
     level = torch.arange(ids.shape[0], device=dev)  # the last depth's nodes (global indices)
     level_slot, visible, offset = None, None, ids.shape[0]  # each level node's parent among the last fed nodes
-    floor = math.log(prune_below) if prune_below > 0 else None
     reached, width = 1, plan[0][1]
     for d, (m, c) in enumerate(plan[1:], start=1):
         level_scores = torch.cat(scores)[level]
@@ -408,17 +419,45 @@ def grow_sampled(root_logits: torch.Tensor, expand, plan: list[tuple[int, int]],
         logits = expand(slots, torch.cat(draft_ids)[chosen], visible, d).float()
         q = warp_q(logits)
         kids = gumbel_top(q.log(), c, generator)  # [m, c]
-        draft_ids.append(kids.reshape(-1))
-        parents.append(chosen.repeat_interleave(c))
-        depths.append(torch.full((m * c,), d + 1, dtype=torch.long, device=dev))
-        head_p.append(logits.softmax(-1).gather(1, kids).reshape(-1))
-        scores.append((torch.cat(scores)[chosen].view(-1, 1) + q.gather(1, kids).log()).reshape(-1))
-        q_of_rows.append(q)
-        expanded.append(chosen)
-        level = offset + torch.arange(m * c, device=dev)
-        level_slot = torch.arange(m, device=dev).repeat_interleave(c)
-        offset += m * c
+        parent_score = torch.cat(scores)[chosen]
+        keep = first_draws(q, kids, parent_score, floor).view(-1) if by_draws else None
+        n_kept = m * c if keep is None else int(keep.sum())
+        if n_kept == 0:
+            break  # every expanded node's first draw fell below prune_below: the tree ends here
+        rows = torch.ones(m, dtype=torch.bool, device=dev) if keep is None else keep.view(m, c)[:, 0]
+        draft_ids.append(pick(kids.reshape(-1), keep))
+        parents.append(pick(chosen.repeat_interleave(c), keep))
+        depths.append(torch.full((n_kept,), d + 1, dtype=torch.long, device=dev))
+        head_p.append(pick(logits.softmax(-1).gather(1, kids).reshape(-1), keep))
+        scores.append(pick((parent_score.view(-1, 1) + q.gather(1, kids).log()).reshape(-1), keep))
+        q_of_rows.append(q[rows])  # the rows that got children, as walk_sampled expects
+        expanded.append(chosen[rows])
+        level = offset + torch.arange(n_kept, device=dev)
+        level_slot = pick(torch.arange(m, device=dev).repeat_interleave(c), keep)
+        offset += n_kept
         reached, width = d + 1, max(width, c)
     ids = torch.cat(draft_ids)
     drawn = Drawn(torch.cat(q_of_rows), torch.cat(expanded) + 1, ids, draft_to_target, width)
     return Grown(ids, DraftTree(torch.cat(parents), torch.cat(depths), torch.cat(head_p), reached, drawn))
+
+
+def pick(x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    return x if keep is None else x[keep]
+
+
+def first_draws(q: torch.Tensor, kids: torch.Tensor, parent_score: torch.Tensor, floor: float,
+                root: bool = False) -> torch.Tensor:
+    """[rows, c] bool: which of each row's draws (kids, in draw order from q [rows, V]) grow_sampled keeps with
+    prune_children: draw s while parent_score (the row's cumulative log q) + log E[q(c_s) | c_1..c_{s-1}] >= floor,
+    where E[q(c_s) | ...] = sum(q_left^2) / sum(q_left) over the q not yet drawn. A prefix of each row's draws,
+    decided before each kept draw is looked at; the root keeps its first."""
+    qd = q.double()
+    qk = qd.gather(1, kids)
+    mass_before = qk.cumsum(1) - qk
+    sq_before = (qk * qk).cumsum(1) - qk * qk
+    left = (qd.sum(-1, keepdim=True) - mass_before).clamp(min=torch.finfo(torch.float64).tiny)
+    expected = ((qd * qd).sum(-1, keepdim=True) - sq_before).clamp(min=0.0) / left
+    ok = parent_score.double().view(-1, 1) + expected.log() >= floor
+    if root:
+        ok[:, 0] = True
+    return ok.long().cumprod(1).bool()

@@ -14,6 +14,7 @@ keeps a path. The promises tested here:
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import pytest
@@ -26,8 +27,8 @@ from specdemo.drafters import TreeDrafter, make_drafter, tree_shape
 from specdemo.models import CachedLM, StrategyUnavailable
 from specdemo.sampling import residual, sample, warp
 from specdemo.speculative import speculative_rounds
-from specdemo.tree import (DraftTree, Drawn, TreeVerdict, ancestors, grow, grow_sampled, gumbel_top, sampled_plan,
-                           tree_attention, walk, walk_sampled)
+from specdemo.tree import (DraftTree, Drawn, TreeVerdict, ancestors, first_draws, grow, grow_sampled, gumbel_top,
+                           sampled_plan, tree_attention, walk, walk_sampled)
 from test_eagle import exact_joint3, random_head
 from test_exactness import BUG_P, PASS_P, chi2_pvalue
 
@@ -294,25 +295,32 @@ def lossy_walk(tokens, tree, p_target, generator, greedy=False, q_head=None):
                        torch.zeros(n + 1), torch.zeros(n + 1, dtype=torch.long), torch.ones(n), p_of_node)
 
 
-@pytest.mark.parametrize("children,prune", [("top", 0.05), ("sampled", 0.15)])
-def test_a_pruned_tree_is_exact_on_the_toy_pair(toy_pair, children, prune, one_thread):
+@pytest.mark.parametrize("children,prune,by_draws,scale", [("top", 0.05, False, 0.1), ("sampled", 0.15, False, 0.1),
+                                                           ("sampled", 0.1, True, 0.2)],
+                         ids=["top", "sampled", "sampled-children-pruned"])
+def test_a_pruned_tree_is_exact_on_the_toy_pair(toy_pair, children, prune, by_draws, scale, one_thread):
     """prune_below makes the tree's size depend on the head's probabilities (and, for sampled children, on its
     draws), never on the target: the joint of the first three tokens still follows the target. The first tree
     rounds are pruned (a milder random head than the other tests', whose near-one-hot q leaves one path at any
-    threshold); with sampled children some are pruned and some whole, by the head's draws."""
+    threshold); with sampled children some are pruned and some whole, by the head's draws. by_draws: sampled
+    children are also cut by their expected cumulative q (TreeDrafter.prune_children), so that rows keep their
+    first one, two or all three draws (a slightly peakier head, where those expectations straddle 0.1)."""
     cfg, shape, prompt = SamplingConfig(1.0), (3, 2, 6), [0, 1]
-    head = random_head(toy_pair, torch.arange(toy_pair.vocab_size), scale=0.1)
+    head = random_head(toy_pair, torch.arange(toy_pair.vocab_size), scale=scale)
     sizes: Counter = Counter()
+    kept_draws: Counter = Counter()  # how many children the first tree rounds' rows kept
 
     def make():
         drafter = TreeDrafter(head, toy_pair.target, cfg, toy_pair.vocab_size, toy_pair.context_window + 1, shape,
                               children, prune)
+        drafter.prune_children = by_draws
         propose = drafter.propose
 
         def counted(seq, k_max, gen):
             proposal = propose(seq, k_max, gen)
             if proposal.tree is not None and not drafter.counted:  # each run's first tree round
                 sizes[proposal.k] += 1
+                kept_draws.update(Counter(proposal.tree.parents.tolist()).values())
                 drafter.counted = True
             return proposal
 
@@ -322,7 +330,10 @@ def test_a_pruned_tree_is_exact_on_the_toy_pair(toy_pair, children, prune, one_t
     n = 1000
     counts, ends = tree_samples(toy_pair, prompt, cfg, shape, n, make, children=children)
     assert {kind for kind, _ in ends} == {"root", "inner", "leaf"}, ends
-    assert 1 < min(sizes) < shape[2] and (children == "top" or max(sizes) == shape[2]), sizes
+    if by_draws:
+        assert set(kept_draws) == {1, 2, 3} and len(sizes) >= 3, (kept_draws, sizes)
+    else:
+        assert 1 < min(sizes) < shape[2] and (children == "top" or max(sizes) == shape[2]), sizes
     assert chi2_pvalue(counts, exact_joint3(toy_pair, prompt, cfg), n) > PASS_P
 
 
@@ -335,6 +346,42 @@ def test_the_planted_ratio_test_on_top_k_children_is_caught(toy_pair, monkeypatc
     n = 1000
     counts, _ = tree_samples(toy_pair, prompt, cfg, shape, n, tree_drafter(toy_pair, head, cfg, shape))
     assert chi2_pvalue(counts, exact_joint3(toy_pair, prompt, cfg), n) < BUG_P
+
+
+def own_q_draws(q, kids, parent_score, floor, root=False):
+    """PLANTED BUG: keep each sampled child by its OWN cumulative q, as a top-k tree keeps its children. Whether the
+    s-th draw is tested then depends on what it turned out to be, so a tested child is no longer a draw from q."""
+    ok = parent_score.double().view(-1, 1) + q.double().gather(1, kids).log() >= floor
+    if root:
+        ok[:, 0] = True
+    return ok.long().cumprod(1).bool()
+
+
+def decided_before_seen(first_draws) -> bool:
+    """Whether `first_draws` keeps a prefix of each row's draws and decides on draw s from draws 1..s-1 alone:
+    re-drawing draws s.. (any other distinct tokens) never changes which of draws 1..s are kept."""
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        rows, vocab, c = 4, 12, 3
+        q = (torch.randn(rows, vocab, generator=gen) * 2).softmax(-1)
+        perm = torch.stack([torch.randperm(vocab, generator=gen) for _ in range(rows)])
+        kids, score = perm[:, :c], torch.rand(rows, generator=gen).log()
+        ok = first_draws(q, kids, score, math.log(0.05))
+        if not torch.equal(ok, ok.long().cumprod(1).bool()):
+            return False
+        for s in range(c):
+            other = torch.cat([kids[:, :s], perm[:, c + s:c + s + c - s]], dim=1)  # draws s.. replaced
+            if not torch.equal(first_draws(q, other, score, math.log(0.05))[:, :s + 1], ok[:, :s + 1]):
+                return False
+    return True
+
+
+def test_sampled_children_are_cut_before_they_are_seen():
+    """TreeDrafter.prune_children's rule (tree.first_draws) keeps each row's first m draws with m decided draw by
+    draw from the earlier draws alone, so every kept child is still a draw from q without replacement (the toy
+    chi-square test above checks the joint). The planted rule that keeps a child by its own q fails the check."""
+    assert decided_before_seen(first_draws)
+    assert not decided_before_seen(own_q_draws)
 
 
 # ------------------------------------------------------------------------------------------------ Shakespeare
