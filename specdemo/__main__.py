@@ -50,6 +50,8 @@ def add_common(ap: argparse.ArgumentParser) -> None:
                     "head's own)")
     ap.add_argument("--tree-budget", type=int, default=0, help="tree: the most nodes a tree keeps (0 = the head's "
                     "own; SPECDEMO_MAX_TREE caps it)")
+    ap.add_argument("--tree-prune", type=float, default=None, help="tree: leave out nodes whose cumulative head "
+                    "probability is below this (0 = keep all; default: the head's own, 0.02 for smollm2-135m)")
     ap.add_argument("--tree-children", default="auto", help="tree: top (the head's top-k children), sampled "
                     "(drawn from the head, T > 0) or auto (default: sampled at T > 0, top at T = 0)")
     ap.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
@@ -88,7 +90,8 @@ def spec_of(args, **kw):
     return SpecConfig(**{"k": args.k, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
                          "lenience": args.lenience, "strategy": args.strategy, "ngram": args.ngram,
                          "tree_topk": args.tree_topk, "tree_depth": args.tree_depth,
-                         "tree_budget": args.tree_budget, "tree_children": args.tree_children} | kw)
+                         "tree_budget": args.tree_budget, "tree_children": args.tree_children,
+                         "tree_prune": args.tree_prune} | kw)
 
 
 def divergence_line(d) -> str:
@@ -157,7 +160,8 @@ def cmd_bench(args, pair, sampling) -> int:
         res = run_strategies(pair, sampling, args.k, args.max_new_tokens, args.prompts, seed=args.seed,
                              ngram=args.ngram, lookup_k=args.lookup_k, k_search=not args.no_k_search,
                              include_hf=not args.no_hf, log=log,
-                             tree=(args.tree_topk, args.tree_depth, args.tree_budget))
+                             tree=(args.tree_topk, args.tree_depth, args.tree_budget),
+                             tree_prune_below=args.tree_prune)
         print(json.dumps(res, indent=2) if args.json else format_strategies(res))
         return 0
     spec = spec_of(args, top_candidates=0)

@@ -312,7 +312,8 @@ def summarize(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig, n_pro
         full = [r for r in rounds if r.tree and r.k == tree[2]] or [r for r in rounds if r.tree]
         depth_of = [max(nd.depth for nd in r.tree) for r in full]
         result |= {
-            "tree_shape": {"topk": tree[0], "depth": tree[1], "budget": tree[2], "prune_below": tree_prune(pair.head)},
+            "tree_shape": {"topk": tree[0], "depth": tree[1], "budget": tree[2],
+                           "prune_below": tree_prune(pair.head, spec)},
             "tree_verify_ms_isolated": tree_verify_ms(pair, tree[2]),
             "head_ms_per_depth": sum(r.draft_ms for r in full) / max(1, sum(depth_of)),
             "head_ms_per_depth_isolated": iso_draft,

@@ -86,7 +86,9 @@ class SpecConfig:
     0 takes the head's own default for each size, drafters.tree_shape). tree_children: "top" makes each node's
     children the head's top-k (tree.grow, verified by tree.walk); "sampled" draws them from the head without
     replacement at T > 0 (tree.grow_sampled, verified by tree.walk_sampled; at T = 0 it is "top"); "auto" picks
-    drafters.AUTO_TREE_CHILDREN at T > 0.
+    drafters.AUTO_TREE_CHILDREN at T > 0. tree_prune: the cumulative head probability below which the tree leaves
+    nodes out (tree.grow's prune_below; 0 prunes nothing, None takes the head's own, drafters.tree_prune; a tree
+    of top-k 1 is drafted as the chain and is not pruned).
     lenience b in (0, 1] draws the acceptance uniform from U[0, b); b = 1 is the exact algorithm, b < 1 accepts more
     drafts and is lossy (the output no longer follows the target's distribution). top_candidates: how many top
     tokens per position the Round events carry for the inspector (0 = none: the bench, the CLI and the API skip it).
@@ -103,6 +105,7 @@ class SpecConfig:
     tree_depth: int = 0
     tree_budget: int = 0
     tree_children: str = "auto"
+    tree_prune: float | None = None  # tree: None = the head's own; 0 = no pruning; else in (0, 1)
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -124,6 +127,10 @@ class SpecConfig:
                 raise ConfigError(f"{name} must be 0 (the head's default) or between {lo} and {hi}, got {value!r}")
         if type(self.tree_budget) is not int or self.tree_budget < 0:
             raise ConfigError(f"tree_budget must be 0 (the head's default) or at least 1, got {self.tree_budget!r}")
+        prune = self.tree_prune
+        if prune is not None and (type(prune) not in (int, float) or not (0.0 <= prune < 1.0)):
+            raise ConfigError(f"tree_prune must be at least 0 and below 1 (a cumulative head probability), "
+                              f"got {str(prune)[:40]!r}")
         if self.tree_children not in TREE_CHILDREN:
             raise ConfigError(f"tree_children must be one of {', '.join(TREE_CHILDREN)}, "
                               f"got {str(self.tree_children)[:40]!r}")

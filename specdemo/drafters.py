@@ -375,9 +375,12 @@ def tree_shape(spec: SpecConfig, head, limits: Limits | None = None) -> tuple[in
     return topk, depth, max(1, min(budget, topk + (depth - 1) * topk * topk, cap))
 
 
-def tree_prune(head) -> float:
-    """The cumulative head probability below which a tree leaves a node out (tree.grow's prune_below): the head's
-    config's "prune_below", 0 (no pruning) for a head that names none."""
+def tree_prune(head, spec: SpecConfig | None = None) -> float:
+    """The cumulative head probability below which a tree leaves a node out (tree.grow's prune_below): the run's
+    spec.tree_prune where it names one, else the head's config's "prune_below", 0 (no pruning) for a head that
+    names none."""
+    if spec is not None and spec.tree_prune is not None:
+        return float(spec.tree_prune)
     return float((head.cfg.tree if head is not None else {}).get("prune_below", 0.0))
 
 
@@ -494,7 +497,7 @@ def make_drafter(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, dr
         return EagleDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1)
     if spec.strategy == "tree":
         return TreeDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1,
-                           tree_shape(spec, pair.head), tree_children(spec, sampling), tree_prune(pair.head))
+                           tree_shape(spec, pair.head), tree_children(spec, sampling), tree_prune(pair.head, spec))
     draft_lm = draft_lm or CachedLM(pair.draft, pair.vocab_size)
     if spec.strategy == "adaptive":
         return AdaptiveDrafter(draft_lm, sampling)

@@ -33,10 +33,11 @@ class CallCounter:
 
 def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_tokens: int, n_prompts: int = 10,
                    seed: int = 0, ngram: int = 3, lookup_k: int = 8, k_search: bool = True, include_hf: bool = True,
-                   log=print, tree: tuple[int, int, int] = (0, 0, 0)) -> dict:
+                   log=print, tree: tuple[int, int, int] = (0, 0, 0), tree_prune_below: float | None = None) -> dict:
     """Every drafting strategy against target-only decoding (in each dtype the machine offers) and transformers'
     assisted generation (constant K, its default schedule, prompt lookup), interleaved prompt by prompt. Where the
-    pair has a head, its chain (eagle) and its tree, of the sizes `tree` (top-k, depth, budget; 0 = the head's own).
+    pair has a head, its chain (eagle) and its tree, of the sizes `tree` (top-k, depth, budget; 0 = the head's own),
+    pruned below `tree_prune_below` (None = the head's own).
 
     The general prompts and the copy-friendly ones are timed as two groups. Speedups are against target-only in
     the pair's target dtype and against the fastest target-only in any dtype.
@@ -46,11 +47,13 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
     targets = target_variants(pair)
     own = dtype_name(pair.dtype)
     ks = list(range(1, 9)) if k_search else [k]
-    tree_spec = SpecConfig(strategy="tree", tree_topk=tree[0], tree_depth=tree[1], tree_budget=tree[2])
+    tree_spec = SpecConfig(strategy="tree", tree_topk=tree[0], tree_depth=tree[1], tree_budget=tree[2],
+                           tree_prune=tree_prune_below)
     shape = tree_shape(tree_spec, pair.head) if pair.head is not None else None
-    methods = method_names(pair, targets, ks, k, lookup_k, include_hf, shape, sampled=not sampling.greedy)
+    prune = tree_prune(pair.head, tree_spec)
+    methods = method_names(pair, targets, ks, k, lookup_k, include_hf, shape, sampled=not sampling.greedy, prune=prune)
     counter = CallCounter(pair.target)
-    run = method_runner(pair, targets, sampling, k, max_new_tokens, ngram, lookup_k, counter, shape)
+    run = method_runner(pair, targets, sampling, k, max_new_tokens, ngram, lookup_k, counter, shape, prune)
 
     for m in methods:  # warm-up: first calls pay for allocation, kernels, lazily built tables
         run(m, general[0], seed)
@@ -83,7 +86,7 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
 
 
 def method_names(pair: ModelPair, targets: dict, ks: list[int], k: int, lookup_k: int, include_hf: bool,
-                 shape: tuple[int, int, int] | None = None, sampled: bool = False) -> list[str]:
+                 shape: tuple[int, int, int] | None = None, sampled: bool = False, prune: float = 0.0) -> list[str]:
     """The race's entrants: target-only in each dtype, fixed K for each K searched, adaptive, lookup, eagle and the
     head's tree of `shape` (if the pair has a head; at T > 0 twice, with top-k and with sampled children), and
     transformers' three assisted modes."""
@@ -92,8 +95,7 @@ def method_names(pair: ModelPair, targets: dict, ks: list[int], k: int, lookup_k
     if pair.head is not None:
         methods.append(f"eagle K={k}")
         if shape is not None:
-            methods += [tree_method(shape, c, tree_prune(pair.head)) for c in (("top", "sampled") if sampled
-                                                                               else ("top",))]
+            methods += [tree_method(shape, c, prune) for c in (("top", "sampled") if sampled else ("top",))]
     if include_hf:
         methods += [f"hf assisted K={k}", "hf assisted default", f"hf prompt lookup K={lookup_k}"]
     return methods
@@ -107,7 +109,8 @@ def tree_method(shape: tuple[int, int, int], children: str = "top", prune_below:
 
 
 def method_runner(pair: ModelPair, targets: dict, sampling: SamplingConfig, k: int, max_new_tokens: int, ngram: int,
-                  lookup_k: int, counter: CallCounter, shape: tuple[int, int, int] | None = None):
+                  lookup_k: int, counter: CallCounter, shape: tuple[int, int, int] | None = None,
+                  prune: float | None = None):
     """run(method, prompt, seed) -> (tokens, seconds, target calls, trace or None), for any of `method_names`."""
 
     def run(method: str, prompt: str, s: int):
@@ -125,6 +128,7 @@ def method_runner(pair: ModelPair, targets: dict, sampling: SamplingConfig, k: i
         sizes = dict(zip(("tree_topk", "tree_depth", "tree_budget"), shape)) if strategy == "tree" else {}
         if strategy == "tree":
             sizes["tree_children"] = "sampled" if method.endswith(" sampled") else "top"
+            sizes["tree_prune"] = prune
         spec = SpecConfig(k=kk, max_new_tokens=max_new_tokens, seed=s, strategy=strategy, ngram=ngram,
                           top_candidates=0, **sizes)
         tr = speculative_generate(pair, prompt, sampling, spec)

@@ -133,6 +133,23 @@ def test_bench_strategies_lists_every_strategy_of_the_pair(pair):
     assert "general prompts" in table and "copy prompts" in table
 
 
+def test_tree_prune_sets_the_trees_pruning_and_a_bad_one_is_refused_before_loading(capsys):
+    """--tree-prune replaces the head's own threshold (the trace's settings say which ran; a lower one keeps more
+    nodes); one outside [0, 1) is refused in one line, before any model loads."""
+    from specdemo.__main__ import main
+
+    runs = {}
+    for prune in ("0", "0.3"):
+        out = json.loads(cli("--strategy", "tree", "--tree-topk", "3", "--tree-depth", "3", "--tree-budget", "9",
+                             "--tree-prune", prune, "--json"))
+        assert out["settings"]["tree_prune_below"] == float(prune)
+        runs[prune] = [r["k"] for r in out["rounds"] if r.get("tree")]
+    assert sum(runs["0"]) / len(runs["0"]) > sum(runs["0.3"]) / len(runs["0.3"])  # nodes a round
+    assert main(["generate", "--pair", "shakespeare", "--prompt", "x", "--strategy", "tree", "--tree-prune", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: tree_prune must be") and "\n" not in err
+
+
 @pytest.mark.parametrize("pair_args,page_pair", [(["--pair", "gpt2"], "gpt2"),
                                                  (["--draft", "a/b", "--target", "c/d"], "custom")])
 @pytest.mark.parametrize("strategy", ["eagle", "tree"])

@@ -589,30 +589,26 @@ def test_sampled_children_at_t0_are_the_top_k_walk(pair32):
 # ------------------------------------------------------------------------------------------------ greedy identity
 
 GREEDY_SHAPES = [(1, 4, 4, 0.0), (2, 4, 8, 0.0), (4, 5, 16, 0.0), (3, 3, 1, 0.0),  # a chain, two bushy trees, one node
-                 (4, 5, 16, 0.05)]  # and a tree pruned below a cumulative head probability of 0.05
+                 (4, 5, 16, 0.05), (4, 5, 16, 0.005)]  # and trees pruned below a cumulative head probability
 
 
 def test_greedy_identity_on_the_shakespeare_pair(pair32):
     """At T = 0 the walk is the argmax walk: the output equals the target's own greedy output on 20 prompts for a
     chain (top-k 1), two bushy trees, a budget of 1 and a pruned tree, in float32 (where a tree forward and a
     one-token step round alike). The trees are really used: some rounds keep a path that is not the head's first
-    choice, and the pruned tree's size varies from round to round."""
-    from dataclasses import replace
-
+    choice, and the pruned trees' sizes vary from round to round. The pruning comes from the run's own setting
+    (SpecConfig.tree_prune, the CLI's --tree-prune), which the trace's settings report."""
     from conftest import PROMPTS
 
-    off_first_choice, pruned_sizes, own = 0, set(), pair32.head.cfg
+    off_first_choice, pruned_sizes = 0, set()
     for prompt in PROMPTS:
         want = baseline_generate(pair32, prompt, GREEDY, max_new_tokens=32).output_ids
         for topk, depth, budget, prune in GREEDY_SHAPES:
             spec = SpecConfig(max_new_tokens=32, top_candidates=0, strategy="tree", tree_topk=topk, tree_depth=depth,
-                              tree_budget=budget)
-            try:
-                pair32.head.cfg = replace(own, tree=own.tree | {"prune_below": prune})
-                got = speculative_generate(pair32, prompt, GREEDY, spec)
-            finally:
-                pair32.head.cfg = own
+                              tree_budget=budget, tree_prune=prune)
+            got = speculative_generate(pair32, prompt, GREEDY, spec)
             assert got.output_ids == want, (prompt, topk, depth, budget, prune)
+            assert got.settings["tree_prune_below"] == prune
             if prune:
                 pruned_sizes |= {r.k for r in got.rounds if r.tree}
             trees = [r for r in got.rounds if r.tree]  # (a round at the token budget drafts nothing)
@@ -673,7 +669,9 @@ def test_caches_after_tree_rounds_equal_fresh_passes(pair32, temperature, childr
 
 
 @pytest.mark.parametrize("field,value", [("tree_topk", 17), ("tree_depth", 0 - 1), ("tree_depth", 17),
-                                         ("tree_budget", -1), ("tree_topk", 2.5)])
+                                         ("tree_budget", -1), ("tree_topk", 2.5), ("tree_prune", 1.0),
+                                         ("tree_prune", -0.01), ("tree_prune", float("nan")), ("tree_prune", True),
+                                         ("tree_prune", "0.1")])
 def test_tree_sizes_out_of_range_are_refused_in_one_sentence(field, value):
     with pytest.raises(ConfigError) as err:
         SpecConfig(strategy="tree", **{field: value})
