@@ -290,6 +290,8 @@ EN: dict[str, str] = {
     "err.not_finite": "{name} must be a finite number.",
     "err.not_whole": "{name} must be a whole number, got {value}.",
     "err.range": "{name} must be between {lo} and {hi}, got {value}.",
+    "err.tree_prune": "{name} must be a cumulative head probability below 1 (0: none; negative: the head's own), "
+                      "got {value}.",
     "err.top_p_zero": "Top-p must be above 0 (1 switches it off).",
     "err.lenience_zero": "Lenience must be above 0 (1 is exact).",
     "err.prompt_empty": "The prompt is empty. Type a few words for the models to continue.",
@@ -416,6 +418,7 @@ EN: dict[str, str] = {
     "field.tree_topk": "Tree top-k",
     "field.tree_depth": "Tree depth",
     "field.tree_budget": "Tree budget",
+    "field.tree_prune": "Tree pruning",
     "err.tree_range": "{name} must be 0 (the head's own) or between {lo} and {hi}, got {value}.",
     "err.tree_cap": "{name} must be at most {max} nodes on this server (SPECDEMO_MAX_TREE), got {value}.",
     "caption.tree_miss": (
@@ -700,6 +703,7 @@ ZH: dict[str, str] = {
     "err.not_finite": "{name}必须是有限的数。",
     "err.not_whole": "{name}必须是整数，收到的是 {value}。",
     "err.range": "{name}必须在 {lo} 到 {hi} 之间，收到的是 {value}。",
+    "err.tree_prune": "{name}必须是小于 1 的草稿头累计概率（0：不剪枝；负数：用草稿头自带的设置），收到的是 {value}。",
     "err.top_p_zero": "Top-p 必须大于 0（设为 1 即不启用）。",
     "err.lenience_zero": "宽松系数必须大于 0（1 为精确）。",
     "err.prompt_empty": "提示词是空的。请输入几个词，让模型接着往下写。",
@@ -792,6 +796,7 @@ ZH: dict[str, str] = {
     "field.tree_topk": "草稿树 top-k",
     "field.tree_depth": "草稿树深度",
     "field.tree_budget": "草稿树规模",
+    "field.tree_prune": "草稿树剪枝阈值",
     "err.tree_range": "{name}必须是 0（草稿头自带的设置）或在 {lo} 到 {hi} 之间，收到的是 {value}。",
     "err.tree_cap": "本服务器上{name}最多 {max} 个节点（SPECDEMO_MAX_TREE），收到的是 {value}。",
     "caption.tree_miss": "草稿头起草了一棵含 {k} 个 token 的树；目标模型沿树走了 {n} 层，然后选了 {y}，而树里没有它",

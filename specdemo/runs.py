@@ -162,7 +162,8 @@ def strategy_race(pair: ModelPair, req: Request, limits: Limits) -> Iterator:
             continue
         spec = SpecConfig(k=req.spec.k, max_new_tokens=req.spec.max_new_tokens, seed=req.spec.seed,
                           top_candidates=0, strategy=strategy, ngram=req.spec.ngram, tree_topk=req.spec.tree_topk,
-                          tree_depth=req.spec.tree_depth, tree_budget=req.spec.tree_budget)
+                          tree_depth=req.spec.tree_depth, tree_budget=req.spec.tree_budget,
+                          tree_prune=req.spec.tree_prune)
         rounds = yield from collected(pair, speculative_rounds(pair, ids, req.sampling, spec), deadline)
         if cut_short(rounds):
             yield TIME_LIMIT
@@ -213,7 +214,8 @@ def first_token_distribution(pair: ModelPair, req: Request, n: int, limits: Limi
     budget = max(1, min(limits.max_new_tokens, pair.context_window - len(ids)))
     spec = SpecConfig(k=req.spec.k, max_new_tokens=budget, seed=req.spec.seed, lenience=req.spec.lenience,
                       top_candidates=0, strategy=req.spec.strategy, ngram=req.spec.ngram,
-                      tree_topk=req.spec.tree_topk, tree_depth=req.spec.tree_depth, tree_budget=req.spec.tree_budget)
+                      tree_topk=req.spec.tree_topk, tree_depth=req.spec.tree_depth, tree_budget=req.spec.tree_budget,
+                      tree_prune=req.spec.tree_prune)
     target, drafter = CachedLM(pair.target, pair.vocab_size), make_drafter(spec, req.sampling, pair)
     loop = speculative_rounds(pair, ids, req.sampling, spec, target_lm=target, drafter=drafter)
     gen = torch.Generator(device=pair.device).manual_seed(req.spec.seed)

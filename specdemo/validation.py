@@ -157,12 +157,23 @@ def tree_size(name: str, value, hi: int, limits: Limits) -> int:
     return number
 
 
+def tree_prune_of(value) -> float | None:
+    """The tree's pruning threshold as /generate takes it: None or a negative number (its default, -1) takes the
+    head's own; otherwise a cumulative head probability below 1 (0: no pruning)."""
+    if value is None:
+        return None
+    number = as_number(Msg("field.tree_prune"), value, float)
+    if number >= 1:
+        raise UserError("err.tree_prune", name=Msg("field.tree_prune"), value=value)
+    return None if number < 0 else number
+
+
 def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
              run_baseline, lenience, limits: Limits | None = None, chat=None, strategy="fixed", ngram=3,
-             tree_topk=0, tree_depth=0, tree_budget=0) -> Request:
+             tree_topk=0, tree_depth=0, tree_budget=0, tree_prune=None) -> Request:
     """A request from raw inputs, or one sentence (UserError) on the first bad one. strategy "" or None: the
-    pair's own (own_strategy), as /generate's default. The tree's sizes (0: the head's own) are checked whatever
-    the strategy, as the n-gram size is."""
+    pair's own (own_strategy), as /generate's default. The tree's sizes (0: the head's own) and its pruning
+    (tree_prune_of) are checked whatever the strategy, as the n-gram size is."""
     limits = limits or Limits.from_env()
     strategy = own_strategy(pair_name) if strategy in ("", None) else as_strategy(strategy)
     try:
@@ -173,6 +184,7 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
     tree_topk = tree_size("tree_topk", tree_topk, TREE_TOPK_RANGE[1], limits)
     tree_depth = tree_size("tree_depth", tree_depth, TREE_DEPTH_RANGE[1], limits)
     tree_budget = tree_size("tree_budget", tree_budget, limits.max_tree, limits)
+    tree_prune = tree_prune_of(tree_prune)
     if not isinstance(prompt, str) or not prompt.strip():
         raise UserError("err.prompt_empty")
     if len(prompt) > limits.max_prompt_chars:
@@ -191,7 +203,8 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
     try:
         sampling = SamplingConfig(temperature, top_k, top_p)
         spec = SpecConfig(k=k, max_new_tokens=max_new_tokens, seed=seed, lenience=lenience, strategy=strategy,
-                          ngram=ngram, tree_topk=tree_topk, tree_depth=tree_depth, tree_budget=tree_budget)
+                          ngram=ngram, tree_topk=tree_topk, tree_depth=tree_depth, tree_budget=tree_budget,
+                          tree_prune=tree_prune)
     except ConfigError as err:
         raise UserError(str(err)) from None
     if chat is not None and not isinstance(chat, bool):

@@ -208,6 +208,9 @@ def ask(limits: Limits | None = None, pair_name: str = "shakespeare", draft: str
      "本服务器上草稿树规模最多 8 个节点"),
     (dict(tree_budget="2.5"), "Tree budget must be a whole number, got 2.5.", "草稿树规模必须是整数"),
     (dict(tree_topk="many"), "Tree top-k must be a number, got 'many'.", "草稿树 top-k必须是数字"),
+    (dict(tree_prune=1), "Tree pruning must be a cumulative head probability below 1 (0: none; negative: the head's "
+     "own), got 1.", "草稿树剪枝阈值必须是小于 1 的"),
+    (dict(tree_prune="nan"), "Tree pruning must be a finite number.", "草稿树剪枝阈值必须是有限"),
 ])
 def test_bad_tree_sizes_are_refused_in_one_sentence(sizes, en, zh):
     with pytest.raises(UserError) as info:
@@ -217,6 +220,7 @@ def test_bad_tree_sizes_are_refused_in_one_sentence(sizes, en, zh):
 
 
 def test_the_server_limit_caps_the_budget_and_zero_takes_the_heads_own():
+    assert [ask(tree_prune=v).spec.tree_prune for v in (None, -1, 0, 0.005, "0.5")] == [None, None, 0.0, 0.005, 0.5]
     assert ask(tree_budget=8).spec.tree_budget == 8
     assert ask(Limits(max_tree=64), tree_budget=64).spec.tree_budget == 64
     spec = ask(tree_topk=0, tree_depth=0, tree_budget=0).spec
@@ -270,12 +274,13 @@ def test_the_cli_prints_each_tree_round_with_its_size(capsys):
 
 def test_generate_endpoint_takes_the_tree_sizes(client, pair):
     out = client.predict(pair="shakespeare", prompt="ROMEO:\n", temperature=0.8, max_new_tokens=24, seed=2,
-                         baseline=False, strategy="tree", tree_topk=2, tree_depth=3, tree_budget=5,
+                         baseline=False, strategy="tree", tree_topk=2, tree_depth=3, tree_budget=5, tree_prune=0.01,
                          api_name="/generate")
     trace = out["speculative"]
     assert trace["text"] == pair.decode(trace["token_ids"]) and 0 < len(trace["token_ids"]) <= 24
     s = trace["settings"]
     assert (s["strategy"], s["tree_topk"], s["tree_depth"], s["tree_budget"]) == ("tree", 2, 3, 5)
+    assert s["tree_prune_below"] == 0.01
     rounds = [r for r in trace["rounds"] if r["source"] == "tree" and r["tree"]]
     assert rounds and all(r["k"] == len(r["tree"]) <= 5 for r in rounds)
     assert all(n["depth"] <= 3 and n["text"] == pair.token_text(n["token_id"]) for r in rounds for n in r["tree"])
