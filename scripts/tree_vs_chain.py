@@ -15,7 +15,7 @@ the shipped shape), at T = 0.3, 0.7 and 1, with the three drafters interleaved i
 for every T up to the largest measured T at which top-k children are faster than sampled ones there and at every
 lower measured T; above it (or everywhere, if top loses at 0.3) it stays "sampled".
 
-The rule for cutting sampled children (TreeDrafter.prune_children), written 2026-11-25 22:50 UTC before any
+The rule for cutting sampled children (TreeDrafter.prune_children), written 2026-11-25 21:30 UTC before any
 measurement of it, on the AMD EPYC with AVX-512 BF16 (bf16, packed): on SELECTION (20 prompts x 48 tokens, one
 seed, the shipped shape, the four drafters interleaved in one process, `--selection --prompts 20
 --max-new-tokens 48 --seeds 1 --temperature 0.3,0.7 --cut-children`), the cut becomes the default for sampled

@@ -167,9 +167,8 @@ def generate_api(pair: str = DEFAULT_PRESET, prompt: str = PRESETS[DEFAULT_PRESE
     at most `tree_budget` nodes, the server's SPECDEMO_MAX_TREE at most; 0 takes the head's own size; nodes whose
     cumulative head probability is below `tree_prune` are left out, 0 for none, a negative number (the default)
     for the head's own; K is not used; each tree round's JSON lists its nodes: id, text, parent, depth, head_p,
-    p, on_path). Returns
-    {"speculative": trace, "baseline": trace or null}; each trace has text, token_ids, rounds (labels, p, q, r,
-    min(1, p/q), top candidates, timings) and metrics. A run that the time limit ended has no baseline: its
+    p, on_path). Returns {"speculative": trace, "baseline": trace or null}; each trace has text, token_ids, rounds
+    (labels, p, q, r, min(1, p/q), top candidates, timings) and metrics. A run that the time limit ended has no baseline: its
     settings say "baseline": "not measured".
     """
     limits = Limits.from_env()
