@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import torch
 
@@ -160,10 +161,8 @@ def strategy_race(pair: ModelPair, req: Request, limits: Limits) -> Iterator:
     for strategy in RACE_STRATEGIES:
         if strategy in ("eagle", "tree") and pair.head is None:
             continue
-        spec = SpecConfig(k=req.spec.k, max_new_tokens=req.spec.max_new_tokens, seed=req.spec.seed,
-                          top_candidates=0, strategy=strategy, ngram=req.spec.ngram, tree_topk=req.spec.tree_topk,
-                          tree_depth=req.spec.tree_depth, tree_budget=req.spec.tree_budget,
-                          tree_prune=req.spec.tree_prune)
+        # the request's settings, each strategy in turn, exact (lenience 1) and without inspector candidates
+        spec = replace(req.spec, strategy=strategy, lenience=1.0, top_candidates=0)
         rounds = yield from collected(pair, speculative_rounds(pair, ids, req.sampling, spec), deadline)
         if cut_short(rounds):
             yield TIME_LIMIT
@@ -212,10 +211,7 @@ def first_token_distribution(pair: ModelPair, req: Request, n: int, limits: Limi
     ids = encode_prompt(pair, req.prompt, 1, chat)
     deadline = time.monotonic() + limits.time_limit_s
     budget = max(1, min(limits.max_new_tokens, pair.context_window - len(ids)))
-    spec = SpecConfig(k=req.spec.k, max_new_tokens=budget, seed=req.spec.seed, lenience=req.spec.lenience,
-                      top_candidates=0, strategy=req.spec.strategy, ngram=req.spec.ngram,
-                      tree_topk=req.spec.tree_topk, tree_depth=req.spec.tree_depth, tree_budget=req.spec.tree_budget,
-                      tree_prune=req.spec.tree_prune)
+    spec = replace(req.spec, max_new_tokens=budget, top_candidates=0)
     target, drafter = CachedLM(pair.target, pair.vocab_size), make_drafter(spec, req.sampling, pair)
     loop = speculative_rounds(pair, ids, req.sampling, spec, target_lm=target, drafter=drafter)
     gen = torch.Generator(device=pair.device).manual_seed(req.spec.seed)

@@ -424,14 +424,14 @@ def grow_sampled(root_logits: torch.Tensor, expand, plan: list[tuple[int, int]],
         n_kept = m * c if keep is None else int(keep.sum())
         if n_kept == 0:
             break  # every expanded node's first draw fell below prune_below: the tree ends here
-        rows = torch.ones(m, dtype=torch.bool, device=dev) if keep is None else keep.view(m, c)[:, 0]
         draft_ids.append(pick(kids.reshape(-1), keep))
         parents.append(pick(chosen.repeat_interleave(c), keep))
         depths.append(torch.full((n_kept,), d + 1, dtype=torch.long, device=dev))
         head_p.append(pick(logits.softmax(-1).gather(1, kids).reshape(-1), keep))
         scores.append(pick((parent_score.view(-1, 1) + q.gather(1, kids).log()).reshape(-1), keep))
-        q_of_rows.append(q[rows])  # the rows that got children, as walk_sampled expects
-        expanded.append(chosen[rows])
+        rows = None if keep is None else keep.view(m, c)[:, 0]  # the rows that got children (walk_sampled's rows)
+        q_of_rows.append(pick(q, rows))
+        expanded.append(pick(chosen, rows))
         level = offset + torch.arange(n_kept, device=dev)
         level_slot = pick(torch.arange(m, device=dev).repeat_interleave(c), keep)
         offset += n_kept
