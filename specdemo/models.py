@@ -318,11 +318,29 @@ def _load_one(model_id: str, role: str, device: torch.device, dtype: torch.dtype
     if dtype is None:
         chosen = pick_dtype(device, role, sum(p.numel() for p in model.parameters()))
         if chosen != load_dt:
-            model = model.to(chosen)
+            model = cast_model(model, chosen)
     model = model.to(device).eval()
     if packs_bf16(device, model.dtype):
         pack_linears(model)
     return tok, model
+
+
+def cast_model(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """`model.to(dtype)` as loading it in `dtype` would have made it: the weights and saved buffers are cast, but
+    the buffers a model computes for itself in float32 and never saves (RoPE's inv_freq) stay float32, and the
+    config says the new dtype. A plain `.to(torch.bfloat16)` rounds inv_freq to 8 bits of mantissa, which moves
+    every rotary angle by up to 0.4% of itself (0.4 rad at position 300): the model then reads positions wrongly
+    and its outputs drift from those of the same weights loaded in bf16 (tests/test_models.py)."""
+    saved = set(model.state_dict())
+    computed = {name: buf for name, buf in model.named_buffers()
+                if name not in saved and buf.dtype == torch.float32}
+    model = model.to(dtype)
+    for name, buf in computed.items():
+        owner, _, attr = name.rpartition(".")
+        model.get_submodule(owner).register_buffer(attr, buf, persistent=False)
+    if getattr(model, "config", None) is not None:
+        model.config.dtype = dtype
+    return model
 
 
 class PackedLinear(torch.nn.Linear):

@@ -264,3 +264,34 @@ def test_a_bf16_pair_on_an_amx_cpu_is_packed_and_counts_the_packed_bytes():
     with torch.inference_mode():
         assert all(pk is not None for _, pk in smol.head.fused().values())
         assert torch.equal(smol.head.logits(g), torch.nn.functional.linear(g, smol.head.lm_rows))
+
+
+def test_a_model_cast_to_bf16_is_the_model_loaded_in_bf16():
+    """The automatic CPU dtype loads in float32 and casts (models._load_one). The cast must give the very model that
+    loading in bf16 gives, so that a trace's dtype names its numbers: a plain `.to(torch.bfloat16)` also rounds
+    RoPE's inv_freq, which transformers computes and keeps in float32, and SmolLM2's logits then move (checked
+    here, so that this test can tell the two apart). 300 tokens, since the rounding error grows with position."""
+    from specdemo.models import cast_model, load_pair_uncached
+
+    f32 = load_pair_uncached("smollm2-135m", target_dtype="float32", draft_dtype="float32").target
+    loaded = load_pair_uncached("smollm2-135m", target_dtype="bfloat16", draft_dtype="float32").target
+    rounded = copy.deepcopy(f32).to(torch.bfloat16)
+    cast = cast_model(f32, torch.bfloat16)
+    assert cast.config.dtype == torch.bfloat16 and cast.dtype == torch.bfloat16
+    assert {n: b.dtype for n, b in cast.named_buffers()} == {n: b.dtype for n, b in loaded.named_buffers()}
+    assert cast.model.rotary_emb.inv_freq.dtype == torch.float32
+    ids = torch.randint(0, 40_000, (1, 300), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        want = loaded(ids).logits
+        assert torch.equal(cast(ids).logits, want)
+        assert not torch.equal(rounded(ids).logits, want)
+
+
+def test_the_automatic_dtype_keeps_rope_in_float32(pair):
+    """Whatever dtype the automatic choice makes on this machine, the SmolLM2 target's and the Shakespeare pair's
+    computed float32 buffers stay float32."""
+    smol = load_pair("smollm2-135m")
+    assert smol.target.model.rotary_emb.inv_freq.dtype == torch.float32
+    assert smol.target.config.dtype == smol.target.dtype
+    for model in (pair.draft, pair.target):
+        assert model.config.dtype == model.dtype
