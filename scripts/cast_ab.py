@@ -2,7 +2,7 @@
 
 SmolLM2-135M-Instruct three ways, in one process: float32 (the reference), bf16 as `models.cast_model` casts it
 (inv_freq kept in float32, as transformers loads a bf16 model), and bf16 by a plain `.to(torch.bfloat16)` (inv_freq
-rounded: what specdemo's automatic CPU dtype did before 2026-11-26). On the held-out chat prompts, each followed
+rounded: what specdemo's automatic CPU dtype did until 2026-11-25). On the held-out chat prompts, each followed
 by the float32 model's own greedy reply, it prints each bf16 variant's mean KL divergence from float32, how often
 its argmax agrees with float32's, and its NLL of the reply, split by position (the rounding error grows with it).
 
