@@ -21,6 +21,14 @@ seed, the shipped shape, the four drafters interleaved in one process, `--select
 --max-new-tokens 48 --seeds 1 --temperature 0.3,0.7 --cut-children`), the cut becomes the default for sampled
 trees if its tokens/s is at least 1.02x the uncut sampled tree's at T = 0.7 and at least 0.99x at T = 0.3 (the
 page's); otherwise it stays off, an option of this script only.
+
+The rule for scoring top-k trees by the warped q at T > 0 (TreeDrafter.warped_scores), written 2026-11-26 00:03 UTC
+before any measurement of it, on the AMD EPYC with AVX-512 BF16 (bf16, packed, RoPE's inv_freq in float32): on
+SELECTION (`--selection --prompts 20 --max-new-tokens 48 --seeds 1 --temperature 0.3,0.7 --warped`, the shipped
+shape, the four drafters interleaved in one process), warped scores become the default for top-k children at T > 0
+if "tree top, warped" reaches at least 1.02x the tokens/s of "tree top" at T = 0.7 and at least 0.99x at T = 0.3.
+If they do, `auto` is decided again by the rule for `auto` above, on the same run's two temperatures, with the
+warped top-k tree in place of the top-k tree; otherwise warped scores stay off, an option of this script only.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ from specdemo.drafters import TreeDrafter  # noqa: E402
 RUNS = {"eagle": {"strategy": "eagle"}, "tree sampled": {"strategy": "tree", "tree_children": "sampled"},
         "tree top": {"strategy": "tree", "tree_children": "top"}}
 CUT = {"tree sampled, cut": {"strategy": "tree", "tree_children": "sampled", "prune_children": True}}
+WARPED = {"tree top, warped": {"strategy": "tree", "tree_children": "top", "warped_scores": True}}
+TOGGLES = ("prune_children", "warped_scores")  # TreeDrafter's class switches, off except in the run that sets one
 
 
 def main() -> None:
@@ -52,6 +62,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=0, help="only the first N prompts (0: all)")
     ap.add_argument("--cut-children", action="store_true",
                     help="also the sampled tree whose rows stop drawing by prune_below (TreeDrafter.prune_children)")
+    ap.add_argument("--warped", action="store_true",
+                    help="also the top-k tree scored by the head's warped q (TreeDrafter.warped_scores)")
     args = ap.parse_args()
     pair = load_pair(args.pair)
     if args.selection:
@@ -61,7 +73,7 @@ def main() -> None:
     else:
         prompts = bench_prompts(pair)
     prompts = prompts[: args.prompts or len(prompts)]
-    runs = RUNS | (CUT if args.cut_children else {})
+    runs = RUNS | (CUT if args.cut_children else {}) | (WARPED if args.warped else {})
     for temperature in (float(t) for t in args.temperature.split(",")):
         compare(pair, prompts, SamplingConfig(temperature), args.seeds, args.max_new_tokens, runs)
 
@@ -73,10 +85,14 @@ def compare(pair, prompts: list[str], sampling: SamplingConfig, seeds: int, max_
         for i, prompt in enumerate(prompts):
             for name, kw in runs.items():
                 kw = dict(kw)
-                TreeDrafter.prune_children = kw.pop("prune_children", False)
+                for toggle in TOGGLES:
+                    setattr(TreeDrafter, toggle, kw.pop(toggle, False))
                 spec = SpecConfig(max_new_tokens=max_new_tokens, seed=100 * s + i, top_candidates=0, **kw)
-                tr = speculative_generate(pair, prompt, sampling, spec)
-                TreeDrafter.prune_children = False
+                try:
+                    tr = speculative_generate(pair, prompt, sampling, spec)
+                finally:  # the class defaults stay off for every other run, whatever happens in this one
+                    for toggle in TOGGLES:
+                        setattr(TreeDrafter, toggle, False)
                 tot[name][0] += len(tr.output_ids)
                 tot[name][1] += tr.wall_s
                 tot[name][2] += len(tr.rounds)
