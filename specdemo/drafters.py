@@ -409,6 +409,7 @@ class TreeDrafter(EagleDrafter):
 
     name = "tree"
     prune_children = False  # sampled children: also stop a row's draws by prune_below (tree.grow_sampled)
+    warped_scores = False  # top-k children at T > 0: choose and score them by the head's warped q (tree.grow)
 
     def __init__(self, head, target, sampling: SamplingConfig, vocab_size: int, capacity: int,
                  shape: tuple[int, int, int], children: str = "top", prune_below: float = 0.0):
@@ -451,7 +452,11 @@ class TreeDrafter(EagleDrafter):
         #    or children drawn from the head, in the shape sampled_plan fixes
         root = self.head.logits(g_root)[0]
         if not self.sampled:
-            grown = grow(root, expand, topk, depth, self.budget, self.prune_below)
+            log_q = None
+            if self.warped_scores and not self.sampling.greedy:
+                def log_q(logits):
+                    return warp(logits, self.sampling).log()
+            grown = grow(root, expand, topk, depth, self.budget, self.prune_below, log_q)
             return Proposal(self.head.d2t[grown.draft_ids], empty, "tree", tree=grown.tree)
         grown = grow_sampled(root, expand, sampled_plan(topk, depth, self.budget),
                              lambda logits: warp(logits, self.sampling), gen, self.head.d2t, self.prune_below,

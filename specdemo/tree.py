@@ -303,7 +303,8 @@ class Grown:
     tree: DraftTree
 
 
-def grow(root_logits: torch.Tensor, expand, topk: int, depth: int, budget: int, prune_below: float = 0.0) -> Grown:
+def grow(root_logits: torch.Tensor, expand, topk: int, depth: int, budget: int, prune_below: float = 0.0,
+         log_q=None) -> Grown:
     """EAGLE-2's tree (Li et al. 2024, arXiv:2406.16858): expand by cumulative head probability, then rerank.
 
     root_logits [V_draft]: the head's logits for the first drafted position. `expand(parent_slots, draft_ids,
@@ -322,12 +323,23 @@ def grow(root_logits: torch.Tensor, expand, topk: int, depth: int, budget: int, 
     prune_below > 0 also drops every node whose cumulative head probability is below it (the root's likeliest
     child always stays), and stops expanding once no frontier node reaches it, since no descendant could: an unsure
     head then drafts a smaller, shallower tree, which costs fewer head calls and a smaller verify. Deciding to stop
-    reads one number per depth on the host: free on a CPU, a sync on a GPU."""
+    reads one number per depth on the host: free on a CPU, a sync on a GPU.
+
+    log_q (logits [rows, V_draft] -> log-probabilities; None: the head's log-softmax) is what the children are
+    chosen and the nodes scored by, for example the head's q warped by the run's T, top-k and top-p
+    (TreeDrafter.warped_scores). head_p stays the head's own softmax either way."""
     dev = root_logits.device
-    logp = root_logits.float().log_softmax(-1)
-    score, ids = logp.topk(topk)  # depth 1: the root's children, best first
+    own = log_q is None
+
+    def head_probs(logits, logq, ids):  # the head's own probabilities of the chosen ids
+        return logq.gather(-1, ids).exp() if own else logits.softmax(-1).gather(-1, ids)
+
+    log_q = log_q or (lambda logits: logits.log_softmax(-1))
+    root = root_logits.float().view(1, -1)
+    logp = log_q(root)
+    score, ids = (x[0] for x in logp.topk(topk))  # depth 1: the root's children, best first
     scores, draft_ids, parents, depths, head_p = [score], [ids], [torch.full_like(ids, -1)], [torch.ones_like(ids)], [
-        score.exp()]
+        head_probs(root, logp, ids.view(1, -1))[0]]
     frontier = torch.arange(topk, device=dev)  # global candidate indices of the current frontier
     frontier_slots = None  # their parents' slots in the previous frontier
     visible = torch.eye(topk, dtype=torch.bool, device=dev)
@@ -338,14 +350,15 @@ def grow(root_logits: torch.Tensor, expand, topk: int, depth: int, budget: int, 
         frontier_score = torch.cat(scores)[frontier]
         if floor is not None and float(frontier_score.max()) < floor:
             break  # no child of this frontier can reach prune_below
-        child_logp = expand(frontier_slots, draft_ids_at(draft_ids, frontier), visible, d).float().log_softmax(-1)
-        c_logp, c_ids = child_logp.topk(topk, dim=-1)  # [topk frontier, topk children]
+        child_logits = expand(frontier_slots, draft_ids_at(draft_ids, frontier), visible, d).float()
+        child_logq = log_q(child_logits)
+        c_logp, c_ids = child_logq.topk(topk, dim=-1)  # [topk frontier, topk children]
         c_score = (frontier_score.view(-1, 1) + c_logp).reshape(-1)
         scores.append(c_score)
         draft_ids.append(c_ids.reshape(-1))
         parents.append(frontier.repeat_interleave(topk))
         depths.append(torch.full_like(c_score, d + 1, dtype=torch.long))
-        head_p.append(c_logp.exp().reshape(-1))
+        head_p.append(head_probs(child_logits, child_logq, c_ids).reshape(-1))
         reached = d + 1
         # the next frontier: this depth's best topk candidates (stable: ties go to the earlier one)
         best = torch.sort(c_score, descending=True, stable=True).indices[:topk]

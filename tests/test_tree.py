@@ -45,8 +45,13 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def tree_drafter(pair, head, cfg, shape, children="top"):
-    return lambda: TreeDrafter(head, pair.target, cfg, pair.vocab_size, pair.context_window + 1, shape, children)
+def tree_drafter(pair, head, cfg, shape, children="top", warped_scores=False):
+    def make():
+        drafter = TreeDrafter(head, pair.target, cfg, pair.vocab_size, pair.context_window + 1, shape, children)
+        drafter.warped_scores = warped_scores
+        return drafter
+
+    return make
 
 
 def tree_samples(pair, prompt_ids, cfg, shape, n, make_drafter=None, seed0=0, cells=(0, 3), children="top"
@@ -208,6 +213,31 @@ def test_grow_prunes_below_its_threshold_keeps_parents_and_stops_expanding():
     assert len(grow(root, expand, 2, 4, 8, 0.9).draft_ids) == 1  # nothing reaches 0.9: the best child alone
 
 
+def test_grow_chooses_by_its_scorer_and_shows_the_heads_own_probabilities():
+    """With log_q (TreeDrafter.warped_scores passes the head's q warped by the run's T, top-k and top-p), the
+    children and the rerank follow log_q, and head_p stays the head's own softmax; without it, the head's."""
+    V = 8
+    torch.manual_seed(3)
+    root = torch.randn(V)
+    child = torch.randn(V)
+
+    def expand(parent_slots, draft_ids, visible, d):
+        return child.expand(draft_ids.shape[0], -1)
+
+    def reversed_q(logits):  # a scorer that prefers what the head finds least likely
+        return (-logits).log_softmax(-1)
+
+    own, rev = grow(root, expand, 2, 2, 6), grow(root, expand, 2, 2, 6, log_q=reversed_q)
+    first = rev.tree.depths == 1
+    assert rev.draft_ids[first].tolist() == root.argsort()[:2].tolist()  # the head's two least likely
+    assert own.draft_ids[own.tree.depths == 1].tolist() == root.argsort(descending=True)[:2].tolist()
+    for g in (own, rev):
+        want = [float((root if a < 0 else child).softmax(-1)[int(t)]) for t, a in zip(g.draft_ids, g.tree.parents)]
+        assert torch.allclose(g.tree.head_p, torch.tensor(want), rtol=1e-5)
+    second = rev.draft_ids[rev.tree.depths == 2]
+    assert set(second.tolist()) <= set(child.argsort()[:2].tolist())
+
+
 def test_grow_sampled_prunes_only_expansions_and_keeps_every_drawn_child():
     """With prune_below, a sampled tree expands only nodes whose cumulative q reaches it and stops where none does;
     each expanded node keeps all its drawn children (a row's children must be all its draws, in order)."""
@@ -244,18 +274,24 @@ def test_grow_sampled_prunes_only_expansions_and_keeps_every_drawn_child():
 # ------------------------------------------------------------------------------------------------ toy pair
 
 
-@pytest.mark.parametrize("cfg,shape", [(SamplingConfig(1.0), (2, 2, 4)), (SamplingConfig(1.0), (3, 2, 6)),
-                                       (SamplingConfig(0.7, top_k=4, top_p=0.9), (2, 2, 4)),
-                                       (SamplingConfig(1.0), (1, 2, 2))],
-                         ids=["T1-2x2-4", "T1-3x2-6", "T0.7-k4-p0.9-2x2-4", "T1-chain-1x2-2"])
-def test_the_tree_is_exact_on_the_toy_pair(toy_pair, cfg, shape, one_thread):
+@pytest.mark.parametrize("cfg,shape,warped", [(SamplingConfig(1.0), (2, 2, 4), False),
+                                              (SamplingConfig(1.0), (3, 2, 6), False),
+                                              (SamplingConfig(0.7, top_k=4, top_p=0.9), (2, 2, 4), False),
+                                              (SamplingConfig(0.7, top_k=4, top_p=0.9), (3, 2, 6), True),
+                                              (SamplingConfig(1.0), (1, 2, 2), False)],
+                         ids=["T1-2x2-4", "T1-3x2-6", "T0.7-k4-p0.9-2x2-4", "T0.7-k4-p0.9-3x2-6-warped-scores",
+                              "T1-chain-1x2-2"])
+def test_the_tree_is_exact_on_the_toy_pair(toy_pair, cfg, shape, warped, one_thread):
     """The joint of the first three tokens (the first from the prefill round, the next from the first tree round)
     follows the target, with a random head (exactness must not depend on what the head learnt); the first tree
-    round ends at the root, inside the tree and at leaves."""
+    round ends at the root, inside the tree and at leaves. warped: the children are chosen by the head's q warped
+    with the run's T, top-k and top-p (TreeDrafter.warped_scores), where top-p can leave a node fewer likely
+    tokens than children: still a tree fixed before the target is read."""
     prompt = [0, 1]
     head = random_head(toy_pair, torch.arange(toy_pair.vocab_size), scale=0.5)
     n = 1000
-    counts, ends = tree_samples(toy_pair, prompt, cfg, shape, n, tree_drafter(toy_pair, head, cfg, shape))
+    counts, ends = tree_samples(toy_pair, prompt, cfg, shape, n, tree_drafter(toy_pair, head, cfg, shape,
+                                                                              warped_scores=warped))
     assert {kind for kind, _ in ends} == {"root", "inner", "leaf"}, ends
     assert ends[("leaf", 2)] > 0.02 * n, ends  # walks that reached a leaf at depth 2 and took a bonus there
     assert chi2_pvalue(counts, exact_joint3(toy_pair, prompt, cfg), n) > PASS_P
