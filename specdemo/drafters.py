@@ -386,16 +386,28 @@ def tree_prune(head, spec: SpecConfig | None = None) -> float:
 
 # What tree_children="auto" means at T > 0. Chosen twice by rules written before measuring: by tokens per target
 # call (select_tree.py --children sampled), then by speed on SELECTION at T = 0.3, 0.7 and 1 for the pruned tree
-# (tree_vs_chain.py --selection; top-k children lost at 0.3). README, "Pruned draft trees".
+# (tree_vs_chain.py --selection; top-k children lost at 0.3 on a CPU without bf16 units, in float32). The same rule
+# on a CPU with bf16 units gave top-k children up to T = 0.7 there, which a head's config records as
+# tree["auto_top_to_t_bf16_cpu"] (see tree_children). README, "Pruned draft trees".
 AUTO_TREE_CHILDREN = "sampled"
 
 
-def tree_children(spec: SpecConfig, sampling: SamplingConfig) -> str:
+def tree_children(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair | None = None) -> str:
     """"top" or "sampled": how a tree run's children are chosen. At T = 0 always "top" (sampling from a one-hot
-    head has one child; the argmax walk is the T -> 0 limit of both)."""
+    head has one child; the argmax walk is the T -> 0 limit of both). "auto" at T > 0 is AUTO_TREE_CHILDREN,
+    except where the pair's target runs in bf16 on a CPU and its head's config names a temperature up to which
+    top-k children were measured faster there (tree["auto_top_to_t_bf16_cpu"]). It reads the target's dtype, not
+    the CPU, so a run asked in float32 on such a CPU chooses as a CPU without bf16 units would."""
     if sampling.greedy:
         return "top"
-    return AUTO_TREE_CHILDREN if spec.tree_children == "auto" else spec.tree_children
+    if spec.tree_children != "auto":
+        return spec.tree_children
+    head = pair.head if pair is not None else None
+    top_to = (head.cfg.tree if head is not None else {}).get("auto_top_to_t_bf16_cpu")
+    if top_to is not None and pair.device.type == "cpu" and pair.dtype == torch.bfloat16 and (
+            sampling.temperature <= top_to):
+        return "top"
+    return AUTO_TREE_CHILDREN
 
 
 class TreeDrafter(EagleDrafter):
@@ -502,7 +514,8 @@ def make_drafter(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, dr
         return EagleDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1)
     if spec.strategy == "tree":
         return TreeDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1,
-                           tree_shape(spec, pair.head), tree_children(spec, sampling), tree_prune(pair.head, spec))
+                           tree_shape(spec, pair.head), tree_children(spec, sampling, pair),
+                           tree_prune(pair.head, spec))
     draft_lm = draft_lm or CachedLM(pair.draft, pair.vocab_size)
     if spec.strategy == "adaptive":
         return AdaptiveDrafter(draft_lm, sampling)

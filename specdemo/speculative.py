@@ -382,7 +382,7 @@ def run_settings(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig | N
             out["head_dtype"] = dtype_name(pair.head.lm_rows.dtype)
         if spec.strategy == "tree" and pair.head is not None:  # the sizes it drafted with (0s resolved, capped)
             out["tree_topk"], out["tree_depth"], out["tree_budget"] = tree_shape(spec, pair.head)
-            out["tree_children"] = tree_children(spec, sampling)
+            out["tree_children"] = tree_children(spec, sampling, pair)
             out["tree_prune_below"] = tree_prune(pair.head, spec)
     return out
 

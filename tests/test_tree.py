@@ -727,3 +727,28 @@ def test_a_pair_without_a_head_refuses_tree_as_it_refuses_eagle(toy_pair):
         with pytest.raises(StrategyUnavailable) as err:
             speculative_generate(toy_pair, "ab", GREEDY, SpecConfig(strategy=strategy, max_new_tokens=4))
         assert "\n" not in str(err.value)
+
+
+def test_auto_children_follow_the_rule_each_head_records(pair32):
+    """`auto` at T > 0. SmolLM2's head records the temperature up to which top-k children were the faster choice
+    where the target runs in bf16 on a CPU (0.7, by tree_vs_chain.py's rule, on a Zen 4 CPU): top there at T 0.3
+    and 0.7, sampled above it and wherever the target runs in float32. The Shakespeare head records none: sampled.
+    T = 0 is top everywhere, an explicit choice is kept, and a run's settings say what it drafted with."""
+    from specdemo.drafters import tree_children
+    from specdemo.models import load_pair_uncached
+    from specdemo.speculative import run_settings
+
+    smol16 = load_pair_uncached("smollm2-135m", target_dtype="bfloat16")
+    smol32 = load_pair_uncached("smollm2-135m", target_dtype="float32", draft_dtype="float32")
+    assert smol16.head.cfg.tree["auto_top_to_t_bf16_cpu"] == 0.7 and smol16.device.type == "cpu"
+    auto, top, sampled = (SpecConfig(strategy="tree", tree_children=c) for c in ("auto", "top", "sampled"))
+    for t, want16 in ((0.0, "top"), (0.3, "top"), (0.7, "top"), (0.71, "sampled"), (1.0, "sampled")):
+        cfg = SamplingConfig(t)
+        assert tree_children(auto, cfg, smol16) == want16, t
+        assert tree_children(auto, cfg, smol32) == ("top" if t == 0 else "sampled"), t
+        assert tree_children(auto, cfg, pair32) == ("top" if t == 0 else "sampled"), t
+        assert tree_children(top, cfg, smol32) == "top" and tree_children(sampled, cfg, smol16) == (
+            "top" if t == 0 else "sampled")
+    trace = speculative_generate(smol16, "Hi", SamplingConfig(0.3), SpecConfig(strategy="tree", max_new_tokens=6))
+    assert trace.settings["tree_children"] == run_settings(smol16, SamplingConfig(0.3), auto)["tree_children"] == "top"
+    assert all(nd.q is None for r in trace.rounds for nd in (r.tree or []))  # no node was drawn from q
