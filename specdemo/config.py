@@ -86,9 +86,10 @@ class SpecConfig:
     0 takes the head's own default for each size, drafters.tree_shape). tree_children: "top" makes each node's
     children the head's top-k (tree.grow, verified by tree.walk); "sampled" draws them from the head without
     replacement at T > 0 (tree.grow_sampled, verified by tree.walk_sampled; at T = 0 it is "top"); "auto" picks
-    what drafters.tree_children says at T > 0 (sampled, or top up to the head's measured T on a bf16 CPU). tree_prune: the cumulative head probability below which the tree leaves
-    nodes out (tree.grow's prune_below; 0 prunes nothing, None takes the head's own, drafters.tree_prune; a tree
-    of top-k 1 is drafted as the chain and is not pruned).
+    what drafters.tree_children says at T > 0 (sampled, or top up to the head's measured T on a bf16 CPU).
+    tree_prune: the cumulative head probability below which the tree leaves nodes out (tree.grow's prune_below; 0
+    prunes nothing, None takes the head's own, drafters.tree_prune; a tree of top-k 1 is drafted as the chain and
+    is not pruned).
     lenience b in (0, 1] draws the acceptance uniform from U[0, b); b = 1 is the exact algorithm, b < 1 accepts more
     drafts and is lossy (the output no longer follows the target's distribution). top_candidates: how many top
     tokens per position the Round events carry for the inspector (0 = none: the bench, the CLI and the API skip it).
