@@ -326,15 +326,18 @@ def _load_one(model_id: str, role: str, device: torch.device, dtype: torch.dtype
 
 
 def cast_model(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
-    """`model.to(dtype)` as loading it in `dtype` would have made it: the weights and saved buffers are cast, but
-    the buffers a model computes for itself in float32 and never saves (RoPE's inv_freq) stay float32, and the
-    config says the new dtype. A plain `.to(torch.bfloat16)` rounds inv_freq to 8 bits of mantissa, which moves
-    every rotary angle by up to 0.2% of itself (SmolLM2: 0.4 rad at position 300 for its second frequency), so the
-    outputs drift from those of the same weights loaded in bf16 (tests/test_models.py; scripts/cast_ab.py). A known trap:
+    """`model.to(dtype)` as loading it in `dtype` would have made it: everything is cast but RoPE's frequencies
+    (the unsaved float32 buffers named *inv_freq, which transformers computes in float32 whatever dtype it loads
+    in), and the config says the new dtype. Other unsaved buffers are cast, as loading would create them in the
+    dtype, so that no float32 buffer meets bf16 activations in a model that expects its own dtype.
+
+    A plain `.to(torch.bfloat16)` rounds inv_freq to 8 bits of mantissa, which moves every rotary angle by up to
+    0.2% of itself (SmolLM2: 0.4 rad at position 300 for its second frequency), so the outputs drift from those of
+    the same weights loaded in bf16 (tests/test_models.py; scripts/cast_ab.py). A known trap:
     huggingface/transformers#25681, NVIDIA-NeMo/Automodel#2549."""
     saved = set(model.state_dict())
     computed = {name: buf for name, buf in model.named_buffers()
-                if name not in saved and buf.dtype == torch.float32}
+                if name not in saved and name.endswith("inv_freq") and buf.dtype == torch.float32}
     model = model.to(dtype)
     for name, buf in computed.items():
         owner, _, attr = name.rpartition(".")
