@@ -62,6 +62,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=0, help="only the first N prompts (0: all)")
     ap.add_argument("--cut-children", action="store_true",
                     help="also the sampled tree whose rows stop drawing by prune_below (TreeDrafter.prune_children)")
+    ap.add_argument("--lookup", type=int, default=0,
+                    help="also the top-k tree with a prompt-lookup branch of up to N tokens (SpecConfig.tree_lookup)")
     ap.add_argument("--warped", action="store_true",
                     help="also the top-k tree scored by the head's warped q (TreeDrafter.warped_scores)")
     args = ap.parse_args()
@@ -74,6 +76,9 @@ def main() -> None:
         prompts = bench_prompts(pair)
     prompts = prompts[: args.prompts or len(prompts)]
     runs = RUNS | (CUT if args.cut_children else {}) | (WARPED if args.warped else {})
+    if args.lookup:
+        runs |= {f"tree top + lookup {args.lookup}": {"strategy": "tree", "tree_children": "top",
+                                                      "tree_lookup": args.lookup}}
     for temperature in (float(t) for t in args.temperature.split(",")):
         compare(pair, prompts, SamplingConfig(temperature), args.seeds, args.max_new_tokens, runs)
 

@@ -52,6 +52,8 @@ def add_common(ap: argparse.ArgumentParser) -> None:
                     "own; SPECDEMO_MAX_TREE caps it)")
     ap.add_argument("--tree-prune", type=float, default=None, help="tree: leave out nodes whose cumulative head "
                     "probability is below this (0 = keep all; default: the head's own, 0.02 for smollm2-135m)")
+    ap.add_argument("--tree-lookup", type=int, default=0, help="tree, top-k children: also graft up to this many "
+                    "tokens copied by prompt lookup onto each tree (0-16; 0 = none)")
     ap.add_argument("--tree-children", default="auto", help="tree: top (the head's top-k children), sampled "
                     "(drawn from the head, T > 0) or auto (default: top at T = 0; at T > 0 sampled, "
                     "or top up to the head's measured T where the target runs in bf16 on a CPU: 0.7 for smollm2-135m)")
@@ -92,7 +94,7 @@ def spec_of(args, **kw):
                          "lenience": args.lenience, "strategy": args.strategy, "ngram": args.ngram,
                          "tree_topk": args.tree_topk, "tree_depth": args.tree_depth,
                          "tree_budget": args.tree_budget, "tree_children": args.tree_children,
-                         "tree_prune": args.tree_prune} | kw)
+                         "tree_prune": args.tree_prune, "tree_lookup": args.tree_lookup} | kw)
 
 
 def divergence_line(d) -> str:

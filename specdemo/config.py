@@ -71,6 +71,7 @@ STRATEGIES = ("fixed", "adaptive", "lookup", "eagle", "tree")
 NGRAM_RANGE = (1, 8)
 TREE_TOPK_RANGE = (1, 16)  # tree: children per expanded node, and expanded nodes per depth
 TREE_DEPTH_RANGE = (1, 16)  # tree: the deepest drafted token (a round keeps at most depth + 1 tokens)
+TREE_LOOKUP_MAX = 16  # tree_lookup: the most copied tokens grafted onto a tree
 TREE_CHILDREN = ("auto", "top", "sampled")  # tree: the head's top-k children, or children sampled from it (T > 0)
 
 
@@ -89,7 +90,9 @@ class SpecConfig:
     what drafters.tree_children says at T > 0 (sampled, or top up to the head's measured T on a bf16 CPU).
     tree_prune: the cumulative head probability below which the tree leaves nodes out (tree.grow's prune_below; 0
     prunes nothing, None takes the head's own, drafters.tree_prune; a tree of top-k 1 is drafted as the chain and
-    is not pruned).
+    is not pruned). tree_lookup > 0: each top-k tree also gets a branch of up to that many tokens copied by prompt
+    lookup (what followed the latest earlier occurrence of the last 3, 2 or 1 tokens; tree.graft); not for sampled
+    children, nor for a top-k 1 chain.
     lenience b in (0, 1] draws the acceptance uniform from U[0, b); b = 1 is the exact algorithm, b < 1 accepts more
     drafts and is lossy (the output no longer follows the target's distribution). top_candidates: how many top
     tokens per position the Round events carry for the inspector (0 = none: the bench, the CLI and the API skip it).
@@ -107,6 +110,7 @@ class SpecConfig:
     tree_budget: int = 0
     tree_children: str = "auto"
     tree_prune: float | None = None  # tree: None = the head's own; 0 = no pruning; else in (0, 1)
+    tree_lookup: int = 0  # tree, top-k children: graft up to this many tokens found by prompt lookup (0 = none)
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -132,6 +136,9 @@ class SpecConfig:
         if prune is not None and (type(prune) not in (int, float) or not (0.0 <= prune < 1.0)):
             raise ConfigError(f"tree_prune must be at least 0 and below 1 (a cumulative head probability), "
                               f"got {str(prune)[:40]!r}")
+        if type(self.tree_lookup) is not int or not (0 <= self.tree_lookup <= TREE_LOOKUP_MAX):
+            raise ConfigError(f"tree_lookup must be between 0 (none) and {TREE_LOOKUP_MAX}, "
+                              f"got {str(self.tree_lookup)[:40]!r}")
         if self.tree_children not in TREE_CHILDREN:
             raise ConfigError(f"tree_children must be one of {', '.join(TREE_CHILDREN)}, "
                               f"got {str(self.tree_children)[:40]!r}")

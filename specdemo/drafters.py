@@ -52,7 +52,7 @@ from .i18n import Msg
 from .eagle import HeadCache
 from .models import CachedLM, ModelPair, StrategyUnavailable
 from .sampling import sample, warp
-from .tree import DraftTree, Drawn, grow, grow_sampled, sampled_plan
+from .tree import DraftTree, Drawn, graft, grow, grow_sampled, sampled_plan
 
 ADAPTIVE_MAX_K = 12  # the adaptive drafter's cap (it chooses K per round), lowered to the server's K limit
 ADAPTIVE_THRESHOLD = 0.3  # stop once the estimated chance that all drafts so far survive falls below this
@@ -424,16 +424,23 @@ class TreeDrafter(EagleDrafter):
     warped_scores = False  # top-k children at T > 0: choose and score them by the head's warped q (tree.grow)
 
     def __init__(self, head, target, sampling: SamplingConfig, vocab_size: int, capacity: int,
-                 shape: tuple[int, int, int], children: str = "top", prune_below: float = 0.0):
+                 shape: tuple[int, int, int], children: str = "top", prune_below: float = 0.0, lookup: int = 0,
+                 max_nodes: int | None = None):
         self.topk, self.depth, self.budget = shape
         super().__init__(head, target, sampling, vocab_size, capacity + (self.depth - 1) * self.topk)
         self.stop_below = 0.0  # a tree hedges instead of stopping
         self.prune_below = prune_below  # nodes below this cumulative head probability are left out (tree.grow)
         self.sampled = children == "sampled" and not sampling.greedy
+        # lookup > 0 (top-k children only): graft up to that many copied tokens onto each tree (tree.graft), found
+        # by prompt lookup over the fixed tokens, which it keeps on the host as LookupDrafter does
+        self.lookup = LookupDrafter(vocab_size, 3) if lookup and not self.sampled else None
+        self.lookup_k, self.max_nodes = lookup, max_nodes or self.budget + lookup
 
     @torch.inference_mode()
     def propose(self, seq: torch.Tensor, k_max: int, gen: torch.Generator) -> Proposal:
         empty = torch.empty(0, self.vocab_size, device=seq.device)
+        if self.lookup is not None and self.lookup.host is None:  # the prompt's one copy to the host
+            self.lookup.host = seq.tolist()
         if not self.pending and self.cache.length == 0:  # round one: the target has not read the prompt yet
             return Proposal(seq.new_empty(0), empty, "prefill")
         if k_max <= 0:
@@ -469,7 +476,10 @@ class TreeDrafter(EagleDrafter):
                 def log_q(logits):
                     return warp(logits, self.sampling).log()
             grown = grow(root, expand, topk, depth, self.budget, self.prune_below, log_q)
-            return Proposal(self.head.d2t[grown.draft_ids], empty, "tree", tree=grown.tree)
+            tokens, tree = self.head.d2t[grown.draft_ids], grown.tree
+            if self.lookup is not None:
+                tokens, tree = self.graft_lookup(tokens, tree, k_max)
+            return Proposal(tokens, empty, "tree", tree=tree)
         grown = grow_sampled(root, expand, sampled_plan(topk, depth, self.budget),
                              lambda logits: warp(logits, self.sampling), gen, self.head.d2t, self.prune_below,
                              self.prune_children)
@@ -477,6 +487,27 @@ class TreeDrafter(EagleDrafter):
 
     def step_at(self, feat, tokens, positions, mask) -> torch.Tensor:
         return self.head.step(feat.to(self.dtype), self.embed(tokens).to(self.dtype), self.cache, positions, mask)
+
+    def graft_lookup(self, tokens: torch.Tensor, tree: DraftTree, k_max: int) -> tuple[torch.Tensor, DraftTree]:
+        """The tree with what followed the latest earlier occurrence of the last (up to 3) fixed tokens grafted on
+        (tree.graft): at most lookup_k tokens deep and k_max deep, within max_nodes nodes. Reads the tree's tokens
+        on the host: one more device-to-host copy a round (free on a CPU)."""
+        found = self.lookup.find(self.lookup.host)
+        if found is None:
+            return tokens, tree
+        copy = self.lookup.host[found[0]: found[0] + min(self.lookup_k, k_max)]
+        ids, parents, depths, head_p = (x.tolist() for x in (tokens, tree.parents, tree.depths, tree.head_p))
+        if not graft(ids, parents, depths, head_p, copy, max(0, self.max_nodes - len(ids))):
+            return tokens, tree
+        dev = tokens.device
+        return torch.tensor(ids, device=dev), DraftTree(
+            torch.tensor(parents, device=dev), torch.tensor(depths, device=dev),
+            torch.tensor(head_p, device=dev, dtype=tree.head_p.dtype), max(tree.max_depth, max(depths)))
+
+    def observe(self, outcome: RoundOutcome) -> None:
+        super().observe(outcome)
+        if self.lookup is not None:
+            self.lookup.observe(outcome)
 
 
 HEAD_STRATEGIES = ("eagle", "tree")  # the strategies that draft with the pair's EAGLE head
@@ -515,7 +546,7 @@ def make_drafter(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, dr
     if spec.strategy == "tree":
         return TreeDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1,
                            tree_shape(spec, pair.head), tree_children(spec, sampling, pair),
-                           tree_prune(pair.head, spec))
+                           tree_prune(pair.head, spec), spec.tree_lookup, Limits.from_env().max_tree)
     draft_lm = draft_lm or CachedLM(pair.draft, pair.vocab_size)
     if spec.strategy == "adaptive":
         return AdaptiveDrafter(draft_lm, sampling)

@@ -384,6 +384,8 @@ def run_settings(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig | N
             out["tree_topk"], out["tree_depth"], out["tree_budget"] = tree_shape(spec, pair.head)
             out["tree_children"] = tree_children(spec, sampling, pair)
             out["tree_prune_below"] = tree_prune(pair.head, spec)
+            if spec.tree_lookup:
+                out["tree_lookup"] = spec.tree_lookup
     return out
 
 

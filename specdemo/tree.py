@@ -454,6 +454,32 @@ def grow_sampled(root_logits: torch.Tensor, expand, plan: list[tuple[int, int]],
     return Grown(ids, DraftTree(torch.cat(parents), torch.cat(depths), torch.cat(head_p), reached, drawn))
 
 
+def graft(tokens: list[int], parents: list[int], depths: list[int], head_p: list[float], copy: list[int],
+          room: int) -> int:
+    """Graft a copied continuation (prompt lookup: what followed the latest earlier occurrence of the last few
+    tokens) onto a top-k tree, in place, as one more branch from the root: follow the tree while its nodes spell
+    `copy`, then append the rest as a chain (head probability 0: the head did not propose them), at most `room`
+    new nodes. Returns how many were added.
+
+    Exact for the top-k walk (tree.walk): the tree stays fixed before the target reads it (the copy depends on the
+    fixed tokens only, never on p or a random draw), a node's children stay distinct (a token is appended under a
+    node only where no child has it), and every parent comes before its children. It is not for sampled children,
+    whose walk needs every child to be a draw from the head's q."""
+    node, added = -1, 0
+    for t in copy:
+        kid = next((i for i, a in enumerate(parents) if a == node and tokens[i] == t), None)
+        if kid is None:
+            if added == room:
+                break
+            tokens.append(t)
+            parents.append(node)
+            depths.append(depths[node] + 1 if node >= 0 else 1)
+            head_p.append(0.0)
+            kid, added = len(tokens) - 1, added + 1
+        node = kid
+    return added
+
+
 def pick(x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
     return x if keep is None else x[keep]
 

@@ -27,7 +27,7 @@ from specdemo.drafters import TreeDrafter, make_drafter, tree_shape
 from specdemo.models import CachedLM, StrategyUnavailable
 from specdemo.sampling import residual, sample, warp
 from specdemo.speculative import speculative_rounds
-from specdemo.tree import (DraftTree, Drawn, TreeVerdict, ancestors, first_draws, grow, grow_sampled, gumbel_top,
+from specdemo.tree import (DraftTree, Drawn, TreeVerdict, ancestors, first_draws, graft, grow, grow_sampled, gumbel_top,
                            sampled_plan, tree_attention, walk, walk_sampled)
 from test_eagle import exact_joint3, random_head
 from test_exactness import BUG_P, PASS_P, chi2_pvalue
@@ -236,6 +236,23 @@ def test_grow_chooses_by_its_scorer_and_shows_the_heads_own_probabilities():
         assert torch.allclose(g.tree.head_p, torch.tensor(want), rtol=1e-5)
     second = rev.draft_ids[rev.tree.depths == 2]
     assert set(second.tolist()) <= set(child.argsort()[:2].tolist())
+
+
+def test_graft_follows_the_tree_then_branches_off_with_the_copy():
+    """tree.graft walks the tree along the copied tokens while a child has the next one, then appends the rest as a
+    chain from there (head probability 0), within `room` new nodes: children stay distinct, every parent comes
+    before its children, depths follow parents; a copy the tree already spells adds nothing."""
+    tokens, parents, depths, head_p = [5, 6, 7, 8], [-1, -1, 0, 0], [1, 1, 2, 2], [0.6, 0.3, 0.5, 0.4]
+    assert graft(tokens, parents, depths, head_p, [5, 8, 9, 4], room=8) == 2
+    assert (tokens, parents, depths, head_p) == ([5, 6, 7, 8, 9, 4], [-1, -1, 0, 0, 3, 4], [1, 1, 2, 2, 3, 4],
+                                                 [0.6, 0.3, 0.5, 0.4, 0.0, 0.0])
+    assert graft(tokens, parents, depths, head_p, [5, 8, 9], room=8) == 0 and len(tokens) == 6
+    assert graft(tokens, parents, depths, head_p, [3, 5, 7, 7], room=2) == 2  # from the root; room stops it
+    assert tokens[6:] == [3, 5] and parents[6:] == [-1, 6] and depths[6:] == [1, 2]
+    for node in [-1, *range(len(tokens))]:
+        kids = [tokens[i] for i, a in enumerate(parents) if a == node]
+        assert len(kids) == len(set(kids))
+    assert all(a < i and depths[i] == (depths[a] + 1 if a >= 0 else 1) for i, a in enumerate(parents))
 
 
 def test_grow_sampled_prunes_only_expansions_and_keeps_every_drawn_child():
@@ -658,11 +675,58 @@ def test_greedy_identity_on_the_shakespeare_pair(pair32):
     assert len(pruned_sizes) > 3, pruned_sizes
 
 
+def test_greedy_identity_with_a_lookup_branch_on_the_shakespeare_pair(pair32):
+    """A top-k tree with a prompt-lookup branch grafted on (SpecConfig.tree_lookup) is still the argmax walk: the
+    output equals the target's greedy output on 20 prompts, and the copied nodes are really used (some kept paths
+    run through them), in float32."""
+    from conftest import PROMPTS
+
+    through_copy = 0
+    for prompt in PROMPTS:
+        want = baseline_generate(pair32, prompt, GREEDY, max_new_tokens=32).output_ids
+        spec = SpecConfig(max_new_tokens=32, top_candidates=0, strategy="tree", tree_topk=2, tree_depth=4,
+                          tree_budget=8, tree_lookup=8)
+        got = speculative_generate(pair32, prompt, GREEDY, spec)
+        assert got.output_ids == want, prompt
+        assert got.settings["tree_lookup"] == 8
+        through_copy += sum(any(nd.on_path and nd.head_p == 0 for nd in r.tree) for r in got.rounds if r.tree)
+    assert through_copy > 0
+
+
+def test_a_tree_with_a_lookup_branch_is_exact_on_the_toy_pair(toy_pair, one_thread):
+    """The joint of the first three tokens follows the target with a copied branch grafted onto a random head's
+    top-k tree: the prompt repeats a token, so prompt lookup always finds something to copy."""
+    cfg, shape, prompt = SamplingConfig(1.0), (2, 2, 4), [0, 1, 0]
+    head = random_head(toy_pair, torch.arange(toy_pair.vocab_size), scale=0.5)
+    grafted: Counter = Counter()
+
+    def make():
+        drafter = TreeDrafter(head, toy_pair.target, cfg, toy_pair.vocab_size, toy_pair.context_window + 1, shape,
+                              "top", lookup=3)
+        propose = drafter.propose
+
+        def counted(seq, k_max, gen):
+            proposal = propose(seq, k_max, gen)
+            if proposal.tree is not None:
+                grafted[int((proposal.tree.head_p == 0).sum())] += 1
+            return proposal
+
+        drafter.propose = counted
+        return drafter
+
+    n = 1000
+    counts, ends = tree_samples(toy_pair, prompt, cfg, shape, n, make)
+    assert {kind for kind, _ in ends} == {"root", "inner", "leaf"}, ends
+    assert sum(v for k, v in grafted.items() if k > 0) > 0.3 * n, grafted  # most first rounds had a copied branch
+    assert chi2_pvalue(counts, exact_joint3(toy_pair, prompt, cfg), n) > PASS_P
+
+
 # ------------------------------------------------------------------------------------------------ caches
 
 
-@pytest.mark.parametrize("temperature,children", [(0.0, "top"), (1.0, "top"), (1.0, "sampled")])
-def test_caches_after_tree_rounds_equal_fresh_passes(pair32, temperature, children):
+@pytest.mark.parametrize("temperature,children,lookup", [(0.0, "top", 0), (1.0, "top", 0), (1.0, "sampled", 0),
+                                                         (0.0, "top", 8)])
+def test_caches_after_tree_rounds_equal_fresh_passes(pair32, temperature, children, lookup):
     """After every tree round: the target's cache holds exactly the kept sequence but its newest token (the path's
     entries moved up on every layer), so its next logits equal a fresh forward over the kept sequence; the head's
     cache holds only positions with the target's TRUE features, its keys equal a fresh head pass over them, and
@@ -670,16 +734,17 @@ def test_caches_after_tree_rounds_equal_fresh_passes(pair32, temperature, childr
     pair = pair32
     cfg = SamplingConfig(temperature)
     spec = SpecConfig(max_new_tokens=32, seed=5, top_candidates=0, strategy="tree", tree_topk=3, tree_depth=4,
-                      tree_budget=10, tree_children=children)
+                      tree_budget=10, tree_children=children, tree_lookup=lookup)
     drafter = make_drafter(spec, cfg, pair)
     target = CachedLM(pair.target, pair.vocab_size)
     prompt_ids = pair.encode("KING RICHARD III:\nNow is the winter")
-    seq, checked, moved = list(prompt_ids), 0, 0
+    seq, checked, moved, grafted = list(prompt_ids), 0, 0, 0
     for rnd in speculative_rounds(pair, prompt_ids, cfg, spec, target_lm=target, drafter=drafter):
         seq += [t.token_id for t in rnd.output]
         if rnd.stop_reason:
             break
         moved += bool(rnd.tree) and any(nd.on_path and nd.id != nd.depth - 1 for nd in rnd.tree)
+        grafted += bool(rnd.tree) and any(nd.on_path and nd.head_p == 0 for nd in rnd.tree)
         assert target.length == len(seq) - 1
         with torch.inference_mode():
             ids = torch.tensor([seq])
@@ -699,6 +764,7 @@ def test_caches_after_tree_rounds_equal_fresh_passes(pair32, temperature, childr
             torch.testing.assert_close(drafter.cache.k[:, :n_cached], k[0], atol=2e-4, rtol=1e-4)
             checked += 1
     assert checked >= 5 and moved >= 1  # some kept paths were not the first nodes: their entries had to move
+    assert grafted >= 1 if lookup else grafted == 0  # with lookup, some kept paths ran through copied nodes
 
 
 # ------------------------------------------------------------------------------------------------ bad input
@@ -707,7 +773,8 @@ def test_caches_after_tree_rounds_equal_fresh_passes(pair32, temperature, childr
 @pytest.mark.parametrize("field,value", [("tree_topk", 17), ("tree_depth", 0 - 1), ("tree_depth", 17),
                                          ("tree_budget", -1), ("tree_topk", 2.5), ("tree_prune", 1.0),
                                          ("tree_prune", -0.01), ("tree_prune", float("nan")), ("tree_prune", True),
-                                         ("tree_prune", "0.1")])
+                                         ("tree_prune", "0.1"), ("tree_lookup", -1), ("tree_lookup", 17),
+                                         ("tree_lookup", 2.0)])
 def test_tree_sizes_out_of_range_are_refused_in_one_sentence(field, value):
     with pytest.raises(ConfigError) as err:
         SpecConfig(strategy="tree", **{field: value})
