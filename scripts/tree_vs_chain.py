@@ -29,6 +29,14 @@ shape, the four drafters interleaved in one process), warped scores become the d
 if "tree top, warped" reaches at least 1.02x the tokens/s of "tree top" at T = 0.7 and at least 0.99x at T = 0.3.
 If they do, `auto` is decided again by the rule for `auto` above, on the same run's two temperatures, with the
 warped top-k tree in place of the top-k tree; otherwise warped scores stay off, an option of this script only.
+
+The rule for a lookup branch on SmolLM2's trees by default (SpecConfig.tree_lookup; the head's config would carry
+it), written 2026-11-26 00:58 UTC after the held-out T = 0 bench (`bench --strategy tree --tree-lookup 8`: 1.93x
+target-only, 2.87 tokens a call) and before any measurement on SELECTION, on the AMD EPYC with AVX-512 BF16 (bf16,
+packed): on SELECTION (`--selection --prompts 20 --max-new-tokens 48 --seeds 1 --temperature 0,0.3,0.7 --lookup
+8`, the shipped shape, the drafters interleaved in one process), a branch of up to 8 copied tokens becomes the
+head's default for top-k trees if "tree top + lookup 8" reaches at least 1.03x the tokens/s of "tree top" at T = 0
+and at least 0.99x at T = 0.3 and at T = 0.7; otherwise it stays an option, off by default.
 """
 
 from __future__ import annotations

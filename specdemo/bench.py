@@ -313,7 +313,7 @@ def summarize(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig, n_pro
         depth_of = [max(nd.depth for nd in r.tree) for r in full]
         result |= {
             "tree_shape": {"topk": tree[0], "depth": tree[1], "budget": tree[2],
-                           "prune_below": tree_prune(pair.head, spec)},
+                           "prune_below": tree_prune(pair.head, spec), "lookup": spec.tree_lookup},
             "tree_verify_ms_isolated": tree_verify_ms(pair, tree[2]),
             "head_ms_per_depth": sum(r.draft_ms for r in full) / max(1, sum(depth_of)),
             "head_ms_per_depth_isolated": iso_draft,
@@ -348,6 +348,7 @@ def format_bench(res: dict) -> str:
         lines += [
             f"tree top-k {t['topk']}, depth {t['depth']}, budget {t['budget']}"
             + (f", pruned below {t['prune_below']:g}" if t.get("prune_below") else "")
+            + (f", a lookup branch of up to {t['lookup']}" if t.get("lookup") else "")
             + f": {res['mean_accepted_length']:.2f} tokens per target call ({res['target_calls']} calls), "
             f"{res['drafts_per_round']:.1f} nodes a round",
             f"verify of the tree ({res['drafts_per_round']:.1f} nodes on average + the last fixed token): "

@@ -502,7 +502,8 @@ class TreeDrafter(EagleDrafter):
         dev = tokens.device
         return torch.tensor(ids, device=dev), DraftTree(
             torch.tensor(parents, device=dev), torch.tensor(depths, device=dev),
-            torch.tensor(head_p, device=dev, dtype=tree.head_p.dtype), max(tree.max_depth, max(depths)))
+            torch.tensor(head_p, device=dev, dtype=tree.head_p.dtype), max(tree.max_depth, max(depths)),
+            copied_from=tokens.shape[0])
 
     def observe(self, outcome: RoundOutcome) -> None:
         super().observe(outcome)

@@ -90,6 +90,7 @@ class TreeNode:
     #                         child, which was chosen, not drawn
     accept_prob: float = 0.0  # its chance to be kept when tested: p for a top-k child, min(1, r/q) for a sampled
     #                           one (r: the parent's residual after the siblings before it were refused)
+    copied: bool = False  # grafted by prompt lookup (SpecConfig.tree_lookup), not proposed by the head (head_p 0)
 
 
 @dataclass
@@ -134,7 +135,11 @@ class Round:
         return round_caption(self, "en")
 
     def to_dict(self) -> dict:
-        return asdict(self) | {"caption": self.caption}
+        out = asdict(self) | {"caption": self.caption}
+        for node in out["tree"] or []:  # "copied" only where it is true: a tree without a lookup branch reads as before
+            if not node["copied"]:
+                del node["copied"]
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> Round:

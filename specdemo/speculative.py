@@ -196,7 +196,9 @@ def tree_verdict_on_host(pair: ModelPair, tokens: torch.Tensor, tree: DraftTree,
      *top_host) = host
     assert all(-1 <= a < i for i, a in enumerate(parents)), f"a tree node without its parent: {parents}"
     sampled = tree.drawn is not None
-    nodes = [TreeNode(i, int(t), pair.token_text(int(t)), int(a), int(d), hp, pn, bool(o), qn if sampled else None, an)
+    copied_from = len(ids) if tree.copied_from is None else tree.copied_from
+    nodes = [TreeNode(i, int(t), pair.token_text(int(t)), int(a), int(d), hp, pn, bool(o), qn if sampled else None, an,
+                      i >= copied_from)
              for i, (t, a, d, hp, pn, o, qn, an) in enumerate(zip(ids, parents, depths, head_p, p_node, on_path,
                                                                     q_node, acc_node))]
     top = [[] for _ in range(len(nodes) + 1)]

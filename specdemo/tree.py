@@ -40,6 +40,7 @@ class DraftTree:
     max_depth: int  # a bound on depths, known on the host (the loops below run this many times, with no sync)
     drawn: Drawn | None = None  # sampled children only: what they were drawn from (None: the head's top-k)
     is_chain: bool = False  # parents -1, 0, 1, ...: the target's mask is the causal one, and a rollback a crop
+    copied_from: int | None = None  # nodes from this index on were grafted by prompt lookup (graft), not the head's
 
     @staticmethod
     def chain(k: int, device, head_p: torch.Tensor | None = None, drawn: Drawn | None = None) -> DraftTree:

@@ -689,7 +689,12 @@ def test_greedy_identity_with_a_lookup_branch_on_the_shakespeare_pair(pair32):
         got = speculative_generate(pair32, prompt, GREEDY, spec)
         assert got.output_ids == want, prompt
         assert got.settings["tree_lookup"] == 8
-        through_copy += sum(any(nd.on_path and nd.head_p == 0 for nd in r.tree) for r in got.rounds if r.tree)
+        through_copy += sum(any(nd.on_path and nd.copied for nd in r.tree) for r in got.rounds if r.tree)
+        for r in got.rounds:  # the copied nodes come last, say so in the JSON trace, and carry head p 0
+            if r.tree and any(nd.copied for nd in r.tree):
+                first = min(nd.id for nd in r.tree if nd.copied)
+                assert all(nd.copied == (nd.id >= first) and (nd.head_p == 0) == nd.copied for nd in r.tree)
+                assert [n.get("copied", False) for n in r.to_dict()["tree"]] == [nd.copied for nd in r.tree]
     assert through_copy > 0
 
 
@@ -744,7 +749,7 @@ def test_caches_after_tree_rounds_equal_fresh_passes(pair32, temperature, childr
         if rnd.stop_reason:
             break
         moved += bool(rnd.tree) and any(nd.on_path and nd.id != nd.depth - 1 for nd in rnd.tree)
-        grafted += bool(rnd.tree) and any(nd.on_path and nd.head_p == 0 for nd in rnd.tree)
+        grafted += bool(rnd.tree) and any(nd.on_path and nd.copied for nd in rnd.tree)
         assert target.length == len(seq) - 1
         with torch.inference_mode():
             ids = torch.tensor([seq])
