@@ -31,7 +31,7 @@ If they do, `auto` is decided again by the rule for `auto` above, on the same ru
 warped top-k tree in place of the top-k tree; otherwise warped scores stay off, an option of this script only.
 
 The rule for a lookup branch on SmolLM2's trees by default (SpecConfig.tree_lookup; the head's config would carry
-it), written 2026-11-26 00:58 UTC after the held-out T = 0 bench (`bench --strategy tree --tree-lookup 8`: 1.93x
+it), written 2026-11-26 00:51 UTC after the held-out T = 0 bench (`bench --strategy tree --tree-lookup 8`: 1.93x
 target-only, 2.87 tokens a call) and before any measurement on SELECTION, on the AMD EPYC with AVX-512 BF16 (bf16,
 packed): on SELECTION (`--selection --prompts 20 --max-new-tokens 48 --seeds 1 --temperature 0,0.3,0.7 --lookup
 8`, the shipped shape, the drafters interleaved in one process), a branch of up to 8 copied tokens becomes the
