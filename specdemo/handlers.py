@@ -153,7 +153,7 @@ def generate_api(pair: str = DEFAULT_PRESET, prompt: str = PRESETS[DEFAULT_PRESE
                  temperature: float = 0.8, top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
                  baseline: bool = True, lenience: float = 1.0, draft: str = "", target: str = "",
                  chat: bool | None = None, strategy: str = "", ngram: int = 3, tree_topk: int = 0,
-                 tree_depth: int = 0, tree_budget: int = 0, tree_prune: float = -1.0) -> dict:
+                 tree_depth: int = 0, tree_budget: int = 0, tree_prune: float = -1.0, tree_lookup: int = 0) -> dict:
     """Run speculative sampling (and the target-only baseline) and return the full trace as JSON.
 
     pair: a preset name, or "custom" with draft and target model ids. chat: true wraps the prompt (a user message)
@@ -166,14 +166,16 @@ def generate_api(pair: str = DEFAULT_PRESET, prompt: str = PRESETS[DEFAULT_PRESE
     (the head drafts a tree, EAGLE-2: `tree_topk` children per node and nodes expanded per depth, `tree_depth` deep,
     at most `tree_budget` nodes, the server's SPECDEMO_MAX_TREE at most; 0 takes the head's own size; nodes whose
     cumulative head probability is below `tree_prune` are left out, 0 for none, a negative number (the default)
-    for the head's own; K is not used; each tree round's JSON lists its nodes: id, text, parent, depth, head_p,
-    p, on_path). Returns {"speculative": trace, "baseline": trace or null}; each trace has text, token_ids, rounds
+    for the head's own; `tree_lookup` (0-16, 0 the default: none) grafts up to that many tokens found by prompt
+    lookup onto each top-k tree, nodes marked "copied"; K is not used; each tree round's JSON lists its nodes: id,
+    text, parent, depth, head_p, p, on_path). Returns {"speculative": trace, "baseline": trace or null}; each trace has text, token_ids, rounds
     (labels, p, q, r, min(1, p/q), top candidates, timings) and metrics. A run that the time limit ended has no baseline: its
     settings say "baseline": "not measured".
     """
     limits = Limits.from_env()
     req = validate(pair, draft, target, prompt, k, temperature, top_k, top_p, max_new_tokens, seed, baseline,
-                   lenience, limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget, tree_prune)
+                   lenience, limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget, tree_prune,
+                   tree_lookup)
     loaded = get_pair(req.pair, req.spec.strategy)
     *_, (spec, base, _) = runs.run_stream(req, loaded, limits)  # run to the end; the last snapshot is the whole run
     return views.trace_payload(spec, base)

@@ -15,8 +15,8 @@ from decimal import Decimal
 import torch
 
 from . import i18n
-from .config import (NGRAM_RANGE, PRESETS, STRATEGIES, TREE_DEPTH_RANGE, TREE_TOPK_RANGE, ConfigError, Limits,
-                     SamplingConfig, SpecConfig)
+from .config import (NGRAM_RANGE, PRESETS, STRATEGIES, TREE_DEPTH_RANGE, TREE_LOOKUP_MAX, TREE_TOPK_RANGE, ConfigError,
+                     Limits, SamplingConfig, SpecConfig)
 from .i18n import Msg, Translatable, tr
 from .drafters import HEAD_STRATEGIES, check_head, has_head  # noqa: F401 (one rule; handlers and views ask here)
 from .models import ModelLoadError, ModelPair, StrategyUnavailable, load_config, load_pair
@@ -170,7 +170,7 @@ def tree_prune_of(value) -> float | None:
 
 def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
              run_baseline, lenience, limits: Limits | None = None, chat=None, strategy="fixed", ngram=3,
-             tree_topk=0, tree_depth=0, tree_budget=0, tree_prune=None) -> Request:
+             tree_topk=0, tree_depth=0, tree_budget=0, tree_prune=None, tree_lookup=0) -> Request:
     """A request from raw inputs, or one sentence (UserError) on the first bad one. strategy "" or None: the
     pair's own (own_strategy), as /generate's default. The tree's sizes (0: the head's own) and its pruning
     (tree_prune_of) are checked whatever the strategy, as the n-gram size is."""
@@ -185,6 +185,7 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
     tree_depth = tree_size("tree_depth", tree_depth, TREE_DEPTH_RANGE[1], limits)
     tree_budget = tree_size("tree_budget", tree_budget, limits.max_tree, limits)
     tree_prune = tree_prune_of(tree_prune)
+    tree_lookup = as_number(Msg("field.tree_lookup"), tree_lookup, int, 0, TREE_LOOKUP_MAX)
     if not isinstance(prompt, str) or not prompt.strip():
         raise UserError("err.prompt_empty")
     if len(prompt) > limits.max_prompt_chars:
@@ -204,7 +205,7 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
         sampling = SamplingConfig(temperature, top_k, top_p)
         spec = SpecConfig(k=k, max_new_tokens=max_new_tokens, seed=seed, lenience=lenience, strategy=strategy,
                           ngram=ngram, tree_topk=tree_topk, tree_depth=tree_depth, tree_budget=tree_budget,
-                          tree_prune=tree_prune)
+                          tree_prune=tree_prune, tree_lookup=tree_lookup)
     except ConfigError as err:
         raise UserError(str(err)) from None
     if chat is not None and not isinstance(chat, bool):

@@ -211,6 +211,8 @@ def ask(limits: Limits | None = None, pair_name: str = "shakespeare", draft: str
     (dict(tree_prune=1), "Tree pruning must be a cumulative head probability below 1 (0: none; negative: the head's "
      "own), got 1.", "草稿树剪枝阈值必须是小于 1 的"),
     (dict(tree_prune="nan"), "Tree pruning must be a finite number.", "草稿树剪枝阈值必须是有限"),
+    (dict(tree_lookup=17), "Tree lookup branch must be between 0 and 16, got 17.", "草稿树的查找分支必须"),
+    (dict(tree_lookup=-1), "Tree lookup branch must be between 0 and 16, got -1.", "草稿树的查找分支必须"),
 ])
 def test_bad_tree_sizes_are_refused_in_one_sentence(sizes, en, zh):
     with pytest.raises(UserError) as info:
@@ -221,6 +223,7 @@ def test_bad_tree_sizes_are_refused_in_one_sentence(sizes, en, zh):
 
 def test_the_server_limit_caps_the_budget_and_zero_takes_the_heads_own():
     assert [ask(tree_prune=v).spec.tree_prune for v in (None, -1, 0, 0.005, "0.5")] == [None, None, 0.0, 0.005, 0.5]
+    assert [ask(tree_lookup=v).spec.tree_lookup for v in (0, 8, "16")] == [0, 8, 16]
     assert ask(tree_budget=8).spec.tree_budget == 8
     assert ask(Limits(max_tree=64), tree_budget=64).spec.tree_budget == 64
     spec = ask(tree_topk=0, tree_depth=0, tree_budget=0).spec
@@ -275,14 +278,18 @@ def test_the_cli_prints_each_tree_round_with_its_size(capsys):
 def test_generate_endpoint_takes_the_tree_sizes(client, pair):
     out = client.predict(pair="shakespeare", prompt="ROMEO:\n", temperature=0.8, max_new_tokens=24, seed=2,
                          baseline=False, strategy="tree", tree_topk=2, tree_depth=3, tree_budget=5, tree_prune=0.01,
-                         api_name="/generate")
+                         tree_lookup=6, api_name="/generate")
     trace = out["speculative"]
     assert trace["text"] == pair.decode(trace["token_ids"]) and 0 < len(trace["token_ids"]) <= 24
     s = trace["settings"]
     assert (s["strategy"], s["tree_topk"], s["tree_depth"], s["tree_budget"]) == ("tree", 2, 3, 5)
-    assert s["tree_prune_below"] == 0.01
+    assert s["tree_prune_below"] == 0.01 and s["tree_lookup"] == 6
     rounds = [r for r in trace["rounds"] if r["source"] == "tree" and r["tree"]]
-    assert rounds and all(r["k"] == len(r["tree"]) <= 5 for r in rounds)
+    # the head's nodes within the budget; copied ones (prompt lookup) after them, marked, within SPECDEMO_MAX_TREE
+    assert rounds and all(sum(not n.get("copied") for n in r["tree"]) <= 5 and r["k"] == len(r["tree"])
+                          for r in rounds)
+    assert all([n.get("copied", False) for n in r["tree"]] == sorted(n.get("copied", False) for n in r["tree"])
+               for r in rounds)
     assert all(n["depth"] <= 3 and n["text"] == pair.token_text(n["token_id"]) for r in rounds for n in r["tree"])
     with pytest.raises(Exception) as info:
         client.predict(pair="shakespeare", prompt="ROMEO:\n", strategy="tree", tree_budget=10_000,
