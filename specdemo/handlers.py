@@ -168,9 +168,9 @@ def generate_api(pair: str = DEFAULT_PRESET, prompt: str = PRESETS[DEFAULT_PRESE
     cumulative head probability is below `tree_prune` are left out, 0 for none, a negative number (the default)
     for the head's own; `tree_lookup` (0-16, 0 the default: none) grafts up to that many tokens found by prompt
     lookup onto each top-k tree, nodes marked "copied"; K is not used; each tree round's JSON lists its nodes: id,
-    text, parent, depth, head_p, p, on_path). Returns {"speculative": trace, "baseline": trace or null}; each trace has text, token_ids, rounds
-    (labels, p, q, r, min(1, p/q), top candidates, timings) and metrics. A run that the time limit ended has no baseline: its
-    settings say "baseline": "not measured".
+    text, parent, depth, head_p, p, on_path). Returns {"speculative": trace, "baseline": trace or null}; each trace
+    has text, token_ids, rounds (labels, p, q, r, min(1, p/q), top candidates, timings) and metrics. A run that
+    the time limit ended has no baseline: its settings say "baseline": "not measured".
     """
     limits = Limits.from_env()
     req = validate(pair, draft, target, prompt, k, temperature, top_k, top_p, max_new_tokens, seed, baseline,
