@@ -431,6 +431,9 @@ EN: dict[str, str] = {
         "the head drafted a tree of {k} tokens; the target's path went {n} deep, reached a leaf and added {y} as a "
         "free extra token"),
     "caption.tree_cut": "the head drafted a tree of {k} tokens; the target's path went {n} deep",
+    "caption.tree_copied": "; prompt lookup copied {c} of its tokens, which the head did not draft",
+    "tree.tip_copied": "{x}: copied by prompt lookup (the head did not propose it), target p = {p} (at its parent), "
+                       "depth {d}",
     "film.tree": "tree {k} \u00b7 kept {n}",
     "reason.tree_path": (
         "Kept {x}: at its parent the target drew it from p (p = {p}), and the tree had it there (head p = {q}), so "
@@ -805,6 +808,8 @@ ZH: dict[str, str] = {
     "caption.tree_miss_root": "草稿头起草了一棵含 {k} 个 token 的树；目标模型选了 {y}，而树里没有它",
     "caption.tree_leaf": "草稿头起草了一棵含 {k} 个 token 的树；目标模型沿树走了 {n} 层，到达叶子节点，并额外免费给出了 {y}",
     "caption.tree_cut": "草稿头起草了一棵含 {k} 个 token 的树；目标模型沿树走了 {n} 层",
+    "caption.tree_copied": "；树中有 {c} 个 token 是由提示查找复制来的，不是草稿头起草的",
+    "tree.tip_copied": "{x}：由提示查找复制而来（不是草稿头提出的），目标模型 p = {p}（在父节点处），深度 {d}",
     "film.tree": "树 {k} \u00b7 接受 {n}",
     "reason.tree_path": "接受 {x}：目标模型在它的父节点处从 p 中抽到了它（p = {p}），而树在那里恰好有它（草稿头概率 {q}），所以继续向下走。",
     "reason.tree_refused": (

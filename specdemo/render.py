@@ -397,7 +397,9 @@ def tree_caption(rnd: Round, lang: str | None = None) -> str:
     did not have' (or '... reached a leaf and added ' Rome' as a free extra token')."""
     end, n = tree_end(rnd), rnd.n_accepted
     how = "cut" if end is None else "leaf" if end.label == "bonus" else "miss" if n else "miss_root"
-    return tr(TREE_CAPTION_KEY[how], lang, k=rnd.k, n=n, y=repr(end.text) if end is not None else "")
+    text = tr(TREE_CAPTION_KEY[how], lang, k=rnd.k, n=n, y=repr(end.text) if end is not None else "")
+    copied = sum(nd.copied for nd in rnd.tree or [])
+    return text + (tr("caption.tree_copied", lang, c=copied) if copied else "")
 
 
 def tree_reason(rnd: Round, position: int, lang: str | None = None) -> str:
@@ -533,7 +535,10 @@ def tree_html(rnd: Round, lang: str | None = None, root: str | None = None) -> s
         else:
             nd = nodes[nid]
             text, shade = nd.text, 0.1 + 0.75 * min(max(nd.head_p, 0.0), 1.0) ** 0.5  # sqrt: small p stay apart
-            tip = tr("tree.tip_node", lang, x=repr(nd.text), hp=f"{nd.head_p:.3g}", p=f"{nd.p:.3g}", d=nd.depth)
+            if nd.copied:  # grafted by prompt lookup (tree.graft): the head has no probability for it to show
+                tip = tr("tree.tip_copied", lang, x=repr(nd.text), p=f"{nd.p:.3g}", d=nd.depth)
+            else:
+                tip = tr("tree.tip_node", lang, x=repr(nd.text), hp=f"{nd.head_p:.3g}", p=f"{nd.p:.3g}", d=nd.depth)
             if nd.q is not None:  # a sampled child: what it was drawn from and tested with (tree.walk_sampled)
                 tip += "\n" + tr("tree.tip_drawn", lang, q=f"{nd.q:.3g}", a=f"{nd.accept_prob:.3g}")
             tip += "\n" + tr(TREE_TIP_KEY[kind], lang, y=y_end)

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import specdemo.speculative as speculative
-from specdemo import SamplingConfig, SpecConfig, baseline_generate, speculative_generate
+from specdemo import SamplingConfig, SpecConfig, baseline_generate, render, speculative_generate
 from specdemo.config import ConfigError
 from specdemo.drafters import TreeDrafter, make_drafter, tree_shape
 from specdemo.models import CachedLM, StrategyUnavailable
@@ -695,6 +695,14 @@ def test_greedy_identity_with_a_lookup_branch_on_the_shakespeare_pair(pair32):
                 first = min(nd.id for nd in r.tree if nd.copied)
                 assert all(nd.copied == (nd.id >= first) and (nd.head_p == 0) == nd.copied for nd in r.tree)
                 assert [n.get("copied", False) for n in r.to_dict()["tree"]] == [nd.copied for nd in r.tree]
+                copied = sum(nd.copied for nd in r.tree)  # the caption and the drawing say so, in both languages
+                assert f"; prompt lookup copied {copied} of its tokens, which the head did not draft" in r.caption
+                assert f"树中有 {copied} 个 token 是由提示查找复制来的" in render.tree_caption(r, "zh-CN")
+                drawn = render.tree_html(r, "en")
+                assert drawn.count("copied by prompt lookup (the head did not propose it)") == copied
+                assert render.tree_html(r, "zh-CN").count("由提示查找复制而来") == copied
+            elif r.tree:
+                assert "prompt lookup" not in r.caption
     assert through_copy > 0
 
 
