@@ -199,6 +199,8 @@ def test_switching_language_keeps_the_page_and_the_run(page):
     assert "完成" in page.inner_text("#sd-stats") and "第1轮" in page.inner_text("#sd-film")
     assert "赛跑" in page.inner_text("#sd-race") and page.locator("#sd-race .scatterlayer .trace").count() == 2
     for tab in ("更多图表", "K 值扫描", "策略赛跑", "分布检验", "逐轮记录", "导出"):  # every tab's label, open or not
+        # the tabs' labels arrive in an update of their own, which a busy machine can deliver after the stats'
+        page.get_by_role("tab", name=tab).wait_for(state="attached", timeout=15_000)
         assert page.get_by_role("tab", name=tab).count() == 1, tab
     page.get_by_role("tab", name="逐轮演示").click()  # a tab opened after the switch is in Chinese too
     page.wait_for_selector("#sd-next-round")
