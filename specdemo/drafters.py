@@ -250,10 +250,15 @@ class LookupDrafter(Drafter):
                 return start, n
         return None
 
-    def propose(self, seq: torch.Tensor, k_max: int, gen: torch.Generator) -> Proposal:
-        if self.host is None:  # the run's first round: the prompt's one copy to the host
+    def sync(self, seq: torch.Tensor) -> None:
+        """Keep `host` equal to seq: the prompt's one copy to the host in the run's first round; `observe` adds
+        each round's kept tokens after that."""
+        if self.host is None:
             self.host = seq.tolist()
         assert len(self.host) == seq.numel(), ("lookup's host copy missed tokens", len(self.host), seq.numel())
+
+    def propose(self, seq: torch.Tensor, k_max: int, gen: torch.Generator) -> Proposal:
+        self.sync(seq)
         empty = torch.empty(0, self.vocab_size, device=seq.device)
         found = self.find(self.host) if k_max > 0 else None
         if found is None:
@@ -364,10 +369,16 @@ class EagleDrafter(Drafter):
 DEFAULT_TREE = {"topk": 2, "depth": 4, "budget": 8}  # a head whose config names no tree shape drafts this one
 
 
+def head_tree(head) -> dict:
+    """What a head's config says of its trees (its "tree": sizes, prune_below, auto_top_to_t_bf16_cpu); {} without
+    a head."""
+    return head.cfg.tree if head is not None else {}
+
+
 def tree_shape(spec: SpecConfig, head, limits: Limits | None = None) -> tuple[int, int, int]:
     """(topk, depth, budget) for a tree run: spec's sizes, 0 taking the head's default (its config's "tree"), the
     budget never above what the tree can hold nor the server's SPECDEMO_MAX_TREE."""
-    own = DEFAULT_TREE | (head.cfg.tree if head is not None else {})
+    own = DEFAULT_TREE | head_tree(head)
     topk = spec.tree_topk or own["topk"]
     depth = spec.tree_depth or own["depth"]
     budget = spec.tree_budget or own["budget"]
@@ -381,7 +392,7 @@ def tree_prune(head, spec: SpecConfig | None = None) -> float:
     names none."""
     if spec is not None and spec.tree_prune is not None:
         return float(spec.tree_prune)
-    return float((head.cfg.tree if head is not None else {}).get("prune_below", 0.0))
+    return float(head_tree(head).get("prune_below", 0.0))
 
 
 # What tree_children="auto" means at T > 0. Chosen twice by rules written before measuring: by tokens per target
@@ -402,8 +413,7 @@ def tree_children(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair | 
         return "top"
     if spec.tree_children != "auto":
         return spec.tree_children
-    head = pair.head if pair is not None else None
-    top_to = (head.cfg.tree if head is not None else {}).get("auto_top_to_t_bf16_cpu")
+    top_to = head_tree(pair.head if pair is not None else None).get("auto_top_to_t_bf16_cpu")
     if top_to is not None and pair.device.type == "cpu" and pair.dtype == torch.bfloat16 and (
             sampling.temperature <= top_to):
         return "top"
@@ -439,8 +449,8 @@ class TreeDrafter(EagleDrafter):
     @torch.inference_mode()
     def propose(self, seq: torch.Tensor, k_max: int, gen: torch.Generator) -> Proposal:
         empty = torch.empty(0, self.vocab_size, device=seq.device)
-        if self.lookup is not None and self.lookup.host is None:  # the prompt's one copy to the host
-            self.lookup.host = seq.tolist()
+        if self.lookup is not None:
+            self.lookup.sync(seq)
         if not self.pending and self.cache.length == 0:  # round one: the target has not read the prompt yet
             return Proposal(seq.new_empty(0), empty, "prefill")
         if k_max <= 0:

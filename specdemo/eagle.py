@@ -291,13 +291,11 @@ def read_config(folder: Path) -> HeadConfig:
     if not (type(stop) in (int, float) and 0 <= stop < 1):
         raise HeadError("err.head_damaged", error="stop_below")
     tree = meta.get("tree", {})
-    floats = ("prune_below", "auto_top_to_t_bf16_cpu")
+    floats = {"prune_below": lambda v: 0 <= v < 1, "auto_top_to_t_bf16_cpu": lambda v: 0 <= v <= 100}
     sizes = {k: v for k, v in tree.items() if k not in floats} if isinstance(tree, dict) else None
     if not (isinstance(tree, dict) and set(sizes) <= {"topk", "depth", "budget"}
             and all(type(v) is int and 1 <= v <= 256 for v in sizes.values())
-            and type(tree.get("prune_below", 0.0)) in (int, float) and 0 <= tree.get("prune_below", 0.0) < 1
-            and type(tree.get("auto_top_to_t_bf16_cpu", 0.0)) in (int, float)
-            and 0 <= tree.get("auto_top_to_t_bf16_cpu", 0.0) <= 100):
+            and all(type(tree.get(k, 0.0)) in (int, float) and ok(tree.get(k, 0.0)) for k, ok in floats.items())):
         raise HeadError("err.head_damaged", error="tree")
     try:
         fields = {k: meta[k] for k in HeadConfig.__dataclass_fields__ if k in meta}
