@@ -18,7 +18,7 @@ import torch
 from .autoregressive import baseline_generate
 from .config import SamplingConfig, SpecConfig
 from .devices import cpu_has_bf16, dtype_name
-from .drafters import tree_prune, tree_shape
+from .drafters import run_tree_shape, tree_prune, tree_shape
 from .events import acceptance
 from .models import CachedLM, ModelPair, load_pair_uncached
 from .speculative import device_sync, encode_prompt, speculative_generate
@@ -271,7 +271,7 @@ def summarize(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig, n_pro
     methods, include_hf = list(totals), "hf_assisted" in totals
     tps = {m: totals[m]["tokens"] / totals[m]["seconds"] for m in methods}
     fastest = max((m for m in naive), key=tps.get)
-    tree = tree_shape(spec, pair.head) if spec.strategy == "tree" else None
+    tree = run_tree_shape(spec, sampling, pair) if spec.strategy == "tree" else None
     k_full = tree[2] if tree else spec.k if spec.strategy != "adaptive" else None
     m = measure(rounds, steps, k_full)  # t_target from the naive runs, t_draft and t_verify from the speculative
     alpha, c, verify_cost = m["alpha_empirical"], m["c"], m["verify_cost"]

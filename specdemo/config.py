@@ -84,7 +84,7 @@ class SpecConfig:
     copies up to K tokens that followed an earlier occurrence of the last `ngram` tokens (no draft model); "eagle"
     lets the pair's EAGLE head draft a chain of up to K; "tree" lets it draft a tree (EAGLE-2) of `tree_budget`
     nodes, `tree_depth` deep, expanding `tree_topk` nodes a depth with `tree_topk` children each (K is not used;
-    0 takes the head's own default for each size, drafters.tree_shape). tree_children: "top" makes each node's
+    0 takes the head's own default for each size, drafters.run_tree_shape). tree_children: "top" makes each node's
     children the head's top-k (tree.grow, verified by tree.walk); "sampled" draws them from the head without
     replacement at T > 0 (tree.grow_sampled, verified by tree.walk_sampled; at T = 0 it is "top"); "auto" picks
     what drafters.tree_children says at T > 0 (sampled, or top up to the head's measured T on a bf16 CPU).

@@ -49,7 +49,7 @@ import torch
 
 from .config import PRESETS, TREE_DEPTH_RANGE, Limits, SamplingConfig, SpecConfig
 from .i18n import Msg
-from .eagle import HeadCache
+from .eagle import SAMPLED_BF16_CPU, HeadCache
 from .models import CachedLM, ModelPair, StrategyUnavailable
 from .sampling import sample, warp
 from .tree import DraftTree, Drawn, graft, grow, grow_sampled, sampled_plan
@@ -370,20 +370,39 @@ DEFAULT_TREE = {"topk": 2, "depth": 4, "budget": 8}  # a head whose config names
 
 
 def head_tree(head) -> dict:
-    """What a head's config says of its trees (its "tree": sizes, prune_below, auto_top_to_t_bf16_cpu); {} without
-    a head."""
+    """What a head's config says of its trees (its "tree": sizes, prune_below, auto_top_to_t_bf16_cpu,
+    sampled_bf16_cpu); {} without a head."""
     return head.cfg.tree if head is not None else {}
 
 
-def tree_shape(spec: SpecConfig, head, limits: Limits | None = None) -> tuple[int, int, int]:
+def bf16_cpu(pair: ModelPair | None) -> bool:
+    """Whether the pair's target runs in bf16 on a CPU, where a head's config may record other tree defaults. It
+    reads the target's dtype, not the CPU, so a run asked in float32 on a CPU with bf16 units chooses as a CPU
+    without them would."""
+    return pair is not None and pair.device.type == "cpu" and pair.dtype == torch.bfloat16
+
+
+def tree_shape(spec: SpecConfig, head, limits: Limits | None = None, sampled_bf16_cpu: bool = False
+               ) -> tuple[int, int, int]:
     """(topk, depth, budget) for a tree run: spec's sizes, 0 taking the head's default (its config's "tree"), the
-    budget never above what the tree can hold nor the server's SPECDEMO_MAX_TREE."""
+    budget never above what the tree can hold nor the server's SPECDEMO_MAX_TREE. sampled_bf16_cpu: the run's
+    children are sampled and its target runs in bf16 on a CPU, where the head's config may name other defaults
+    (tree["sampled_bf16_cpu"]); run_tree_shape says when."""
     own = DEFAULT_TREE | head_tree(head)
+    if sampled_bf16_cpu:
+        own |= own.get(SAMPLED_BF16_CPU, {})
     topk = spec.tree_topk or own["topk"]
     depth = spec.tree_depth or own["depth"]
     budget = spec.tree_budget or own["budget"]
     cap = (limits or Limits.from_env()).max_tree
     return topk, depth, max(1, min(budget, topk + (depth - 1) * topk * topk, cap))
+
+
+def run_tree_shape(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, limits: Limits | None = None
+                   ) -> tuple[int, int, int]:
+    """The sizes a tree run drafts with (tree_shape): those for its children, on its target's device and dtype."""
+    sampled = tree_children(spec, sampling, pair) == "sampled"
+    return tree_shape(spec, pair.head, limits, sampled and bf16_cpu(pair))
 
 
 def tree_prune(head, spec: SpecConfig | None = None) -> float:
@@ -395,11 +414,13 @@ def tree_prune(head, spec: SpecConfig | None = None) -> float:
     return float(head_tree(head).get("prune_below", 0.0))
 
 
-# What tree_children="auto" means at T > 0. Chosen twice by rules written before measuring: by tokens per target
-# call (select_tree.py --children sampled), then by speed on SELECTION at T = 0.3, 0.7 and 1 for the pruned tree
-# (tree_vs_chain.py --selection; top-k children lost at 0.3 on a CPU without bf16 units, in float32). The same rule
-# on a CPU with bf16 units gave top-k children up to T = 0.7 there, which a head's config records as
-# tree["auto_top_to_t_bf16_cpu"] (see tree_children). README, "Pruned draft trees".
+# What tree_children="auto" means at T > 0. Chosen by rules written before measuring: by tokens per target call
+# (select_tree.py --children sampled), then by speed on SELECTION at T = 0.3, 0.7 and 1 for the pruned tree
+# (tree_vs_chain.py --selection; top-k children lost at 0.3 on a CPU without bf16 units, in float32). Where the
+# target runs in bf16 on a CPU, a head's config may record the temperature up to which top-k children were faster
+# there (tree["auto_top_to_t_bf16_cpu"]) and the smaller tree that sampled children are faster in above it
+# (tree["sampled_bf16_cpu"]): for SmolLM2 on a Zen 4 CPU, top-k (3, 5, 15) up to T = 0.3, sampled (2, 4, 5) above.
+# README, "Pruned draft trees" and "A small sampled tree on a bf16 CPU".
 AUTO_TREE_CHILDREN = "sampled"
 
 
@@ -407,15 +428,13 @@ def tree_children(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair | 
     """"top" or "sampled": how a tree run's children are chosen. At T = 0 always "top" (sampling from a one-hot
     head has one child; the argmax walk is the T -> 0 limit of both). "auto" at T > 0 is AUTO_TREE_CHILDREN,
     except where the pair's target runs in bf16 on a CPU and its head's config names a temperature up to which
-    top-k children were measured faster there (tree["auto_top_to_t_bf16_cpu"]). It reads the target's dtype, not
-    the CPU, so a run asked in float32 on such a CPU chooses as a CPU without bf16 units would."""
+    top-k children were measured faster there (tree["auto_top_to_t_bf16_cpu"])."""
     if sampling.greedy:
         return "top"
     if spec.tree_children != "auto":
         return spec.tree_children
     top_to = head_tree(pair.head if pair is not None else None).get("auto_top_to_t_bf16_cpu")
-    if top_to is not None and pair.device.type == "cpu" and pair.dtype == torch.bfloat16 and (
-            sampling.temperature <= top_to):
+    if top_to is not None and bf16_cpu(pair) and sampling.temperature <= top_to:
         return "top"
     return AUTO_TREE_CHILDREN
 
@@ -556,7 +575,7 @@ def make_drafter(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, dr
         return EagleDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1)
     if spec.strategy == "tree":
         return TreeDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1,
-                           tree_shape(spec, pair.head), tree_children(spec, sampling, pair),
+                           run_tree_shape(spec, sampling, pair), tree_children(spec, sampling, pair),
                            tree_prune(pair.head, spec), spec.tree_lookup, Limits.from_env().max_tree)
     draft_lm = draft_lm or CachedLM(pair.draft, pair.vocab_size)
     if spec.strategy == "adaptive":

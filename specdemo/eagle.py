@@ -61,7 +61,11 @@ class HeadConfig:
     feature_layers: tuple[int, ...] = ()  # decoder layers (0-based) whose outputs the head also reads (EAGLE-3)
     stop_below: float = 0.0  # confidence stop: draft x_t (t >= 2) only where the head's top probability >= this
     tree: dict = field(default_factory=dict)  # the draft tree's default shape: {"topk", "depth", "budget"} (ints)
-    #                                             and "prune_below" (a float, tree.grow's pruning; 0 or absent: none)
+    #                                             and "prune_below" (a float, tree.grow's pruning; 0 or absent: none);
+    #                                             where the target runs in bf16 on a CPU, "auto_top_to_t_bf16_cpu"
+    #                                             (auto children are top-k up to this T) and "sampled_bf16_cpu"
+    #                                             (sizes for sampled children there): drafters.tree_children,
+    #                                             drafters.run_tree_shape
     target: dict = field(default_factory=dict)  # model_type, hidden_size, vocab_size, vocab_sha256, name
     training: dict = field(default_factory=dict)  # the recipe and the learning curve (the card reads it)
 
@@ -274,6 +278,16 @@ def save_head(head: EagleHead, folder: Path) -> None:
     (folder / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
 
+TREE_SIZES = ("topk", "depth", "budget")
+SAMPLED_BF16_CPU = "sampled_bf16_cpu"  # tree sizes for sampled children where the target runs in bf16 on a CPU
+
+
+def sizes_ok(sizes) -> bool:
+    """Whether `sizes` is a dict of tree sizes only, each a whole number in [1, 256]."""
+    return isinstance(sizes, dict) and set(sizes) <= set(TREE_SIZES) and all(
+        type(v) is int and 1 <= v <= 256 for v in sizes.values())
+
+
 def read_config(folder: Path) -> HeadConfig:
     try:
         meta = json.loads((folder / CONFIG_FILE).read_text())
@@ -292,10 +306,10 @@ def read_config(folder: Path) -> HeadConfig:
         raise HeadError("err.head_damaged", error="stop_below")
     tree = meta.get("tree", {})
     floats = {"prune_below": lambda v: 0 <= v < 1, "auto_top_to_t_bf16_cpu": lambda v: 0 <= v <= 100}
-    sizes = {k: v for k, v in tree.items() if k not in floats} if isinstance(tree, dict) else None
-    if not (isinstance(tree, dict) and set(sizes) <= {"topk", "depth", "budget"}
-            and all(type(v) is int and 1 <= v <= 256 for v in sizes.values())
-            and all(type(tree.get(k, 0.0)) in (int, float) and ok(tree.get(k, 0.0)) for k, ok in floats.items())):
+    if not (isinstance(tree, dict)
+            and all(type(tree.get(k, 0.0)) in (int, float) and ok(tree.get(k, 0.0)) for k, ok in floats.items())
+            and sizes_ok({k: v for k, v in tree.items() if k not in (*floats, SAMPLED_BF16_CPU)})
+            and sizes_ok(tree.get(SAMPLED_BF16_CPU, {}))):
         raise HeadError("err.head_damaged", error="tree")
     try:
         fields = {k: meta[k] for k in HeadConfig.__dataclass_fields__ if k in meta}

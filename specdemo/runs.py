@@ -18,7 +18,7 @@ import torch
 from .autoregressive import baseline_steps
 from .config import Limits, SpecConfig
 from .events import Trace
-from .drafters import make_drafter, max_drafts, tree_shape
+from .drafters import make_drafter, max_drafts, run_tree_shape
 from .i18n import Msg
 from .models import CachedLM, ModelPair
 from .sampling import sample, verify, warp
@@ -186,7 +186,7 @@ def strategy_race(pair: ModelPair, req: Request, limits: Limits) -> Iterator:
             "strategy": strategy, "k": spec.k, "ngram": spec.ngram, "tokens_per_s": len(out_ids) / rounds[-1].elapsed_s,
             "rounds": len(rounds), "accepted": sum(r.n_accepted for r in rounds) / drafted if drafted else 0.0,
             "per_call": len(out_ids) / len(rounds), "points": points, "same": same,
-            "tree": tree_shape(spec, pair.head) if strategy == "tree" else None}]
+            "tree": run_tree_shape(spec, req.sampling, pair) if strategy == "tree" else None}]
         yield dict(race)
 
 

@@ -29,7 +29,7 @@ import torch
 
 from .config import SamplingConfig, SpecConfig
 from .events import Candidate, DraftPosition, Round, Token, Trace, TreeNode
-from .drafters import Drafter, RoundOutcome, make_drafter, max_drafts, tree_children, tree_prune, tree_shape
+from .drafters import Drafter, RoundOutcome, make_drafter, max_drafts, run_tree_shape, tree_children, tree_prune
 from .i18n import Translatable
 from .models import CachedLM, ModelPair, dtype_name
 from .sampling import verify, warp
@@ -383,7 +383,7 @@ def run_settings(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig | N
         if spec.strategy in ("eagle", "tree") and pair.head is not None:  # the head drafts; the draft model idles
             out["head_dtype"] = dtype_name(pair.head.lm_rows.dtype)
         if spec.strategy == "tree" and pair.head is not None:  # the sizes it drafted with (0s resolved, capped)
-            out["tree_topk"], out["tree_depth"], out["tree_budget"] = tree_shape(spec, pair.head)
+            out["tree_topk"], out["tree_depth"], out["tree_budget"] = run_tree_shape(spec, sampling, pair)
             out["tree_children"] = tree_children(spec, sampling, pair)
             out["tree_prune_below"] = tree_prune(pair.head, spec)
             if spec.tree_lookup:

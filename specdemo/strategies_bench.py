@@ -14,7 +14,7 @@ from .autoregressive import baseline_generate
 from .bench import COPY_PROMPTS, assisted_generate, bench_prompts, forward_ms, head_step_ms, target_variants
 from .config import SamplingConfig, SpecConfig
 from .devices import dtype_name
-from .drafters import tree_prune, tree_shape
+from .drafters import run_tree_shape, tree_prune
 from .events import acceptance
 from .models import ModelPair
 from .speculative import speculative_generate
@@ -47,13 +47,10 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
     targets = target_variants(pair)
     own = dtype_name(pair.dtype)
     ks = list(range(1, 9)) if k_search else [k]
-    tree_spec = SpecConfig(strategy="tree", tree_topk=tree[0], tree_depth=tree[1], tree_budget=tree[2],
-                           tree_prune=tree_prune_below)
-    shape = tree_shape(tree_spec, pair.head) if pair.head is not None else None
-    prune = tree_prune(pair.head, tree_spec)
-    methods = method_names(pair, targets, ks, k, lookup_k, include_hf, shape, sampled=not sampling.greedy, prune=prune)
+    trees = tree_methods(pair, sampling, tree, tree_prune_below)
+    methods = method_names(pair, targets, ks, k, lookup_k, include_hf, list(trees))
     counter = CallCounter(pair.target)
-    run = method_runner(pair, targets, sampling, k, max_new_tokens, ngram, lookup_k, counter, shape, prune)
+    run = method_runner(pair, targets, sampling, k, max_new_tokens, ngram, lookup_k, counter, trees)
 
     for m in methods:  # warm-up: first calls pay for allocation, kernels, lazily built tables
         run(m, general[0], seed)
@@ -86,19 +83,34 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
 
 
 def method_names(pair: ModelPair, targets: dict, ks: list[int], k: int, lookup_k: int, include_hf: bool,
-                 shape: tuple[int, int, int] | None = None, sampled: bool = False, prune: float = 0.0) -> list[str]:
+                 trees: list[str] = ()) -> list[str]:
     """The race's entrants: target-only in each dtype, fixed K for each K searched, adaptive, lookup, eagle and the
-    head's tree of `shape` (if the pair has a head; at T > 0 twice, with top-k and with sampled children), and
-    transformers' three assisted modes."""
+    head's `trees` (tree_methods; if the pair has a head), and transformers' three assisted modes."""
     methods = [f"target-only {name}" for name in targets]
     methods += [f"fixed K={kk}" for kk in ks] + ["adaptive", f"lookup K={lookup_k}"]
     if pair.head is not None:
-        methods.append(f"eagle K={k}")
-        if shape is not None:
-            methods += [tree_method(shape, c, prune) for c in (("top", "sampled") if sampled else ("top",))]
+        methods += [f"eagle K={k}", *trees]
     if include_hf:
         methods += [f"hf assisted K={k}", "hf assisted default", f"hf prompt lookup K={lookup_k}"]
     return methods
+
+
+def tree_methods(pair: ModelPair, sampling: SamplingConfig, sizes: tuple[int, int, int] = (0, 0, 0),
+                 prune_below: float | None = None) -> dict[str, dict]:
+    """The head's trees in the race, by row name (tree_method): the SpecConfig fields each runs with. One with
+    top-k children and, at T > 0, one with sampled children, each of the sizes `sizes` (0 = what a run with those
+    children drafts with here, drafters.run_tree_shape), pruned below `prune_below` (None = the head's own)."""
+    if pair.head is None:
+        return {}
+    out = {}
+    for children in ("top",) if sampling.greedy else ("top", "sampled"):
+        spec = SpecConfig(strategy="tree", tree_topk=sizes[0], tree_depth=sizes[1], tree_budget=sizes[2],
+                          tree_prune=prune_below, tree_children=children)
+        shape, prune = run_tree_shape(spec, sampling, pair), tree_prune(pair.head, spec)
+        out[tree_method(shape, children, prune)] = {"tree_topk": shape[0], "tree_depth": shape[1],
+                                                    "tree_budget": shape[2], "tree_children": children,
+                                                    "tree_prune": prune}
+    return out
 
 
 def tree_method(shape: tuple[int, int, int], children: str = "top", prune_below: float = 0.0) -> str:
@@ -109,8 +121,7 @@ def tree_method(shape: tuple[int, int, int], children: str = "top", prune_below:
 
 
 def method_runner(pair: ModelPair, targets: dict, sampling: SamplingConfig, k: int, max_new_tokens: int, ngram: int,
-                  lookup_k: int, counter: CallCounter, shape: tuple[int, int, int] | None = None,
-                  prune: float | None = None):
+                  lookup_k: int, counter: CallCounter, trees: dict[str, dict] | None = None):
     """run(method, prompt, seed) -> (tokens, seconds, target calls, trace or None), for any of `method_names`."""
 
     def run(method: str, prompt: str, s: int):
@@ -125,10 +136,7 @@ def method_runner(pair: ModelPair, targets: dict, sampling: SamplingConfig, k: i
             return n, secs, counter.n - before, None
         strategy = method.split()[0]
         kk = int(method.split("=")[1]) if "=" in method and strategy != "tree" else k
-        sizes = dict(zip(("tree_topk", "tree_depth", "tree_budget"), shape)) if strategy == "tree" else {}
-        if strategy == "tree":
-            sizes["tree_children"] = "sampled" if method.endswith(" sampled") else "top"
-            sizes["tree_prune"] = prune
+        sizes = trees[method] if strategy == "tree" else {}
         spec = SpecConfig(k=kk, max_new_tokens=max_new_tokens, seed=s, strategy=strategy, ngram=ngram,
                           top_candidates=0, **sizes)
         tr = speculative_generate(pair, prompt, sampling, spec)

@@ -168,7 +168,7 @@ def controls(u, limits: Limits, pair_name: str) -> None:
                                    info=L("ui.ngram_info"), visible=preset.strategy == "lookup",
                                    elem_id="sd-ngram")
             with gr.Column(visible=preset.strategy == "tree", elem_id="sd-tree-sizes") as u.tree_box:
-                # 0 takes the head's own size (drafters.tree_shape); the budget stops at the server's limit
+                # 0 takes the head's own size (drafters.run_tree_shape); the budget stops at the server's limit
                 c["tree_topk"] = gr.Slider(0, TREE_TOPK_RANGE[1], value=0, step=1, label=L("ui.tree_topk"),
                                            elem_id="sd-tree-topk")
                 c["tree_depth"] = gr.Slider(0, TREE_DEPTH_RANGE[1], value=0, step=1, label=L("ui.tree_depth"),

@@ -309,6 +309,8 @@ def refusal(pair) -> str:
     ("stop_above_one", "err.head_damaged"),
     ("prune_above_one", "err.head_damaged"),
     ("prune_not_a_number", "err.head_damaged"),
+    ("sampled_sizes_zero", "err.head_damaged"),
+    ("sampled_sizes_unknown", "err.head_damaged"),
     ("d2t_repeats", "err.head_d2t_repeats"),
 ])
 def test_a_bad_head_is_refused_in_one_sentence_and_the_rest_works(pair32, head_copy, damage, key):
@@ -328,6 +330,11 @@ def test_a_bad_head_is_refused_in_one_sentence_and_the_rest_works(pair32, head_c
     elif damage.startswith("prune_"):  # a tree pruned below a probability no node reaches, or below a word
         meta = json.loads((head_copy / "config.json").read_text())
         meta["tree"] = {"topk": 2, "prune_below": 1.5 if damage == "prune_above_one" else "low"}
+        (head_copy / "config.json").write_text(json.dumps(meta))
+    elif damage.startswith("sampled_sizes_"):  # a bf16 CPU's sampled tree of no nodes, or of a size it cannot read
+        meta = json.loads((head_copy / "config.json").read_text())
+        sizes = {"topk": 2, "depth": 0} if damage == "sampled_sizes_zero" else {"topk": 2, "width": 3}
+        meta["tree"] = {"topk": 2, "sampled_bf16_cpu": sizes}
         (head_copy / "config.json").write_text(json.dumps(meta))
     elif damage == "d2t_repeats":  # two draft rows name one target token: its q would add up, and q be wrong
         from safetensors.torch import load_file, save_file

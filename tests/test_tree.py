@@ -556,11 +556,12 @@ def test_the_sampled_walk_emits_exactly_p_at_each_depth(one_thread):
 
 
 SAMPLED_TOY_SHAPES = [(SamplingConfig(1.0), (2, 2, 4)), (SamplingConfig(1.0), (3, 3, 7)),
-                      (SamplingConfig(0.7, top_k=4, top_p=0.9), (3, 2, 6)), (SamplingConfig(1.0), (1, 2, 2))]
+                      (SamplingConfig(0.7, top_k=4, top_p=0.9), (3, 2, 6)), (SamplingConfig(1.0), (1, 2, 2)),
+                      (SamplingConfig(0.7), (2, 4, 5))]  # the last: SmolLM2's sampled tree on a bf16 CPU
 
 
 @pytest.mark.parametrize("cfg,shape", SAMPLED_TOY_SHAPES, ids=["T1-2x2-4", "T1-3x3-7", "T0.7-k4-p0.9-3x2-6",
-                                                               "T1-chain-1x2-2"])
+                                                               "T1-chain-1x2-2", "T0.7-2x4-5"])
 def test_the_sampled_tree_is_exact_on_the_toy_pair(toy_pair, cfg, shape, one_thread):
     """Children drawn from a random head without replacement, verified by recursive rejection sampling: the joint
     of the first three tokens follows the target, through rounds that end at the root, inside and at leaves (with
@@ -809,26 +810,47 @@ def test_a_pair_without_a_head_refuses_tree_as_it_refuses_eagle(toy_pair):
         assert "\n" not in str(err.value)
 
 
-def test_auto_children_follow_the_rule_each_head_records(pair32):
-    """`auto` at T > 0. SmolLM2's head records the temperature up to which top-k children were the faster choice
-    where the target runs in bf16 on a CPU (0.7, by tree_vs_chain.py's rule, on a Zen 4 CPU): top there at T 0.3
-    and 0.7, sampled above it and wherever the target runs in float32. The Shakespeare head records none: sampled.
-    T = 0 is top everywhere, an explicit choice is kept, and a run's settings say what it drafted with."""
-    from specdemo.drafters import tree_children
+def test_auto_children_and_sizes_follow_the_rules_each_head_records(pair32):
+    """`auto` at T > 0. Where the target runs in bf16 on a CPU, SmolLM2's head records the temperature up to which
+    top-k children were the faster choice (0.3) and the smaller tree that sampled children were faster in above it
+    ((2, 4, 5)), by the rules in the README ("A small sampled tree on a bf16 CPU"; Zen 4): top-k (3, 5, 15) at
+    T 0.3, sampled (2, 4, 5) above it, and sampled (3, 5, 15) wherever the target runs in float32. The Shakespeare
+    head records neither. T = 0 is top everywhere, an explicit choice or size is kept, and a run's settings and its
+    rounds say what it drafted with."""
+    from specdemo.drafters import run_tree_shape, tree_children
     from specdemo.models import load_pair_uncached
     from specdemo.speculative import run_settings
+    from specdemo.strategies_bench import tree_methods
 
     smol16 = load_pair_uncached("smollm2-135m", target_dtype="bfloat16")
     smol32 = load_pair_uncached("smollm2-135m", target_dtype="float32", draft_dtype="float32")
-    assert smol16.head.cfg.tree["auto_top_to_t_bf16_cpu"] == 0.7 and smol16.device.type == "cpu"
+    assert smol16.head.cfg.tree["auto_top_to_t_bf16_cpu"] == 0.3 and smol16.device.type == "cpu"
     auto, top, sampled = (SpecConfig(strategy="tree", tree_children=c) for c in ("auto", "top", "sampled"))
-    for t, want16 in ((0.0, "top"), (0.3, "top"), (0.7, "top"), (0.71, "sampled"), (1.0, "sampled")):
+    big, small = (3, 5, 15), (2, 4, 5)
+    for t, want16 in ((0.0, "top"), (0.3, "top"), (0.31, "sampled"), (0.7, "sampled"), (1.0, "sampled")):
         cfg = SamplingConfig(t)
         assert tree_children(auto, cfg, smol16) == want16, t
+        assert run_tree_shape(auto, cfg, smol16) == (big if want16 == "top" else small), t
         assert tree_children(auto, cfg, smol32) == ("top" if t == 0 else "sampled"), t
+        assert run_tree_shape(auto, cfg, smol32) == run_tree_shape(top, cfg, smol16) == big, t
         assert tree_children(auto, cfg, pair32) == ("top" if t == 0 else "sampled"), t
         assert tree_children(top, cfg, smol32) == "top" and tree_children(sampled, cfg, smol16) == (
             "top" if t == 0 else "sampled")
+        assert run_tree_shape(sampled, cfg, smol16) == (big if t == 0 else small), t
+    assert run_tree_shape(SpecConfig(strategy="tree", tree_budget=9), SamplingConfig(0.7), smol16) == (2, 4, 9)
+    assert tree_methods(smol16, SamplingConfig(0.7)) == {  # bench --strategies races the trees a run would draft
+        "tree 3x5 N=15 prune 0.02": {"tree_topk": 3, "tree_depth": 5, "tree_budget": 15, "tree_children": "top",
+                                     "tree_prune": 0.02},
+        "tree 2x4 N=5 prune 0.02 sampled": {"tree_topk": 2, "tree_depth": 4, "tree_budget": 5,
+                                            "tree_children": "sampled", "tree_prune": 0.02}}
+    assert list(tree_methods(smol16, SamplingConfig(0.0))) == ["tree 3x5 N=15 prune 0.02"]
     trace = speculative_generate(smol16, "Hi", SamplingConfig(0.3), SpecConfig(strategy="tree", max_new_tokens=6))
     assert trace.settings["tree_children"] == run_settings(smol16, SamplingConfig(0.3), auto)["tree_children"] == "top"
     assert all(nd.q is None for r in trace.rounds for nd in (r.tree or []))  # no node was drawn from q
+    trace = speculative_generate(smol16, "Name three rivers.", SamplingConfig(0.7),
+                                 SpecConfig(strategy="tree", max_new_tokens=24))
+    s = trace.settings
+    assert (s["tree_children"], s["tree_topk"], s["tree_depth"], s["tree_budget"]) == ("sampled", *small)
+    trees = [r.tree for r in trace.rounds if r.tree]
+    assert trees and all(len(t) <= 5 and max(nd.depth for nd in t) <= 4 and all(nd.q is not None for nd in t)
+                         for t in trees)
