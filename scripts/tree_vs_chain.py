@@ -37,6 +37,22 @@ packed): on SELECTION (`--selection --prompts 20 --max-new-tokens 48 --seeds 1 -
 8`, the shipped shape, the drafters interleaved in one process), a branch of up to 8 copied tokens becomes the
 head's default for top-k trees if "tree top + lookup 8" reaches at least 1.03x the tokens/s of "tree top" at T = 0
 and at least 0.99x at T = 0.3 and at T = 0.7; otherwise it stays an option, off by default.
+
+The rules for the tree's size at T > 0 on a bf16 CPU (the head's tree["sampled_bf16_cpu"] and
+tree["auto_top_to_t_bf16_cpu"]), on the AMD EPYC with AVX-512 BF16 (bf16, packed), after an offline model of
+per-node head and target path probabilities on SELECTION said smaller trees would pay at T = 0.7 there.
+Rule 1, written 2026-11-26 02:42 UTC before any run of its candidates: on SELECTION (`--selection --prompts 20
+--max-new-tokens 48 --seeds 1 --temperature 0.7,0.3` with the seven `--tree` candidates top:3,5,15:0.02 (shipped),
+top:3,5,15:0.05, top:3,5,6:0.02, top:2,4,5:0, sampled:2,4,5, sampled:2,5,6, sampled:3,4,6), a candidate replaces
+what T > 0 runs on a bf16 CPU only if its speed over the chain beats the shipped one's by 3% or more at T = 0.7 and
+is no more than 1% below it at T = 0.3; the best such by the mean of the two wins; then the held-out run (24 x 128,
+one seed, T = 0.7) must confirm that it beats the shipped tree. Sampled (2, 4, 5) won and was confirmed at T = 0.7,
+but held out at T = 0.3 it was slower than the shipped top-k tree. Rule 2, written 2026-11-26 03:00 UTC after those
+held-out runs and before its own measurement: on SELECTION with 3 seeds (`--selection --prompts 20 --max-new-tokens
+48 --seeds 3 --temperature 0.3,0.7 --tree top:3,5,15:0.02 --tree sampled:2,4,5`), at each temperature the faster of
+the two is what `auto` runs there, top-k only up to the highest temperature at which it wins at that and every
+lower measured one (the rule for `auto` above), and sampled children above it in (2, 4, 5). Top-k won at 0.3 and
+sampled (2, 4, 5) at 0.7: README, "A small sampled tree on a bf16 CPU".
 """
 
 from __future__ import annotations
@@ -74,6 +90,9 @@ def main() -> None:
                     help="also the top-k tree with a prompt-lookup branch of up to N tokens (SpecConfig.tree_lookup)")
     ap.add_argument("--warped", action="store_true",
                     help="also the top-k tree scored by the head's warped q (TreeDrafter.warped_scores)")
+    ap.add_argument("--tree", action="append", default=[], metavar="CHILDREN:K,D,N[:PRUNE]",
+                    help="race these trees against the chain instead of the two default ones: children top or "
+                         "sampled, top-k, depth, budget, and prune_below (default: the head's own); repeatable")
     args = ap.parse_args()
     pair = load_pair(args.pair)
     if args.selection:
@@ -84,11 +103,22 @@ def main() -> None:
         prompts = bench_prompts(pair)
     prompts = prompts[: args.prompts or len(prompts)]
     runs = RUNS | (CUT if args.cut_children else {}) | (WARPED if args.warped else {})
+    if args.tree:
+        runs = {"eagle": RUNS["eagle"]} | dict(tree_run(t) for t in args.tree)
     if args.lookup:
         runs |= {f"tree top + lookup {args.lookup}": {"strategy": "tree", "tree_children": "top",
                                                       "tree_lookup": args.lookup}}
     for temperature in (float(t) for t in args.temperature.split(",")):
         compare(pair, prompts, SamplingConfig(temperature), args.seeds, args.max_new_tokens, runs)
+
+
+def tree_run(text: str) -> tuple[str, dict]:
+    """'sampled:2,4,5' or 'top:3,5,15:0.05' -> (row name, SpecConfig fields)."""
+    children, sizes, *prune = text.split(":")
+    topk, depth, budget = (int(x) for x in sizes.split(","))
+    fields = {"strategy": "tree", "tree_children": children, "tree_topk": topk, "tree_depth": depth,
+              "tree_budget": budget, "tree_prune": float(prune[0]) if prune else None}
+    return f"{children} ({topk},{depth},{budget})" + (f" {prune[0]}" if prune else ""), fields
 
 
 def compare(pair, prompts: list[str], sampling: SamplingConfig, seeds: int, max_new_tokens: int, runs: dict) -> None:
