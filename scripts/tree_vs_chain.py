@@ -80,6 +80,7 @@ def main() -> None:
     ap.add_argument("--pair", default="smollm2-135m")
     ap.add_argument("--temperature", default="0.7", help="one temperature, or several: 0.3,0.7,1")
     ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--first-seed", type=int, default=0, help="the first seed's number (seeds first..first+seeds-1)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--selection", action="store_true",
                     help="SmolLM2's SELECTION prompts (where its defaults are chosen) instead of the held-out ones")
@@ -109,7 +110,7 @@ def main() -> None:
         runs |= {f"tree top + lookup {args.lookup}": {"strategy": "tree", "tree_children": "top",
                                                       "tree_lookup": args.lookup}}
     for temperature in (float(t) for t in args.temperature.split(",")):
-        compare(pair, prompts, SamplingConfig(temperature), args.seeds, args.max_new_tokens, runs)
+        compare(pair, prompts, SamplingConfig(temperature), args.seeds, args.max_new_tokens, runs, args.first_seed)
 
 
 def tree_run(text: str) -> tuple[str, dict]:
@@ -121,10 +122,11 @@ def tree_run(text: str) -> tuple[str, dict]:
     return f"{children} ({topk},{depth},{budget})" + (f" {prune[0]}" if prune else ""), fields
 
 
-def compare(pair, prompts: list[str], sampling: SamplingConfig, seeds: int, max_new_tokens: int, runs: dict) -> None:
+def compare(pair, prompts: list[str], sampling: SamplingConfig, seeds: int, max_new_tokens: int, runs: dict,
+            first_seed: int = 0) -> None:
     speculative_generate(pair, prompts[0], sampling, SpecConfig(max_new_tokens=16, strategy="tree"))  # warm-up
     tot = {name: [0, 0.0, 0] for name in runs}  # tokens, seconds, target calls
-    for s in range(seeds):
+    for s in range(first_seed, first_seed + seeds):
         for i, prompt in enumerate(prompts):
             for name, kw in runs.items():
                 kw = dict(kw)
@@ -139,9 +141,10 @@ def compare(pair, prompts: list[str], sampling: SamplingConfig, seeds: int, max_
                 tot[name][0] += len(tr.output_ids)
                 tot[name][1] += tr.wall_s
                 tot[name][2] += len(tr.rounds)
-        print(f"  seed {s + 1}/{seeds} done", flush=True)
+        print(f"  seed {s + 1 - first_seed}/{seeds} done", flush=True)
     chain = tot["eagle"][0] / tot["eagle"][1]
-    print(f"{pair.name}, T = {sampling.temperature:g}: {len(prompts)} prompts x {seeds} seeds x {max_new_tokens} tokens")
+    print(f"{pair.name}, T = {sampling.temperature:g}: {len(prompts)} prompts x {seeds} seeds (from {first_seed}) x "
+          f"{max_new_tokens} tokens")
     print("| drafter | tokens/s | tokens per target call | speed / chain |\n|---|---:|---:|---:|")
     for name, (n, secs, calls) in tot.items():
         print(f"| {name} | {n / secs:.1f} | {n / calls:.2f} | {n / secs / chain:.3f}x |", flush=True)
