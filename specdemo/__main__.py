@@ -56,7 +56,8 @@ def add_common(ap: argparse.ArgumentParser) -> None:
                     "tokens copied by prompt lookup onto each tree (0-16; 0 = none)")
     ap.add_argument("--tree-children", default="auto", help="tree: top (the head's top-k children), sampled "
                     "(drawn from the head, T > 0) or auto (default: top at T = 0; at T > 0 sampled, "
-                    "or top up to the head's measured T where the target runs in bf16 on a CPU: 0.7 for smollm2-135m)")
+                    "or top up to the head's measured T where the target runs in bf16 on a CPU: 0.3 for smollm2-135m, "
+                    "whose sampled tree there is 2 wide, 4 deep, 5 nodes)")
     ap.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
     ap.add_argument("--draft-dtype", default=None, help="auto, float32, bfloat16 or float16 (default: auto)")
     ap.add_argument("--target-dtype", default=None, help="auto, float32, bfloat16 or float16 (default: auto)")

