@@ -52,7 +52,10 @@ held-out runs and before its own measurement: on SELECTION with 3 seeds (`--sele
 48 --seeds 3 --temperature 0.3,0.7 --tree top:3,5,15:0.02 --tree sampled:2,4,5`), at each temperature the faster of
 the two is what `auto` runs there, top-k only up to the highest temperature at which it wins at that and every
 lower measured one (the rule for `auto` above), and sampled children above it in (2, 4, 5). Top-k won at 0.3 and
-sampled (2, 4, 5) at 0.7: README, "A small sampled tree on a bf16 CPU".
+sampled (2, 4, 5) at 0.7: README, "A small sampled tree on a bf16 CPU". (Rules 1 and 2 ran as a scratch script
+calling compare() before --tree existed.) Since then the "tree sampled" row drafts (2, 4, 5) on a bf16 CPU at
+T > 0, as `auto` does there; the earlier rules rerun as they ran with `--tree sampled:3,5,15` (and the top-k row
+as `--tree top:3,5,15`).
 """
 
 from __future__ import annotations
@@ -92,8 +95,9 @@ def main() -> None:
     ap.add_argument("--warped", action="store_true",
                     help="also the top-k tree scored by the head's warped q (TreeDrafter.warped_scores)")
     ap.add_argument("--tree", action="append", default=[], metavar="CHILDREN:K,D,N[:PRUNE]",
-                    help="race these trees against the chain instead of the two default ones: children top or "
-                         "sampled, top-k, depth, budget, and prune_below (default: the head's own); repeatable")
+                    help="race these trees against the chain instead of the two default ones (the --cut-children, "
+                         "--warped and --lookup rows still come on top): children top or sampled, top-k, depth, "
+                         "budget, and prune_below (default: the head's own); repeatable")
     args = ap.parse_args()
     pair = load_pair(args.pair)
     if args.selection:
@@ -103,9 +107,8 @@ def main() -> None:
     else:
         prompts = bench_prompts(pair)
     prompts = prompts[: args.prompts or len(prompts)]
-    runs = RUNS | (CUT if args.cut_children else {}) | (WARPED if args.warped else {})
-    if args.tree:
-        runs = {"eagle": RUNS["eagle"]} | dict(tree_run(t) for t in args.tree)
+    trees = dict(tree_run(t) for t in args.tree) if args.tree else {k: v for k, v in RUNS.items() if k != "eagle"}
+    runs = {"eagle": RUNS["eagle"]} | trees | (CUT if args.cut_children else {}) | (WARPED if args.warped else {})
     if args.lookup:
         runs |= {f"tree top + lookup {args.lookup}": {"strategy": "tree", "tree_children": "top",
                                                       "tree_lookup": args.lookup}}

@@ -18,11 +18,12 @@ import torch
 from .autoregressive import baseline_generate
 from .config import SamplingConfig, SpecConfig
 from .devices import cpu_has_bf16, dtype_name
-from .drafters import run_tree_shape, tree_prune, tree_shape
+from .drafters import run_tree_shape, tree_children, tree_prune, tree_shape
 from .events import acceptance
 from .models import CachedLM, ModelPair, load_pair_uncached
 from .speculative import device_sync, encode_prompt, speculative_generate
 from .theory import expected_tokens_per_round, measure, predicted_speedup
+from .tree import sampled_plan
 
 BENCH_PROMPTS = [
     "ROMEO:\n",
@@ -153,6 +154,14 @@ def isolated_draft_ms(pair: ModelPair, strategy: str, width: int = 0) -> float |
     return forward_ms(pair.draft, pair.vocab_size, 1)
 
 
+def frontier_width(shape: tuple[int, int, int], children: str) -> int:
+    """The most nodes one head call of a tree run reads after the root's: top-k children expand `topk` nodes a
+    depth; a sampled tree expands what tree.sampled_plan fixes (SmolLM2's (2, 4, 5) on a bf16 CPU: one)."""
+    if children == "top":
+        return shape[0]
+    return max((m for m, _ in sampled_plan(*shape)[1:]), default=1)
+
+
 @torch.inference_mode()
 def head_step_ms(pair: ModelPair, context: int = 128, reps: int = 30, width: int = 0) -> float:
     """Median time of one EAGLE draft step (head layer, LM rows, argmax, next embedding) after `context` positions
@@ -279,7 +288,8 @@ def summarize(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig, n_pro
     ceiling_paper = predicted_speedup(alpha, spec.k, c)  # Leviathan et al.: verify costs one target step
     ceiling_measured = predicted_speedup(alpha, spec.k, c, verify_cost)
     speedup = tps["speculative"] / tps["naive"]
-    iso_draft = isolated_draft_ms(pair, spec.strategy, tree[0] if tree else 0)
+    iso_draft = isolated_draft_ms(pair, spec.strategy, frontier_width(tree, tree_children(spec, sampling, pair))
+                                  if tree else 0)
     iso_target = forward_ms(pair.target, pair.vocab_size, 1)
     own_logits = forward_ms(pair.target, pair.vocab_size, 1, float32_logits=False)
     result = {

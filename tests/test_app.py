@@ -92,10 +92,10 @@ def test_strategy_race_times_every_strategy_and_keeps_the_text_at_t0(client, pai
     tables = {out[1] for out in job.outputs() if isinstance(out[1], str) and out[1]}
     assert len(tables) == 6, "one new table after each run"
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    from specdemo import SpecConfig
-    from specdemo.drafters import tree_shape
+    from specdemo import SamplingConfig, SpecConfig
+    from specdemo.drafters import run_tree_shape
 
-    topk, depth, budget = tree_shape(SpecConfig(strategy="tree"), pair.head)  # the head's own shape
+    topk, depth, budget = run_tree_shape(SpecConfig(strategy="tree"), SamplingConfig(0.0), pair)  # the head's own shape at T = 0
     names = ["target only", "fixed K = 3", "adaptive", "prompt lookup n = 3", "EAGLE head = 3",
              f"EAGLE tree (top-k {topk}, depth {depth}, {budget} nodes)"]
     assert [r.split("|")[1].strip() for r in rows] == names

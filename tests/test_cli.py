@@ -121,12 +121,12 @@ def test_bench_times_every_method_side_by_side_and_its_figures_agree():
 
 
 def test_bench_strategies_lists_every_strategy_of_the_pair(pair):
-    from specdemo import SpecConfig
-    from specdemo.drafters import tree_shape
+    from specdemo import SamplingConfig, SpecConfig
+    from specdemo.drafters import run_tree_shape
 
     table = bench("--strategies", "--no-k-search", "--no-hf", "--k", "2")
     rows = {line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")}
-    topk, depth, budget = tree_shape(SpecConfig(strategy="tree"), pair.head)  # the head's own shape
+    topk, depth, budget = run_tree_shape(SpecConfig(strategy="tree"), SamplingConfig(0.0), pair)  # the head's own shape at T = 0
     tree = f"tree {topk}x{depth} N={budget}"
     assert {"fixed K=2", "adaptive", "lookup K=8", "eagle K=2", tree} <= rows  # the head's chain and its tree
     assert not any(row.startswith("hf") for row in rows)  # --no-hf leaves transformers' modes out

@@ -311,6 +311,8 @@ def refusal(pair) -> str:
     ("prune_not_a_number", "err.head_damaged"),
     ("sampled_sizes_zero", "err.head_damaged"),
     ("sampled_sizes_unknown", "err.head_damaged"),
+    ("sampled_sizes_not_a_dict", "err.head_damaged"),
+    ("sampled_sizes_bool", "err.head_damaged"),
     ("d2t_repeats", "err.head_d2t_repeats"),
 ])
 def test_a_bad_head_is_refused_in_one_sentence_and_the_rest_works(pair32, head_copy, damage, key):
@@ -333,7 +335,8 @@ def test_a_bad_head_is_refused_in_one_sentence_and_the_rest_works(pair32, head_c
         (head_copy / "config.json").write_text(json.dumps(meta))
     elif damage.startswith("sampled_sizes_"):  # a bf16 CPU's sampled tree of no nodes, or of a size it cannot read
         meta = json.loads((head_copy / "config.json").read_text())
-        sizes = {"topk": 2, "depth": 0} if damage == "sampled_sizes_zero" else {"topk": 2, "width": 3}
+        sizes = {"sampled_sizes_zero": {"topk": 2, "depth": 0}, "sampled_sizes_unknown": {"topk": 2, "width": 3},
+                 "sampled_sizes_not_a_dict": [2, 4, 5], "sampled_sizes_bool": {"topk": True}}[damage]
         meta["tree"] = {"topk": 2, "sampled_bf16_cpu": sizes}
         (head_copy / "config.json").write_text(json.dumps(meta))
     elif damage == "d2t_repeats":  # two draft rows name one target token: its q would add up, and q be wrong

@@ -521,7 +521,13 @@ def test_the_sampled_plan_reaches_its_depth_within_the_budget():
                     frontier = expanded * children
                 assert len(plan) == min(depth, budget) and sum(m * c for m, c in plan) <= budget
     assert sampled_plan(2, 4, 8) == [(1, 2), (2, 2), (1, 1), (1, 1)]
+    assert sampled_plan(2, 4, 5) == [(1, 2), (1, 1), (1, 1), (1, 1)]  # SmolLM2's on a bf16 CPU: the chain + a spare
     assert sampled_plan(1, 4, 4) == [(1, 1)] * 4  # top-k 1: a sampled chain
+    # the widest head call after the root's, which bench times in isolation
+    from specdemo.bench import frontier_width
+
+    assert (frontier_width((2, 4, 5), "sampled"), frontier_width((2, 4, 8), "sampled")) == (1, 2)
+    assert frontier_width((3, 5, 15), "top") == 3
 
 
 def test_the_sampled_walk_emits_exactly_p_at_each_depth(one_thread):
@@ -837,7 +843,10 @@ def test_auto_children_and_sizes_follow_the_rules_each_head_records(pair32):
         assert tree_children(top, cfg, smol32) == "top" and tree_children(sampled, cfg, smol16) == (
             "top" if t == 0 else "sampled")
         assert run_tree_shape(sampled, cfg, smol16) == (big if t == 0 else small), t
+    # a size given by hand replaces that size only: the others stay those of the run's children and machine
     assert run_tree_shape(SpecConfig(strategy="tree", tree_budget=9), SamplingConfig(0.7), smol16) == (2, 4, 9)
+    assert run_tree_shape(SpecConfig(strategy="tree", tree_topk=3), SamplingConfig(0.7), smol16) == (3, 4, 5)
+    assert run_tree_shape(SpecConfig(strategy="tree", tree_topk=3), SamplingConfig(0.7), smol32) == (3, 5, 15)
     assert tree_methods(smol16, SamplingConfig(0.7)) == {  # bench --strategies races the trees a run would draft
         "tree 3x5 N=15 prune 0.02": {"tree_topk": 3, "tree_depth": 5, "tree_budget": 15, "tree_children": "top",
                                      "tree_prune": 0.02},
