@@ -61,6 +61,7 @@ as `--tree top:3,5,15`).
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 from pathlib import Path
 
@@ -129,8 +130,10 @@ def compare(pair, prompts: list[str], sampling: SamplingConfig, seeds: int, max_
             first_seed: int = 0) -> None:
     speculative_generate(pair, prompts[0], sampling, SpecConfig(max_new_tokens=16, strategy="tree"))  # warm-up
     tot = {name: [0, 0.0, 0] for name in runs}  # tokens, seconds, target calls
+    cells = []  # per (seed, prompt): {name: (tokens, seconds)}, for the interval
     for s in range(first_seed, first_seed + seeds):
         for i, prompt in enumerate(prompts):
+            cells.append({})
             for name, kw in runs.items():
                 kw = dict(kw)
                 for toggle in TOGGLES:
@@ -144,13 +147,31 @@ def compare(pair, prompts: list[str], sampling: SamplingConfig, seeds: int, max_
                 tot[name][0] += len(tr.output_ids)
                 tot[name][1] += tr.wall_s
                 tot[name][2] += len(tr.rounds)
+                cells[-1][name] = (len(tr.output_ids), tr.wall_s)
         print(f"  seed {s + 1 - first_seed}/{seeds} done", flush=True)
     chain = tot["eagle"][0] / tot["eagle"][1]
     print(f"{pair.name}, T = {sampling.temperature:g}: {len(prompts)} prompts x {seeds} seeds (from {first_seed}) x "
           f"{max_new_tokens} tokens")
-    print("| drafter | tokens/s | tokens per target call | speed / chain |\n|---|---:|---:|---:|")
+    print("| drafter | tokens/s | tokens per target call | speed / chain | 90% interval |\n|---|---:|---:|---:|---:|")
     for name, (n, secs, calls) in tot.items():
-        print(f"| {name} | {n / secs:.1f} | {n / calls:.2f} | {n / secs / chain:.3f}x |", flush=True)
+        lo, hi = interval(cells, name)
+        print(f"| {name} | {n / secs:.1f} | {n / calls:.2f} | {n / secs / chain:.3f}x | {lo:.3f}-{hi:.3f} |",
+              flush=True)
+
+
+def interval(cells: list[dict], name: str, draws: int = 2000, level: float = 0.9) -> tuple[float, float]:
+    """A paired bootstrap interval for `name`'s speed over the chain's: resample the (seed, prompt) runs with
+    replacement, each keeping both drafters' tokens and seconds, and take the ratio of summed rates each time. It
+    measures how much the ratio depends on which prompts and seeds ran, not the machine's drift between runs."""
+    gen = random.Random(0)
+    ratios = []
+    for _ in range(draws):
+        pick = [gen.choice(cells) for _ in cells]
+        rate = sum(c[name][0] for c in pick) / sum(c[name][1] for c in pick)
+        chain = sum(c["eagle"][0] for c in pick) / sum(c["eagle"][1] for c in pick)
+        ratios.append(rate / chain)
+    ratios.sort()
+    return ratios[int(draws * (1 - level) / 2)], ratios[int(draws * (1 + level) / 2) - 1]
 
 
 if __name__ == "__main__":
