@@ -129,8 +129,7 @@ def tree_run(text: str) -> tuple[str, dict]:
 def compare(pair, prompts: list[str], sampling: SamplingConfig, seeds: int, max_new_tokens: int, runs: dict,
             first_seed: int = 0) -> None:
     speculative_generate(pair, prompts[0], sampling, SpecConfig(max_new_tokens=16, strategy="tree"))  # warm-up
-    tot = {name: [0, 0.0, 0] for name in runs}  # tokens, seconds, target calls
-    cells = []  # per (seed, prompt): {name: (tokens, seconds)}, for the interval
+    cells = []  # per (seed, prompt): {name: (tokens, seconds, target calls)}
     for s in range(first_seed, first_seed + seeds):
         for i, prompt in enumerate(prompts):
             cells.append({})
@@ -144,19 +143,22 @@ def compare(pair, prompts: list[str], sampling: SamplingConfig, seeds: int, max_
                 finally:  # the class defaults stay off for every other run, whatever happens in this one
                     for toggle in TOGGLES:
                         setattr(TreeDrafter, toggle, False)
-                tot[name][0] += len(tr.output_ids)
-                tot[name][1] += tr.wall_s
-                tot[name][2] += len(tr.rounds)
-                cells[-1][name] = (len(tr.output_ids), tr.wall_s)
+                cells[-1][name] = (len(tr.output_ids), tr.wall_s, len(tr.rounds))
         print(f"  seed {s + 1 - first_seed}/{seeds} done", flush=True)
-    chain = tot["eagle"][0] / tot["eagle"][1]
     print(f"{pair.name}, T = {sampling.temperature:g}: {len(prompts)} prompts x {seeds} seeds (from {first_seed}) x "
           f"{max_new_tokens} tokens")
     print("| drafter | tokens/s | tokens per target call | speed / chain | 90% interval |\n|---|---:|---:|---:|---:|")
-    for name, (n, secs, calls) in tot.items():
+    for name in runs:
+        n, secs, calls = (sum(c[name][j] for c in cells) for j in range(3))
         lo, hi = interval(cells, name)
-        print(f"| {name} | {n / secs:.1f} | {n / calls:.2f} | {n / secs / chain:.3f}x | {lo:.3f}-{hi:.3f} |",
+        print(f"| {name} | {n / secs:.1f} | {n / calls:.2f} | {over_chain(cells, name):.3f}x | {lo:.3f}-{hi:.3f} |",
               flush=True)
+
+
+def over_chain(cells: list[dict], name: str) -> float:
+    """`name`'s speed over the chain's on these runs: the ratio of their tokens/s, each summed over the runs."""
+    rate, chain = (sum(c[m][0] for c in cells) / sum(c[m][1] for c in cells) for m in (name, "eagle"))
+    return rate / chain
 
 
 def interval(cells: list[dict], name: str, draws: int = 2000, level: float = 0.9) -> tuple[float, float]:
@@ -164,13 +166,7 @@ def interval(cells: list[dict], name: str, draws: int = 2000, level: float = 0.9
     replacement, each keeping both drafters' tokens and seconds, and take the ratio of summed rates each time. It
     measures how much the ratio depends on which prompts and seeds ran, not the machine's drift between runs."""
     gen = random.Random(0)
-    ratios = []
-    for _ in range(draws):
-        pick = [gen.choice(cells) for _ in cells]
-        rate = sum(c[name][0] for c in pick) / sum(c[name][1] for c in pick)
-        chain = sum(c["eagle"][0] for c in pick) / sum(c["eagle"][1] for c in pick)
-        ratios.append(rate / chain)
-    ratios.sort()
+    ratios = sorted(over_chain([gen.choice(cells) for _ in cells], name) for _ in range(draws))
     return ratios[int(draws * (1 - level) / 2)], ratios[int(draws * (1 + level) / 2) - 1]
 
 
