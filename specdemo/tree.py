@@ -191,35 +191,35 @@ def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, 
     p_e = p_target.index_select(0, rows_e)  # [E, V] float32: the whole rows are only summed, never widened
     r_in = p_e.index_select(1, drawn.ids).to(wide)  # [E, W] the residual on the head's columns (unnormalised)
     out_mass = (p_e.sum(-1, dtype=wide) - r_in.sum(-1)).clamp(min=0.0)  # p's mass outside them
-    out_scale = torch.ones(n_e, device=dev, dtype=wide)  # the residual outside them is p times this (unnormalised)
-    q_left = drawn.q.to(wide)  # the head's q not yet drawn
+    out_scale = torch.ones(n_e, 1, device=dev, dtype=wide)  # the residual outside them is p times this
+    q_left = drawn.q.to(wide)  # the head's q not yet drawn (unnormalised)
+    cols = drawn.cols[child.clamp(min=0)]  # [E, width] each child's column of q
     accepted = torch.full((n_e,), -1, dtype=torch.long, device=dev)  # the accepted child's node, -1 none yet
-    q_of_node = torch.zeros(n, device=dev, dtype=wide)
-    accept_of_node = torch.zeros(n, device=dev, dtype=wide)
-    reach = torch.ones(n_e, device=dev, dtype=wide)  # the chance the walk is still testing this row's children
+    q_cs, ratios = [], []  # per slot [E, 1]: the child's q and its chance to be accepted when tested
+    tiny = torch.finfo(wide).tiny
     for s in range(width):
-        node = child[:, s]
-        has = node >= 0
-        col = drawn.cols[node.clamp(min=0)].view(-1, 1)
-        mass = q_left.sum(-1, keepdim=True)
-        q_now = torch.where(mass > 0, q_left / mass, torch.zeros_like(q_left))  # q without c_1..c_{s-1}
-        q_c = q_now.gather(1, col).squeeze(1)
-        total = r_in.sum(-1) + out_mass * out_scale
-        r_c = torch.where(total > 0, r_in.gather(1, col).squeeze(1) / total, torch.zeros_like(total))
-        live = has & (q_c > 0)  # a child drawn past the head's support was never really drawn: skip it
-        ratio = torch.where(live, (r_c / q_c).clamp(max=1.0), torch.zeros_like(q_c))
-        q_of_node.index_copy_(0, node[has], q_c[has])
-        accept_of_node.index_copy_(0, node[has], ratio[has])
-        testing = live & (accepted < 0)
-        ok = testing & (u[:, s] < ratio)
-        accepted = torch.where(ok, node, accepted)
-        reach = reach * torch.where(live, 1.0 - ratio, torch.ones_like(ratio))
-        # refused: r <- max(0, r/|r| - q) on the head's columns, r/|r| outside them (where r > q: q is 0 there)
-        go_on = testing & ~ok
-        safe = total.clamp(min=torch.finfo(wide).tiny).view(-1, 1)
-        r_in = torch.where(go_on.view(-1, 1), refused(r_in / safe, q_now), r_in)
-        out_scale = torch.where(go_on, out_scale / safe.view(-1), out_scale)
-        q_left = torch.where(go_on.view(-1, 1), q_left.scatter(1, col, 0.0), q_left)
+        # every row takes the step as if its earlier children were all refused: a row that accepted one never
+        # reads its residual again, and this gives each child its own chance given that it is tested
+        col = cols[:, s : s + 1]
+        q_now = q_left / q_left.sum(-1, keepdim=True).clamp(min=tiny)  # q without c_1..c_{s-1}, renormalised
+        q_c = q_now.gather(1, col)
+        total = (r_in.sum(-1, keepdim=True) + out_mass.view(-1, 1) * out_scale).clamp_(min=tiny)
+        # a child drawn past the head's support (q = 0, after all of it) was never really drawn: skip it
+        live = (child[:, s : s + 1] >= 0) & (q_c > 0)
+        ratio = torch.where(live, r_in.gather(1, col) / total / q_c.clamp(min=tiny), 0.0).clamp_(max=1.0)
+        q_cs.append(q_c)
+        ratios.append(ratio)
+        ok = (live & (u[:, s : s + 1] < ratio)).view(-1) & (accepted < 0)
+        accepted = torch.where(ok, child[:, s], accepted)
+        # refused: r <- max(0, r/|r| - q) on the head's columns, r/|r| outside them (where r > q: q is 0 there);
+        # a row without a child here (or past its head's support) is only renormalised
+        r_in = refused(r_in / total, q_now * live)
+        out_scale = out_scale / total
+        q_left = q_left.scatter(1, col, 0.0)
+    q_cs, ratios, has = torch.cat(q_cs, 1), torch.cat(ratios, 1), child >= 0
+    q_of_node = torch.zeros(n, device=dev, dtype=wide).index_put_((child[has],), q_cs[has])
+    accept_of_node = torch.zeros(n, device=dev, dtype=wide).index_put_((child[has],), ratios[has])
+    reach = (1.0 - ratios).prod(1)  # the chance the walk refuses every child of the row
     on_path = torch.zeros(n + 1, dtype=torch.bool, device=dev)
     on_path[0] = True
     node_ids = torch.arange(n, device=dev)
@@ -235,7 +235,7 @@ def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, 
     end_is_leaf = (e < 0).squeeze(0)
     e = e.clamp(min=0)
     p_end = p_target.index_select(0, end_row.view(1)).to(wide)  # p at the end row (row e of p_e, if it has children)
-    res = (p_end * out_scale.index_select(0, e).view(1, 1)).index_copy_(1, drawn.ids, r_in.index_select(0, e))
+    res = (p_end * out_scale.index_select(0, e)).index_copy_(1, drawn.ids, r_in.index_select(0, e))
     row = torch.where(end_is_leaf | (res.sum() <= 0), p_end, res)
     next_token = sample(row, generator).squeeze(0)
     p_of_node = p_target[parent_row, tokens]  # not p_target[parent_row]: that copies n whole rows

@@ -561,6 +561,33 @@ def test_the_sampled_walk_emits_exactly_p_at_each_depth(one_thread):
     assert chi2_pvalue(seconds, {(i,): float(p[1, i]) for i in range(v)}, m) > PASS_P
 
 
+def test_the_sampled_walk_reports_each_childs_chance_given_the_ones_before_it_were_refused():
+    """The numbers the page shows for a sampled row (accept_of_node, q_of_node, p_continue), worked out by hand: the
+    second child is tested only once the first is refused, against r_2 = norm(max(0, p - q)) with q renormalised
+    without the first child, whichever child this round's draws accepted. (Until 2026-11-26 a row that accepted its
+    first child scored the second against p itself: p_continue 0.733 here instead of 2/3.)"""
+    p = torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.0], [0.2, 0.2, 0.2, 0.2, 0.2], [0.2, 0.2, 0.2, 0.2, 0.2],
+                      [0.2, 0.2, 0.2, 0.2, 0.2]])
+    q_root = torch.tensor([0.5, 0.3, 0.1, 0.1, 0.0])
+    tokens = torch.tensor([1, 0, 3])  # the root's children 1 then 0 (in draw order), and a child of node 0
+    drawn = Drawn(torch.stack([q_root, torch.full((5,), 0.2)]), torch.tensor([0, 1]), tokens, torch.arange(5), 2)
+    tree = DraftTree(torch.tensor([-1, -1, 0]), torch.tensor([1, 1, 2]), torch.ones(3), 2, drawn)
+    a1 = 0.2 / 0.3  # min(1, p/q) for token 1
+    r2 = (p[0] - q_root).clamp(min=0) / (p[0] - q_root).clamp(min=0).sum()  # [0, 0, 0.4, 0.6, 0]
+    q2_of_0 = 0.5 / 0.7
+    a2 = min(1.0, float(r2[0]) / q2_of_0)  # 0: token 0 has no residual mass left
+    a3 = 1.0  # node 0's child: q = p there
+    seen = set()
+    for seed in range(40):
+        v = walk_sampled(tokens, tree, p, torch.Generator().manual_seed(seed))
+        seen.add(int(v.on_path[0]))
+        assert v.accept_of_node.tolist() == pytest.approx([a1, a2, a3], abs=1e-6)
+        assert v.q_of_node.tolist() == pytest.approx([0.3, q2_of_0, 0.2], abs=1e-6)
+        assert v.p_continue.tolist() == pytest.approx([1 - (1 - a1) * (1 - a2), 1.0, 0.0, 0.0], abs=1e-6)
+        assert not bool(v.on_path[1])  # a child with no residual mass is never accepted
+    assert seen == {0, 1}  # rounds that accepted the first child and rounds that refused both
+
+
 SAMPLED_TOY_SHAPES = [(SamplingConfig(1.0), (2, 2, 4)), (SamplingConfig(1.0), (3, 3, 7)),
                       (SamplingConfig(0.7, top_k=4, top_p=0.9), (3, 2, 6)), (SamplingConfig(1.0), (1, 2, 2)),
                       (SamplingConfig(0.7), (2, 4, 5))]  # the last: SmolLM2's sampled tree on a bf16 CPU
