@@ -35,6 +35,7 @@ def baseline_steps(
     target.reset()
     pending = torch.tensor(prompt_ids, dtype=torch.long, device=dev)
     eos = pair.eos_token_ids  # the generation config's EOS ids and the tokenizer's, as in the speculative loop
+    stream = pair.text_stream()  # what each token adds to the output (a piece of a character adds "")
     busy = 0.0
     for i in range(max_new_tokens):
         t0 = time.perf_counter()
@@ -46,7 +47,7 @@ def baseline_steps(
         t1 = time.perf_counter()
         busy += t1 - t0
         stop = "eos" if tok_id in eos else ("max_new_tokens" if i + 1 == max_new_tokens else None)
-        token = Token(tok_id, pair.token_text(tok_id), "bonus", 1, p=p_x)
+        token = Token(tok_id, stream.push(tok_id), "bonus", 1, p=p_x)
         yield Step(i, token, (t1 - t0) * 1e3, busy, stop)
         if stop:
             return

@@ -117,6 +117,9 @@ EN: dict[str, str] = {
     "legend.bonus": "the target's free extra token",
     "tip.head": "{label}: {cue}",
     "tip.where": "round {round}, position {position}",
+    "tip.piece": "a piece of a character: this token holds some of its bytes, and the token that completes it "
+                 "shows it",
+    "token.piece": "a piece of a character",
     "tip.p": "p(x) target = {p}",
     "tip.q": "q(x) draft = {q}",
     "tip.prompt": "prompt",
@@ -550,6 +553,8 @@ ZH: dict[str, str] = {
     "legend.bonus": "目标模型免费多给的 token",
     "tip.head": "{label}：{cue}",
     "tip.where": "第 {round} 轮，第 {position} 个位置",
+    "tip.piece": "一个字符的一部分：这个 token 含有该字符的部分字节，由补全它的 token 显示该字符",
+    "token.piece": "一个字符的一部分",
     "tip.p": "p(x) 目标模型 = {p}",
     "tip.q": "q(x) 草稿模型 = {q}",
     "tip.prompt": "提示词",

@@ -9,10 +9,12 @@ It does not sample. The device and the dtypes come from devices.py; files, cache
 
 from __future__ import annotations
 
+import codecs
 import functools
 import gc
 import inspect
 import os
+import re
 import threading
 import weakref
 from collections import OrderedDict
@@ -165,6 +167,49 @@ def device_lock(device: torch.device) -> threading.Lock:
         return _DEVICE_LOCKS.setdefault(str(device), threading.Lock())
 
 
+def byte_level_alphabet() -> dict[str, int]:
+    """Byte-level BPE's printable stand-in for each byte (GPT-2, Radford et al. 2019, openai/gpt-2 encoder.py;
+    the tokenizers library's ByteLevel pre-tokenizer): printable Latin-1 bytes stand for themselves, and the
+    others, in order, for the characters from U+0100 on. Returns character -> byte."""
+    own = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), ord("\xff") + 1)]
+    others = [b for b in range(256) if b not in own]
+    return {chr(b): b for b in own} | {chr(256 + i): b for i, b in enumerate(others)}
+
+
+BYTE_LEVEL = byte_level_alphabet()
+BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece's byte tokens
+
+
+def tokenizer_bytes(tokenizer, texts: list[str]) -> list[bytes]:
+    """The bytes each token stands for, given each one's own decoded text. A token whose text has no U+FFFD is its
+    text in UTF-8. One that decodes to U+FFFD holds part of a UTF-8 character: its bytes are read from its piece,
+    a byte-fallback piece <0xNN> or a byte-level piece (BYTE_LEVEL); a piece of neither kind keeps U+FFFD."""
+    out = [t.encode("utf-8") for t in texts]
+    partial = [i for i, t in enumerate(texts) if "\ufffd" in t]
+    for i, piece in zip(partial, tokenizer.convert_ids_to_tokens(partial) if partial else []):
+        if not isinstance(piece, str):
+            continue
+        if m := BYTE_FALLBACK.fullmatch(piece):
+            out[i] = bytes([int(m.group(1), 16)])
+        elif piece and all(c in BYTE_LEVEL for c in piece):
+            out[i] = bytes(BYTE_LEVEL[c] for c in piece)
+    return out
+
+
+class TextStream:
+    """The text each token of a run adds to its output, token by token (an incremental UTF-8 decoder over
+    ModelPair.token_bytes, as streaming detokenizers do): a token that ends inside a character adds "" and the
+    token that completes it adds the whole character, so the kept tokens' texts join to exactly the decoded
+    output. A byte that cannot be part of any character adds U+FFFD, as decoding does."""
+
+    def __init__(self, pair: ModelPair):
+        self.pair = pair
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, token_id: int) -> str:
+        return self.decoder.decode(self.pair.token_bytes(token_id))
+
+
 @dataclass
 class ModelPair:
     """A draft and a target that share a tokenizer.
@@ -189,6 +234,7 @@ class ModelPair:
     target_label: str = ""
     chat: bool = False  # prompts are chat messages by default (an instruct target with a chat template)
     _token_texts: list[str] | None = field(default=None, repr=False)
+    _token_bytes: list[bytes] | None = field(default=None, repr=False)
     draft_dtype: torch.dtype | None = None  # None: the same as the target's
     head: object | None = None  # the EAGLE head (eagle.EagleHead) that drafts from this target's features, if any
     head_error: Msg | None = None  # why a preset's head is not there (missing, damaged, mismatched)
@@ -231,11 +277,28 @@ class ModelPair:
         return frozenset(int(i) for i in ids)
 
     def token_text(self, token_id: int) -> str:
-        """The text of one token, from a table built once per pair (per-token decode is too slow for a hot loop).
-        A byte-level token that is only part of a UTF-8 character shows as the replacement character."""
-        if self._token_texts is None:
-            self._token_texts = self.tokenizer.batch_decode([[i] for i in range(self.vocab_size)])
+        """The text of one token on its own, from a table built once per pair (per-token decode is too slow for a
+        hot loop). A byte-level token that holds only part of a UTF-8 character shows its loose bytes as \\xNN
+        escapes (as render.esc shows control characters), so two such tokens never look alike. For the tokens a
+        run keeps, in order, see text_stream."""
+        self._tables()
         return self._token_texts[token_id]
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes one token stands for in the decoded text (tokenizer_bytes)."""
+        self._tables()
+        return self._token_bytes[token_id]
+
+    def text_stream(self) -> TextStream:
+        """A TextStream over this pair's tokens: the text each kept token adds to a run's output."""
+        return TextStream(self)
+
+    def _tables(self) -> None:
+        if self._token_texts is None:
+            texts = self.tokenizer.batch_decode([[i] for i in range(self.vocab_size)])
+            self._token_bytes = tokenizer_bytes(self.tokenizer, texts)
+            self._token_texts = [b.decode("utf-8", errors="backslashreplace") if "\ufffd" in t else t
+                                 for t, b in zip(texts, self._token_bytes)]
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -51,6 +51,7 @@ CSS = """
 .sd-resampled { background: #0072B233; text-decoration: underline; text-decoration-thickness: 2px;
   text-decoration-color: #0072B2; }
 .sd-bonus { background: #E69F0040; font-weight: 700; outline: 1px dotted #9a6a00; }
+.sd-piece::after { content: "\\00b7"; opacity: 0.6; }  /* a piece of a character: render.span */
 .sd-legend { display: flex; flex-wrap: wrap; gap: 10px; font-size: 13px; margin: 6px 0; }
 .sd-legend .sd-tok { padding: 1px 6px; }
 .sd-leg { white-space: nowrap; }
@@ -167,7 +168,16 @@ def token_title(label: str, p, q, r, accept_prob, lang: str | None = None, own: 
 
 
 def span(text: str, label: str, title: str, extra: str = "", cls: str = "") -> str:
+    """A token as a coloured span. A kept token that adds no text (models.TextStream: it holds only part of a
+    character, which a later token completes) shows a dot, drawn by CSS so that the page's text stays the reply."""
+    cls += "" if text else " sd-piece"
     return f'<span class="sd-tok sd-{label}{cls}" title="{esc(title)}"{extra}>{esc(text)}</span>'
+
+
+def said(text: str, lang: str | None = None) -> str:
+    """A token's text as a caption or tooltip quotes it: repr, or, for a kept token that adds no text of its own
+    (a piece of a character that a later token completes), words that say so."""
+    return repr(text) if text else tr("token.piece", lang)
 
 
 def legend(lang: str | None = None) -> str:
@@ -196,6 +206,7 @@ def tokens_html(prompt: str, rounds: list[Round] | None = None, steps: list[Step
         for t in rnd.tokens:
             where = tr("tip.where", lang, round=rnd.index + 1, position=t.position) + "\n"
             title = where + token_title(t.label, t.p, t.q, t.r, t.accept_prob, lang, own=rnd.k == 0)
+            title += "" if t.text else "\n" + tr("tip.piece", lang)
             parts.append(span(t.text, t.label, title, f' data-round="{rnd.index}"', " sd-eos" if t is eos else ""))
     for s in steps or []:
         parts.append(span(s.token.text, "accepted",
@@ -316,7 +327,7 @@ def reason(rnd: Round, position: int, lang: str | None = None) -> str:
         return tree_reason(rnd, position, lang)
     if position <= len(rnd.drafts):
         d = rnd.drafts[position - 1]
-        x = repr(d.text)
+        x = said(d.text, lang)
         if not d.checked:
             return trh("reason.never_checked", lang, x=x)
         if d.accepted:
@@ -324,14 +335,14 @@ def reason(rnd: Round, position: int, lang: str | None = None) -> str:
                    else f"r = {d.r:.3g} < p/q = {d.accept_prob:.3g}")
             return trh("reason.accepted", lang, x=x, p=f"{d.p:.3g}", q=f"{d.q:.3g}", why=why)
         added = next((t for t in rnd.tokens if t.label == "resampled"), None)
-        then = Html(trh("reason.resampled", lang, y=repr(added.text)) if added else "")
+        then = Html(trh("reason.resampled", lang, y=said(added.text, lang)) if added else "")
         return trh("reason.rejected", lang, x=x, p=f"{d.p:.3g}", q=f"{d.q:.3g}", r=f"{d.r:.3g}",
                    ratio=f"{d.accept_prob:.3g}", then=then)
     bonus = next((t for t in rnd.tokens if t.label == "bonus"), None)
     if bonus and rnd.k == 0 and rnd.source in PLAIN_REASON_KEY:  # nothing drafted: the target chose it itself
-        return trh(PLAIN_REASON_KEY[rnd.source], lang, y=repr(bonus.text))
+        return trh(PLAIN_REASON_KEY[rnd.source], lang, y=said(bonus.text, lang))
     if bonus:
-        return trh("reason.bonus", lang, k=rnd.k, pos=rnd.k + 1, y=repr(bonus.text))
+        return trh("reason.bonus", lang, k=rnd.k, pos=rnd.k + 1, y=said(bonus.text, lang))
     return trh("reason.no_bonus", lang)
 
 
@@ -351,7 +362,7 @@ def round_caption(rnd: Round, lang: str | None = None) -> str:
     if "bonus" in labels:
         parts.append(tr("caption.bonus", lang))
     if rnd.source in PLAIN_STEP_CAPTION_KEY:  # the target's own token, named: what it chose
-        text = tr(PLAIN_STEP_CAPTION_KEY[rnd.source], lang, y=repr("".join(t.text for t in rnd.output)))
+        text = tr(PLAIN_STEP_CAPTION_KEY[rnd.source], lang, y=said("".join(t.text for t in rnd.output), lang))
     elif rnd.tree:
         text = tree_caption(rnd, lang)
     elif rnd.source == "eagle" and rnd.unsure:
@@ -397,7 +408,7 @@ def tree_caption(rnd: Round, lang: str | None = None) -> str:
     did not have' (or '... reached a leaf and added ' Rome' as a free extra token')."""
     end, n = tree_end(rnd), rnd.n_accepted
     how = "cut" if end is None else "leaf" if end.label == "bonus" else "miss" if n else "miss_root"
-    text = tr(TREE_CAPTION_KEY[how], lang, k=rnd.k, n=n, y=repr(end.text) if end is not None else "")
+    text = tr(TREE_CAPTION_KEY[how], lang, k=rnd.k, n=n, y=said(end.text, lang) if end is not None else "")
     copied = sum(nd.copied for nd in rnd.tree or [])
     return text + (tr("caption.tree_copied", lang, c=copied) if copied else "")
 
@@ -408,11 +419,11 @@ def tree_reason(rnd: Round, position: int, lang: str | None = None) -> str:
     if position <= len(rnd.drafts):
         d = rnd.drafts[position - 1]
         if d.accepted:
-            return trh("reason.tree_path", lang, x=repr(d.text), p=f"{d.p:.3g}", q=f"{d.q:.3g}")
-        y = repr(end.text) if end is not None else "?"
-        return trh("reason.tree_refused", lang, x=repr(d.text), q=f"{d.q:.3g}", p=f"{d.p:.3g}", y=y)
+            return trh("reason.tree_path", lang, x=said(d.text, lang), p=f"{d.p:.3g}", q=f"{d.q:.3g}")
+        y = said(end.text, lang) if end is not None else "?"
+        return trh("reason.tree_refused", lang, x=said(d.text, lang), q=f"{d.q:.3g}", p=f"{d.p:.3g}", y=y)
     if end is not None and end.label == "bonus":
-        return trh("reason.tree_bonus", lang, n=rnd.n_accepted, y=repr(end.text))
+        return trh("reason.tree_bonus", lang, n=rnd.n_accepted, y=said(end.text, lang))
     return trh("reason.no_bonus", lang)
 
 
@@ -523,22 +534,22 @@ def tree_html(rnd: Round, lang: str | None = None, root: str | None = None) -> s
             xm = (x1 + x2) / 2
             parts.append(f'<path class="sd-edge sd-edge-{kind}" d="M{x1:.0f},{y1:.0f} C{xm:.0f},{y1:.0f} '
                          f'{xm:.0f},{y2:.0f} {x2:.0f},{y2:.0f}"/>')
-    y_end = repr(end_tok.text) if end_tok is not None else ""
+    y_end = said(end_tok.text, lang) if end_tok is not None else ""
     for nid, (x, y) in xy.items():
         kind = status(nid)
         if nid == -1:
-            text = root if root is not None else "\u2026"
-            tip, shade = tr(TREE_TIP_KEY[kind], lang, x=repr(text) if root is not None else text), None
+            text = "\u2026" if root is None else root or "\u00b7"
+            tip, shade = tr(TREE_TIP_KEY[kind], lang, x=text if root is None else said(root, lang)), None
         elif nid == "end":
-            text = end_tok.text
+            text = end_tok.text or "\u00b7"  # a piece of a character, as render.span shows it
             tip, shade = tr(TREE_TIP_KEY[kind], lang, y=y_end, p=fmt(end_tok.p, lang)), None
         else:
             nd = nodes[nid]
             text, shade = nd.text, 0.1 + 0.75 * min(max(nd.head_p, 0.0), 1.0) ** 0.5  # sqrt: small p stay apart
             if nd.copied:  # grafted by prompt lookup (tree.graft): the head has no probability for it to show
-                tip = tr("tree.tip_copied", lang, x=repr(nd.text), p=f"{nd.p:.3g}", d=nd.depth)
+                tip = tr("tree.tip_copied", lang, x=said(nd.text, lang), p=f"{nd.p:.3g}", d=nd.depth)
             else:
-                tip = tr("tree.tip_node", lang, x=repr(nd.text), hp=f"{nd.head_p:.3g}", p=f"{nd.p:.3g}", d=nd.depth)
+                tip = tr("tree.tip_node", lang, x=said(nd.text, lang), hp=f"{nd.head_p:.3g}", p=f"{nd.p:.3g}", d=nd.depth)
             if nd.q is not None:  # a sampled child: what it was drawn from and tested with (tree.walk_sampled)
                 tip += "\n" + tr("tree.tip_drawn", lang, q=f"{nd.q:.3g}", a=f"{nd.accept_prob:.3g}")
             tip += "\n" + tr(TREE_TIP_KEY[kind], lang, y=y_end)

@@ -268,6 +268,7 @@ def speculative_rounds(
     prompt_len = len(prompt_ids)
     eos = pair.eos_token_ids  # the generation config's EOS ids and the tokenizer's
     top_m = spec.top_candidates
+    stream = pair.text_stream()  # what each kept token adds to the output (a piece of a character adds "")
     busy = 0.0  # this run's own time; excludes whatever the consumer does between rounds
     index = 0
     while True:
@@ -329,6 +330,9 @@ def speculative_rounds(
         else:
             positions, tokens = tree_round_tokens(pair, nodes, path, p_go, top, new_ids, next_tok, p_next, leaf)
             bonus_top = top[path[-1] + 1 if path else 0] if leaf else []
+        for t in tokens:  # the kept ones, in order, take the text they add to the output
+            if t.label != "rejected":
+                t.text = stream.push(t.token_id)
         t3 = time.perf_counter()
         busy += t3 - t0
         yield Round(

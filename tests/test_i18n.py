@@ -138,6 +138,26 @@ def test_rendered_html_follows_the_language_and_escapes_it(run):
     assert all("<" not in x.replace("&lt;", "") for x in zh_reasons + en_reasons)  # no raw markup, only text
 
 
+def test_a_kept_piece_of_a_character_shows_a_dot_and_says_so_in_both_languages(run):
+    """A kept token that adds no text of its own (models.TextStream: it holds part of a character that a later token
+    completes) still has its coloured box: a dot drawn by CSS, so the page's text stays the reply; its tooltip and
+    the reasons and captions that quote it say what it is, in the visitor's language."""
+    import copy
+
+    rnd = copy.deepcopy(next(r for r in run.rounds if any(t.label == "bonus" for t in r.tokens)))
+    bonus = next(t for t in rnd.tokens if t.label == "bonus")
+    bonus.text = ""
+    for lang, tip, said in (("en", "a piece of a character:", "a piece of a character"),
+                            ("zh-CN", "一个字符的一部分：", "一个字符的一部分")):
+        html = render.tokens_html(run.prompt, [rnd], lang=lang)
+        piece = re.search(r'<span class="sd-tok sd-bonus sd-piece" title="([^"]*)"[^>]*></span>', html)
+        assert piece and tip in piece.group(1), html
+        assert html.count("sd-piece") == 1  # only the piece: every other kept token has text
+        assert said in render.reason(rnd, rnd.k + 1, lang)
+        assert "''" not in render.reason(rnd, rnd.k + 1, lang)
+    assert ".sd-piece::after" in render.CSS
+
+
 def test_step_captions_in_both_languages(run):
     assert render.step_caption([], 0, "zh-CN") == "请先生成，然后一轮一轮地往下看。"
     assert render.step_caption(run.rounds, 0, "zh-CN").startswith("第 1 轮之前")

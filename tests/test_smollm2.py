@@ -165,6 +165,34 @@ def test_chat_mode_wraps_the_message_and_keeps_typed_markers_as_text(smol):
     assert sum(t in specials for t in injected) == template_specials  # the typed markers stayed plain text
 
 
+def test_tokens_that_split_a_character_show_their_bytes_and_kept_ones_join_to_the_reply(smol):
+    """SmolLM2's byte-level vocabulary splits most CJK characters and emoji over two or three tokens. On its own
+    such a token shows its loose bytes as \\xNN (distinct, not U+FFFD); in a run, the kept tokens' texts are what
+    each adds to the reply (models.TextStream): "" for a piece, the whole character on the token that completes
+    it, so that they join to exactly the decoded reply."""
+    text = "你好！🌟 café 请用中文回答"
+    ids = smol.encode(text)
+    pieces = [i for i in ids if "\ufffd" in smol.tokenizer.decode([i])]
+    assert len(pieces) >= 6  # the test means something: this text does split characters
+    shown = [smol.token_text(i) for i in pieces]
+    assert all(s.startswith("\\x") and "\ufffd" not in s for s in shown)
+    assert smol.token_text(smol.encode("🌟")[0]) == "\\xf0\\x9f"  # U+1F31F is F0 9F 8C 9F in UTF-8
+    assert b"".join(smol.token_bytes(i) for i in ids) == text.encode("utf-8")
+    stream = smol.text_stream()
+    added = [stream.push(i) for i in ids]
+    assert "".join(added) == text
+    assert added.count("") >= 6 and all(added[ids.index(i)] in ("", "你", "好", "！", "🌟", "请", "答")
+                                        for i in pieces)  # a piece adds nothing, or the character it completes
+    assert "你" in added and "🌟" in added  # the token that completes a character carries it whole
+    # a real run in chat mode: the kept tokens' texts join to the trace's text, pieces included
+    trace = speculative_generate(smol, "请用中文回答：你好吗？", SamplingConfig(0.0),
+                                 SpecConfig(max_new_tokens=24, strategy="eagle"))
+    kept = [t for r in trace.rounds for t in r.tokens if t.label != "rejected"]
+    assert [t.token_id for t in kept] == trace.output_ids
+    assert any(t.text == "" for t in kept), [t.text for t in kept]  # the reply does split a character
+    assert "".join(t.text for t in kept) == smol.decode(trace.output_ids).rstrip("\ufffd")
+
+
 def test_chat_prompt_too_long_gets_the_usual_refusal(smol):
     with pytest.raises(PromptError, match="context window is 8192 tokens"):
         encode_prompt(smol, "word " * 9000, 64, chat=True)
