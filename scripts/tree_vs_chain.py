@@ -56,6 +56,15 @@ sampled (2, 4, 5) at 0.7: README, "A small sampled tree on a bf16 CPU". (Rules 1
 calling compare() before --tree existed.) Since then the "tree sampled" row drafts (2, 4, 5) on a bf16 CPU at
 T > 0, as `auto` does there; the earlier rules rerun as they ran with `--tree sampled:3,5,15` (and the top-k row
 as `--tree top:3,5,15`).
+
+The rule for the chain's confidence stop on sampled trees (TreeDrafter.sampled_stop: a node below the root whose
+warped head q has its top below the head's stop_below, 0.3 for SmolLM2, gets no children), written 2026-11-26
+05:27 UTC before any measurement of it, on the AMD EPYC with AVX-512 BF16 (bf16, packed): on SELECTION
+(`--selection --prompts 20 --max-new-tokens 48 --seeds 2 --temperature 0.7,1 --tree sampled:2,4,5 --stop`, the
+drafters interleaved in one process), the stop becomes the default for sampled trees if "tree sampled, stop"
+reaches at least 1.02x the tokens/s of "sampled (2,4,5)" at T = 0.7 and at least 0.99x at T = 1; otherwise it stays
+off, an option of this script only. If it becomes the default, the held-out run (`--temperature 0.7 --seeds 4`)
+gives the README's figures, whatever they are.
 """
 
 from __future__ import annotations
@@ -75,8 +84,9 @@ from specdemo.drafters import TreeDrafter  # noqa: E402
 RUNS = {"eagle": {"strategy": "eagle"}, "tree sampled": {"strategy": "tree", "tree_children": "sampled"},
         "tree top": {"strategy": "tree", "tree_children": "top"}}
 CUT = {"tree sampled, cut": {"strategy": "tree", "tree_children": "sampled", "prune_children": True}}
+STOP = {"tree sampled, stop": {"strategy": "tree", "tree_children": "sampled", "sampled_stop": True}}
 WARPED = {"tree top, warped": {"strategy": "tree", "tree_children": "top", "warped_scores": True}}
-TOGGLES = ("prune_children", "warped_scores")  # TreeDrafter's class switches, off except in the run that sets one
+TOGGLES = ("prune_children", "warped_scores", "sampled_stop")  # TreeDrafter switches: off but in the run that sets one
 
 
 def main() -> None:
@@ -91,14 +101,16 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=0, help="only the first N prompts (0: all)")
     ap.add_argument("--cut-children", action="store_true",
                     help="also the sampled tree whose rows stop drawing by prune_below (TreeDrafter.prune_children)")
+    ap.add_argument("--stop", action="store_true",
+                    help="also the sampled tree with the chain's confidence stop (TreeDrafter.sampled_stop)")
     ap.add_argument("--lookup", type=int, default=0,
                     help="also the top-k tree with a prompt-lookup branch of up to N tokens (SpecConfig.tree_lookup)")
     ap.add_argument("--warped", action="store_true",
                     help="also the top-k tree scored by the head's warped q (TreeDrafter.warped_scores)")
     ap.add_argument("--tree", action="append", default=[], metavar="CHILDREN:K,D,N[:PRUNE]",
                     help="race these trees against the chain instead of the two default ones (the --cut-children, "
-                         "--warped and --lookup rows still come on top): children top or sampled, top-k, depth, "
-                         "budget, and prune_below (default: the head's own); repeatable")
+                         "--warped, --stop and --lookup rows still come on top): children top or sampled, top-k, "
+                         "depth, budget, and prune_below (default: the head's own); repeatable")
     args = ap.parse_args()
     pair = load_pair(args.pair)
     if args.selection:
@@ -110,6 +122,7 @@ def main() -> None:
     prompts = prompts[: args.prompts or len(prompts)]
     trees = dict(tree_run(t) for t in args.tree) if args.tree else {k: v for k, v in RUNS.items() if k != "eagle"}
     runs = {"eagle": RUNS["eagle"]} | trees | (CUT if args.cut_children else {}) | (WARPED if args.warped else {})
+    runs |= STOP if args.stop else {}
     if args.lookup:
         runs |= {f"tree top + lookup {args.lookup}": {"strategy": "tree", "tree_children": "top",
                                                       "tree_lookup": args.lookup}}

@@ -450,6 +450,7 @@ class TreeDrafter(EagleDrafter):
 
     name = "tree"
     prune_children = False  # sampled children: also stop a row's draws by prune_below (tree.grow_sampled)
+    sampled_stop = False  # sampled children: no children below a node whose q's top is below the head's stop_below
     warped_scores = False  # top-k children at T > 0: choose and score them by the head's warped q (tree.grow)
 
     def __init__(self, head, target, sampling: SamplingConfig, vocab_size: int, capacity: int,
@@ -511,7 +512,7 @@ class TreeDrafter(EagleDrafter):
             return Proposal(tokens, empty, "tree", tree=tree)
         grown = grow_sampled(root, expand, sampled_plan(topk, depth, self.budget),
                              lambda logits: warp(logits, self.sampling), gen, self.head.d2t, self.prune_below,
-                             self.prune_children)
+                             self.prune_children, self.head.cfg.stop_below if self.sampled_stop else 0.0)
         return Proposal(self.head.d2t[grown.draft_ids], empty, "tree", tree=grown.tree)
 
     def step_at(self, feat, tokens, positions, mask) -> torch.Tensor:

@@ -385,7 +385,7 @@ def draft_ids_at(draft_ids: list[torch.Tensor], frontier: torch.Tensor) -> torch
 
 def grow_sampled(root_logits: torch.Tensor, expand, plan: list[tuple[int, int]], warp_q,
                  generator: torch.Generator | None, draft_to_target: torch.Tensor, prune_below: float = 0.0,
-                 prune_children: bool = False) -> Grown:
+                 prune_children: bool = False, stop_below: float = 0.0) -> Grown:
     """A tree of SAMPLED children, for T > 0 (verified by walk_sampled): each expanded node's children are drawn
     from the head's warped q (`warp_q`: logits [rows, V_draft] -> probabilities, the run's T, top-k and top-p)
     without replacement, in draw order. `plan` (sampled_plan) says how many nodes each depth expands and how many
@@ -402,7 +402,11 @@ def grow_sampled(root_logits: torch.Tensor, expand, plan: list[tuple[int, int]],
     expected cumulative q, parent's cumulative q x E[q(c_s) | c_1..c_{s-1}] = cum x sum(q_left^2) / sum(q_left),
     of at least prune_below, as a top-k tree keeps a child whose cumulative probability reaches it. The rule
     reads the earlier draws only, so the kept children are the row's first m draws for an m fixed before the
-    m-th is seen: still draws without replacement from q. The root keeps its first draw whatever."""
+    m-th is seen: still draws without replacement from q. The root keeps its first draw whatever.
+
+    stop_below > 0: an expanded node below the root whose warped q has its top below it gets no children: the
+    chain's confidence stop (drafters.confidence, EagleDrafter.draft_chain), where the head is unsure of the next
+    token and leaves it to the target. It reads the head's own q, never a draw or the target."""
     dev = root_logits.device
     floor = math.log(prune_below) if prune_below > 0 else None
     by_draws = prune_children and floor is not None
@@ -435,6 +439,9 @@ def grow_sampled(root_logits: torch.Tensor, expand, plan: list[tuple[int, int]],
         kids = gumbel_top(q.log(), c, generator)  # [m, c]
         parent_score = torch.cat(scores)[chosen]
         keep = first_draws(q, kids, parent_score, floor).view(-1) if by_draws else None
+        if stop_below > 0:  # an unsure node gets no children (the chain's confidence stop)
+            sure = (q.max(-1).values >= stop_below).repeat_interleave(c)
+            keep = sure if keep is None else keep & sure
         n_kept = m * c if keep is None else int(keep.sum())
         if n_kept == 0:
             break  # every expanded node's first draw fell below prune_below: the tree ends here

@@ -14,6 +14,8 @@ keeps a path. The promises tested here:
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from collections import Counter
 
@@ -348,25 +350,28 @@ def lossy_walk(tokens, tree, p_target, generator, greedy=False, q_head=None):
                        torch.zeros(n + 1), torch.zeros(n + 1, dtype=torch.long), torch.ones(n), p_of_node)
 
 
-@pytest.mark.parametrize("children,prune,by_draws,scale", [("top", 0.05, False, 0.1), ("sampled", 0.15, False, 0.1),
-                                                           ("sampled", 0.1, True, 0.2)],
-                         ids=["top", "sampled", "sampled-children-pruned"])
-def test_a_pruned_tree_is_exact_on_the_toy_pair(toy_pair, children, prune, by_draws, scale, one_thread):
+@pytest.mark.parametrize("children,prune,by_draws,stop,scale", [
+    ("top", 0.05, False, 0.0, 0.1), ("sampled", 0.15, False, 0.0, 0.1), ("sampled", 0.1, True, 0.0, 0.2),
+    ("sampled", 0.0, False, 0.93, 0.2)], ids=["top", "sampled", "sampled-children-pruned", "sampled-stop"])
+def test_a_pruned_tree_is_exact_on_the_toy_pair(toy_pair, children, prune, by_draws, stop, scale, one_thread):
     """prune_below makes the tree's size depend on the head's probabilities (and, for sampled children, on its
     draws), never on the target: the joint of the first three tokens still follows the target. The first tree
     rounds are pruned (a milder random head than the other tests', whose near-one-hot q leaves one path at any
     threshold); with sampled children some are pruned and some whole, by the head's draws. by_draws: sampled
     children are also cut by their expected cumulative q (TreeDrafter.prune_children), so that rows keep their
-    first one, two or all three draws (a slightly peakier head, where those expectations straddle 0.1)."""
+    first one, two or all three draws (a slightly peakier head, where those expectations straddle 0.1). stop: the
+    chain's confidence stop on sampled trees (TreeDrafter.sampled_stop): the depth-1 node that would be expanded
+    gets no children where the head's q there has its top below the head's stop_below."""
     cfg, shape, prompt = SamplingConfig(1.0), (3, 2, 6), [0, 1]
     head = random_head(toy_pair, torch.arange(toy_pair.vocab_size), scale=scale)
+    head.cfg = dataclasses.replace(head.cfg, stop_below=stop)
     sizes: Counter = Counter()
     kept_draws: Counter = Counter()  # how many children the first tree rounds' rows kept
 
     def make():
         drafter = TreeDrafter(head, toy_pair.target, cfg, toy_pair.vocab_size, toy_pair.context_window + 1, shape,
                               children, prune)
-        drafter.prune_children = by_draws
+        drafter.prune_children, drafter.sampled_stop = by_draws, stop > 0
         propose = drafter.propose
 
         def counted(seq, k_max, gen):
@@ -385,6 +390,8 @@ def test_a_pruned_tree_is_exact_on_the_toy_pair(toy_pair, children, prune, by_dr
     assert {kind for kind, _ in ends} == {"root", "inner", "leaf"}, ends
     if by_draws:
         assert set(kept_draws) == {1, 2, 3} and len(sizes) >= 3, (kept_draws, sizes)
+    elif stop:
+        assert set(sizes) == {3, 6}, sizes  # the root's three children, and sometimes three more below one
     else:
         assert 1 < min(sizes) < shape[2] and (children == "top" or max(sizes) == shape[2]), sizes
     assert chi2_pvalue(counts, exact_joint3(toy_pair, prompt, cfg), n) > PASS_P
