@@ -549,7 +549,8 @@ def tree_html(rnd: Round, lang: str | None = None, root: str | None = None) -> s
             if nd.copied:  # grafted by prompt lookup (tree.graft): the head has no probability for it to show
                 tip = tr("tree.tip_copied", lang, x=said(nd.text, lang), p=f"{nd.p:.3g}", d=nd.depth)
             else:
-                tip = tr("tree.tip_node", lang, x=said(nd.text, lang), hp=f"{nd.head_p:.3g}", p=f"{nd.p:.3g}", d=nd.depth)
+                tip = tr("tree.tip_node", lang, x=said(nd.text, lang), hp=f"{nd.head_p:.3g}", p=f"{nd.p:.3g}",
+                         d=nd.depth)
             if nd.q is not None:  # a sampled child: what it was drawn from and tested with (tree.walk_sampled)
                 tip += "\n" + tr("tree.tip_drawn", lang, q=f"{nd.q:.3g}", a=f"{nd.accept_prob:.3g}")
             tip += "\n" + tr(TREE_TIP_KEY[kind], lang, y=y_end)
