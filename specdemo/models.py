@@ -196,6 +196,19 @@ def tokenizer_bytes(tokenizer, texts: list[str]) -> list[bytes]:
     return out
 
 
+def loose_bytes(data: bytes) -> str:
+    """Bytes as text, where the bytes that are no complete UTF-8 character show as <0xNN>, as SentencePiece names
+    its byte tokens: b"a\\xe4\\xbd" -> "a<0xE4><0xBD>"."""
+    return data.decode("utf-8", errors="loose-bytes")
+
+
+def _loose_bytes_error(err: UnicodeDecodeError) -> tuple[str, int]:
+    return "".join(f"<0x{b:02X}>" for b in err.object[err.start:err.end]), err.end
+
+
+codecs.register_error("loose-bytes", _loose_bytes_error)
+
+
 class TextStream:
     """The text each token of a run adds to its output, token by token (an incremental UTF-8 decoder over
     ModelPair.token_bytes, as streaming detokenizers do): a token that ends inside a character adds "" and the
@@ -278,9 +291,9 @@ class ModelPair:
 
     def token_text(self, token_id: int) -> str:
         """The text of one token on its own, from a table built once per pair (per-token decode is too slow for a
-        hot loop). A byte-level token that holds only part of a UTF-8 character shows its loose bytes as \\xNN
-        escapes (as render.esc shows control characters), so two such tokens never look alike. For the tokens a
-        run keeps, in order, see text_stream."""
+        hot loop). A byte-level token that holds only part of a UTF-8 character shows its loose bytes as <0xNN>
+        (loose_bytes), so two such tokens never look alike. For the tokens a run keeps, in order, see
+        text_stream."""
         self._tables()
         return self._token_texts[token_id]
 
@@ -297,8 +310,7 @@ class ModelPair:
         if self._token_texts is None:
             texts = self.tokenizer.batch_decode([[i] for i in range(self.vocab_size)])
             self._token_bytes = tokenizer_bytes(self.tokenizer, texts)
-            self._token_texts = [b.decode("utf-8", errors="backslashreplace") if "\ufffd" in t else t
-                                 for t, b in zip(texts, self._token_bytes)]
+            self._token_texts = [loose_bytes(b) if "\ufffd" in t else t for t, b in zip(texts, self._token_bytes)]
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -174,6 +174,12 @@ def span(text: str, label: str, title: str, extra: str = "", cls: str = "") -> s
     return f'<span class="sd-tok sd-{label}{cls}" title="{esc(title)}"{extra}>{esc(text)}</span>'
 
 
+def kept_texts(rnd: Round) -> list[str]:
+    """The texts of a round's accepted drafts, in order, as the reply has them (models.TextStream): where a draft
+    on its own is a piece of a character (its bytes as <0xNN>), the reply has "" or the whole character."""
+    return [t.text for t in rnd.tokens if t.label == "accepted"]
+
+
 def said(text: str, lang: str | None = None) -> str:
     """A token's text as a caption or tooltip quotes it: repr, or, for a kept token that adds no text of its own
     (a piece of a character that a later token completes), words that say so."""
@@ -221,8 +227,8 @@ def filmstrip_html(rounds: list[Round], selected: int | None = None, lang: str |
     unchecked = esc(tr("film.unchecked", lang))
     rows = []
     for rnd in rounds:
-        cells = []
-        for d in rnd.drafts:
+        cells, kept = [], kept_texts(rnd)
+        for i, d in enumerate(rnd.drafts):
             if d.accepted:
                 label = "accepted"
             elif d.checked:
@@ -230,7 +236,8 @@ def filmstrip_html(rounds: list[Round], selected: int | None = None, lang: str |
             else:
                 cells.append(f'<span class="sd-cell sd-unchecked" title="{unchecked}">{esc(visible(d.text))}</span>')
                 continue
-            cells.append(span(visible(d.text), label, token_title(label, d.p, d.q, d.r, d.accept_prob, lang)))
+            text = kept[i] if d.accepted and i < len(kept) else d.text  # a kept draft: what it adds to the reply
+            cells.append(span(visible(text), label, token_title(label, d.p, d.q, d.r, d.accept_prob, lang)))
         added = [t for t in rnd.tokens if t.label in ("resampled", "bonus")]
         if added:
             t = added[0]
@@ -492,6 +499,7 @@ def tree_html(rnd: Round, lang: str | None = None, root: str | None = None) -> s
         return ""
     nodes, end_tok = rnd.tree, tree_end(rnd)
     path = [nd.id for nd in nodes if nd.on_path]
+    path_text = dict(zip(path, kept_texts(rnd)))
     end = path[-1] if path else -1
     refused_at = end if end_tok is not None and end_tok.label == "resampled" else None
     # 1. children in drawing order: the path first (so it runs straight along the top row), then by head p
@@ -545,7 +553,8 @@ def tree_html(rnd: Round, lang: str | None = None, root: str | None = None) -> s
             tip, shade = tr(TREE_TIP_KEY[kind], lang, y=y_end, p=fmt(end_tok.p, lang)), None
         else:
             nd = nodes[nid]
-            text, shade = nd.text, 0.1 + 0.75 * min(max(nd.head_p, 0.0), 1.0) ** 0.5  # sqrt: small p stay apart
+            text = path_text.get(nid, nd.text) or "\u00b7"  # a path node as the reply has it (kept_texts)
+            shade = 0.1 + 0.75 * min(max(nd.head_p, 0.0), 1.0) ** 0.5  # sqrt: small p stay apart
             if nd.copied:  # grafted by prompt lookup (tree.graft): the head has no probability for it to show
                 tip = tr("tree.tip_copied", lang, x=said(nd.text, lang), p=f"{nd.p:.3g}", d=nd.depth)
             else:

@@ -141,12 +141,15 @@ def test_rendered_html_follows_the_language_and_escapes_it(run):
 def test_a_kept_piece_of_a_character_shows_a_dot_and_says_so_in_both_languages(run):
     """A kept token that adds no text of its own (models.TextStream: it holds part of a character that a later token
     completes) still has its coloured box: a dot drawn by CSS, so the page's text stays the reply; its tooltip and
-    the reasons and captions that quote it say what it is, in the visitor's language."""
+    the reasons and captions that quote it say what it is, in the visitor's language. The film strip shows a kept
+    draft as the reply has it, not as the draft's loose bytes."""
     import copy
 
-    rnd = copy.deepcopy(next(r for r in run.rounds if any(t.label == "bonus" for t in r.tokens)))
+    rnd = copy.deepcopy(next(r for r in run.rounds if any(t.label == "bonus" for t in r.tokens) and r.n_accepted))
     bonus = next(t for t in rnd.tokens if t.label == "bonus")
     bonus.text = ""
+    rnd.tokens[0].text = "你"  # an accepted draft that completes a character: the reply has it whole
+    rnd.drafts[0].text = "<0xA0>"  # while the draft on its own is a loose byte
     for lang, tip, said in (("en", "a piece of a character:", "a piece of a character"),
                             ("zh-CN", "一个字符的一部分：", "一个字符的一部分")):
         html = render.tokens_html(run.prompt, [rnd], lang=lang)
@@ -155,6 +158,8 @@ def test_a_kept_piece_of_a_character_shows_a_dot_and_says_so_in_both_languages(r
         assert html.count("sd-piece") == 1  # only the piece: every other kept token has text
         assert said in render.reason(rnd, rnd.k + 1, lang)
         assert "''" not in render.reason(rnd, rnd.k + 1, lang)
+        film = render.filmstrip_html([rnd], lang=lang)
+        assert ">你</span>" in film and "0xA0" not in film and film.count("sd-piece") == 1, film
     assert ".sd-piece::after" in render.CSS
 
 
