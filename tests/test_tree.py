@@ -351,8 +351,8 @@ def lossy_walk(tokens, tree, p_target, generator, greedy=False, q_head=None):
 
 
 @pytest.mark.parametrize("children,prune,by_draws,stop,scale", [
-    ("top", 0.05, False, 0.0, 0.1), ("sampled", 0.15, False, 0.0, 0.1), ("sampled", 0.1, True, 0.0, 0.2),
-    ("sampled", 0.0, False, 0.93, 0.2)], ids=["top", "sampled", "sampled-children-pruned", "sampled-stop"])
+    ("top", 0.05, False, False, 0.1), ("sampled", 0.15, False, False, 0.1), ("sampled", 0.1, True, False, 0.2),
+    ("sampled", 0.0, False, True, 0.2)], ids=["top", "sampled", "sampled-children-pruned", "sampled-stop"])
 def test_a_pruned_tree_is_exact_on_the_toy_pair(toy_pair, children, prune, by_draws, stop, scale, one_thread):
     """prune_below makes the tree's size depend on the head's probabilities (and, for sampled children, on its
     draws), never on the target: the joint of the first three tokens still follows the target. The first tree
@@ -361,17 +361,20 @@ def test_a_pruned_tree_is_exact_on_the_toy_pair(toy_pair, children, prune, by_dr
     children are also cut by their expected cumulative q (TreeDrafter.prune_children), so that rows keep their
     first one, two or all three draws (a slightly peakier head, where those expectations straddle 0.1). stop: the
     chain's confidence stop on sampled trees (TreeDrafter.sampled_stop): the depth-1 node that would be expanded
-    gets no children where the head's q there has its top below the head's stop_below."""
+    gets no children where the head's q there has its top below the head's stop_below, set here to the median top
+    that a first pass without the stop saw (this head's tops lie within 0.01 of each other, so no fixed number
+    would keep both sides)."""
     cfg, shape, prompt = SamplingConfig(1.0), (3, 2, 6), [0, 1]
     head = random_head(toy_pair, torch.arange(toy_pair.vocab_size), scale=scale)
-    head.cfg = dataclasses.replace(head.cfg, stop_below=stop)
+    head.cfg = dataclasses.replace(head.cfg, stop_below=0.0)
     sizes: Counter = Counter()
     kept_draws: Counter = Counter()  # how many children the first tree rounds' rows kept
+    tops: list[float] = []  # the top of the expanded depth-1 node's q in each first tree round (drawn.q's row 1)
 
     def make():
         drafter = TreeDrafter(head, toy_pair.target, cfg, toy_pair.vocab_size, toy_pair.context_window + 1, shape,
                               children, prune)
-        drafter.prune_children, drafter.sampled_stop = by_draws, stop > 0
+        drafter.prune_children, drafter.sampled_stop = by_draws, stop
         propose = drafter.propose
 
         def counted(seq, k_max, gen):
@@ -379,12 +382,19 @@ def test_a_pruned_tree_is_exact_on_the_toy_pair(toy_pair, children, prune, by_dr
             if proposal.tree is not None and not drafter.counted:  # each run's first tree round
                 sizes[proposal.k] += 1
                 kept_draws.update(Counter(proposal.tree.parents.tolist()).values())
+                drawn = proposal.tree.drawn
+                if drawn is not None and drawn.q.shape[0] > 1:
+                    tops.append(float(drawn.q[1].max()))
                 drafter.counted = True
             return proposal
 
         drafter.propose, drafter.counted = counted, False
         return drafter
 
+    if stop:  # the first pass: where this head's tops lie (stop_below 0 stops nothing)
+        tree_samples(toy_pair, prompt, cfg, shape, 200, make, children=children)
+        head.cfg = dataclasses.replace(head.cfg, stop_below=sorted(tops)[len(tops) // 2])
+        sizes.clear()
     n = 1000
     counts, ends = tree_samples(toy_pair, prompt, cfg, shape, n, make, children=children)
     assert {kind for kind, _ in ends} == {"root", "inner", "leaf"}, ends
