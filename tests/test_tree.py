@@ -15,7 +15,6 @@ keeps a path. The promises tested here:
 from __future__ import annotations
 
 import dataclasses
-
 import math
 from collections import Counter
 
