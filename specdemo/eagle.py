@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .config import TREE_DEPTH_RANGE, TREE_TOPK_RANGE
 from .devices import pack_weight, packed_linear, packs_bf16, pick_dtype
 from .i18n import Msg, Translatable
 
@@ -282,10 +283,14 @@ TREE_SIZES = ("topk", "depth", "budget")
 SAMPLED_BF16_CPU = "sampled_bf16_cpu"  # tree sizes for sampled children where the target runs in bf16 on a CPU
 
 
+SIZE_RANGES = {"topk": TREE_TOPK_RANGE, "depth": TREE_DEPTH_RANGE, "budget": (1, 256)}  # a run caps the budget
+
+
 def sizes_ok(sizes) -> bool:
-    """Whether `sizes` is a dict of tree sizes only, each a whole number in [1, 256]."""
+    """Whether `sizes` is a dict of tree sizes only, each a whole number in its range: top-k and depth in the
+    ranges a run may ask for (SpecConfig), the budget in [1, 256] (a run caps it again: drafters.tree_shape)."""
     return isinstance(sizes, dict) and set(sizes) <= set(TREE_SIZES) and all(
-        type(v) is int and 1 <= v <= 256 for v in sizes.values())
+        type(v) is int and SIZE_RANGES[k][0] <= v <= SIZE_RANGES[k][1] for k, v in sizes.items())
 
 
 def read_config(folder: Path) -> HeadConfig:

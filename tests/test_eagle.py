@@ -313,6 +313,8 @@ def refusal(pair) -> str:
     ("sampled_sizes_unknown", "err.head_damaged"),
     ("sampled_sizes_not_a_dict", "err.head_damaged"),
     ("sampled_sizes_bool", "err.head_damaged"),
+    ("sizes_too_deep", "err.head_damaged"),
+    ("sampled_sizes_too_wide", "err.head_damaged"),
     ("d2t_repeats", "err.head_d2t_repeats"),
 ])
 def test_a_bad_head_is_refused_in_one_sentence_and_the_rest_works(pair32, head_copy, damage, key):
@@ -336,8 +338,13 @@ def test_a_bad_head_is_refused_in_one_sentence_and_the_rest_works(pair32, head_c
     elif damage.startswith("sampled_sizes_"):  # a bf16 CPU's sampled tree of no nodes, or of a size it cannot read
         meta = json.loads((head_copy / "config.json").read_text())
         sizes = {"sampled_sizes_zero": {"topk": 2, "depth": 0}, "sampled_sizes_unknown": {"topk": 2, "width": 3},
-                 "sampled_sizes_not_a_dict": [2, 4, 5], "sampled_sizes_bool": {"topk": True}}[damage]
+                 "sampled_sizes_not_a_dict": [2, 4, 5], "sampled_sizes_bool": {"topk": True},
+                 "sampled_sizes_too_wide": {"topk": 17}}[damage]
         meta["tree"] = {"topk": 2, "sampled_bf16_cpu": sizes}
+        (head_copy / "config.json").write_text(json.dumps(meta))
+    elif damage == "sizes_too_deep":  # deeper than a run may ask for (SpecConfig's tree_depth range)
+        meta = json.loads((head_copy / "config.json").read_text())
+        meta["tree"] = {"topk": 2, "depth": 17}
         (head_copy / "config.json").write_text(json.dumps(meta))
     elif damage == "d2t_repeats":  # two draft rows name one target token: its q would add up, and q be wrong
         from safetensors.torch import load_file, save_file
