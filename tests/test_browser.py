@@ -408,7 +408,7 @@ def test_the_shipped_default_opens_as_its_preset_says_and_runs(browser):
     """`python app.py` as shipped, in a process of its own without SPECDEMO_DEFAULT_PAIR (the other tests pin the
     Shakespeare pair): the page opens on SHIPPED_DEFAULT with its preset's strategy, first example and chat setting,
     and Generate streams a run drafted that way (with an EAGLE head: a prefill round, then rounds the head drafted,
-    as a chain or as trees)."""
+    as a chain or as trees). A Chinese reply, whose characters its byte-level tokens split, reads as text."""
     from measure_app import start  # the app as `python app.py` starts it, timed by scripts/measure_app.py
     from specdemo.config import PRESETS, SHIPPED_DEFAULT
 
@@ -441,6 +441,23 @@ def test_the_shipped_default_opens_as_its_preset_says_and_runs(browser):
         if preset.strategy in ("eagle", "tree"):  # the first round reads the prompt; the head drafts the rest
             assert "prefill" in film
             assert ("head \u00b7" in film) if preset.strategy == "eagle" else re.search(r"tree \d+ \u00b7 kept \d+", film)
+        context.close()
+        # a reply whose characters are split across tokens (models.TextStream), on the Chinese page: it reads as
+        # text, each piece a coloured box with a dot and a tooltip that says what it is, and nothing shows U+FFFD
+        context, page = open_page(browser, url, "zh-CN", 1280, 720)
+        page.wait_for_selector("#sd-token-view .sd-tok")
+        set_slider(page, "sd-temperature", 0)  # greedy: the target's own reply, "你好！" and then emoji
+        set_slider(page, "sd-max-new", 12)
+        set_prompt(page, "请用中文回答：你好吗？")
+        page.click("#sd-generate")
+        page.wait_for_function("[...document.querySelectorAll('#sd-token-view .sd-tok:not(.sd-rejected)')]"
+                               ".map(e => e.innerText).join('').includes('你好') && "
+                               "document.querySelector('#sd-stats').innerText.includes('完成')", timeout=180000)
+        reply = page.inner_text("#sd-token-view .sd-tokens")
+        assert "你好！" in reply and "\ufffd" not in reply and "<0x" not in reply, reply
+        pieces = page.locator("#sd-token-view .sd-piece")
+        assert pieces.count() >= 2 and "一个字符的一部分" in pieces.first.get_attribute("title")
+        assert "\ufffd" not in page.inner_text("#sd-film")
         context.close()
     finally:
         proc.terminate()
