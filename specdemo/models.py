@@ -310,7 +310,7 @@ class ModelPair:
         if self._token_texts is None:
             texts = self.tokenizer.batch_decode([[i] for i in range(self.vocab_size)])
             self._token_bytes = tokenizer_bytes(self.tokenizer, texts)
-            self._token_texts = [loose_bytes(b) if "\ufffd" in t else t for t, b in zip(texts, self._token_bytes)]
+            self._token_texts = [loose_bytes(b) for b in self._token_bytes]  # a whole token's bytes decode to its text
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]

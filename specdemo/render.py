@@ -51,7 +51,7 @@ CSS = """
 .sd-resampled { background: #0072B233; text-decoration: underline; text-decoration-thickness: 2px;
   text-decoration-color: #0072B2; }
 .sd-bonus { background: #E69F0040; font-weight: 700; outline: 1px dotted #9a6a00; }
-.sd-piece::after { content: "\\00b7"; opacity: 0.6; }  /* a piece of a character: render.span */
+.sd-piece::after { content: "\\00b7"; opacity: 0.6; }  /* a piece of a character: render.PIECE */
 .sd-legend { display: flex; flex-wrap: wrap; gap: 10px; font-size: 13px; margin: 6px 0; }
 .sd-legend .sd-tok { padding: 1px 6px; }
 .sd-leg { white-space: nowrap; }
@@ -165,6 +165,9 @@ def token_title(label: str, p, q, r, accept_prob, lang: str | None = None, own: 
     if q is not None:
         lines += [tr("tip.q", lang, q=fmt(q, lang)), f"r = {fmt(r, lang)}", f"min(1, p/q) = {fmt(accept_prob, lang)}"]
     return "\n".join(lines)
+
+
+PIECE = "\u00b7"  # what a kept piece of a character shows (CSS .sd-piece draws it in spans; tree_html writes it)
 
 
 def span(text: str, label: str, title: str, extra: str = "", cls: str = "") -> str:
@@ -546,14 +549,14 @@ def tree_html(rnd: Round, lang: str | None = None, root: str | None = None) -> s
     for nid, (x, y) in xy.items():
         kind = status(nid)
         if nid == -1:
-            text = "\u2026" if root is None else root or "\u00b7"
+            text = "\u2026" if root is None else root or PIECE
             tip, shade = tr(TREE_TIP_KEY[kind], lang, x=text if root is None else said(root, lang)), None
         elif nid == "end":
-            text = end_tok.text or "\u00b7"  # a piece of a character, as render.span shows it
+            text = end_tok.text or PIECE
             tip, shade = tr(TREE_TIP_KEY[kind], lang, y=y_end, p=fmt(end_tok.p, lang)), None
         else:
             nd = nodes[nid]
-            text = path_text.get(nid, nd.text) or "\u00b7"  # a path node as the reply has it (kept_texts)
+            text = path_text.get(nid, nd.text) or PIECE  # a path node as the reply has it (kept_texts)
             shade = 0.1 + 0.75 * min(max(nd.head_p, 0.0), 1.0) ** 0.5  # sqrt: small p stay apart
             if nd.copied:  # grafted by prompt lookup (tree.graft): the head has no probability for it to show
                 tip = tr("tree.tip_copied", lang, x=said(nd.text, lang), p=f"{nd.p:.3g}", d=nd.depth)
