@@ -554,7 +554,7 @@ ZH: dict[str, str] = {
     "tip.head": "{label}：{cue}",
     "tip.where": "第 {round} 轮，第 {position} 个位置",
     "tip.piece": "一个字符的一部分：这个 token 含有该字符的部分字节，由补全它的 token 显示该字符",
-    "token.piece": "一个字符的一部分",
+    "token.piece": "「一个字符的一部分」",  # quoted, as a token's repr is: the captions set it off with spaces
     "tip.p": "p(x) 目标模型 = {p}",
     "tip.q": "q(x) 草稿模型 = {q}",
     "tip.prompt": "提示词",

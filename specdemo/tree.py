@@ -181,48 +181,45 @@ def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, 
 
     dev, width, rows_e = tokens.device, max(drawn.width, 1), drawn.rows
     wide = torch.float32 if dev.type == "mps" else torch.float64
+    tiny = torch.finfo(wide).tiny
     n_e = rows_e.shape[0]
     parent_row = tree.parents + 1
-    row_to_e = torch.full((n + 1,), -1, dtype=torch.long, device=dev).index_copy_(0, rows_e, torch.arange(n_e,
-                                                                                                          device=dev))
-    child = torch.full((n_e, width), -1, dtype=torch.long, device=dev)
-    child[row_to_e[parent_row], sibling_slots(tree.parents)] = torch.arange(n, device=dev)
+    node_ids = torch.arange(n, device=dev)
+    row_to_e = torch.full((n + 1,), -1, dtype=torch.long, device=dev).index_copy_(0, rows_e,
+                                                                                  torch.arange(n_e, device=dev))
+    node_e, slot = row_to_e[parent_row], sibling_slots(tree.parents)  # each node's q row and place among siblings
+    child = torch.full((n_e, width), -1, dtype=torch.long, device=dev).index_put_((node_e, slot), node_ids)
+    has = child >= 0
     u = torch.rand(n_e, width, generator=generator, device=dev, dtype=wide)
     p_e = p_target.index_select(0, rows_e)  # [E, V] float32: the whole rows are only summed, never widened
-    r_in = p_e.index_select(1, drawn.ids).to(wide)  # [E, W] the residual on the head's columns (unnormalised)
-    out_mass = (p_e.sum(-1, dtype=wide) - r_in.sum(-1)).clamp(min=0.0)  # p's mass outside them
-    out_scale = torch.ones(n_e, 1, device=dev, dtype=wide)  # the residual outside them is p times this
-    q_left = drawn.q.to(wide)  # the head's q not yet drawn (unnormalised)
+    r = p_e.index_select(1, drawn.ids).to(wide)  # [E, W] the residual on the head's columns (unnormalised)
+    out_mass = (p_e.sum(-1, keepdim=True, dtype=wide) - r.sum(-1, keepdim=True)).clamp_(min=0.0)  # p outside them
+    out_scale = torch.ones_like(out_mass)  # the residual outside them is p times this
+    q = drawn.q.to(wide)  # the head's q not yet drawn (unnormalised)
     cols = drawn.cols[child.clamp(min=0)]  # [E, width] each child's column of q
-    accepted = torch.full((n_e,), -1, dtype=torch.long, device=dev)  # the accepted child's node, -1 none yet
-    q_cs, ratios = [], []  # per slot [E, 1]: the child's q and its chance to be accepted when tested
-    tiny = torch.finfo(wide).tiny
+    q_cs, ratios, lives = [], [], []  # per slot [E, 1]: the child's q when drawn, its chance when tested, was it drawn
     for s in range(width):
         # every row takes the step as if its earlier children were all refused: a row that accepted one never
         # reads its residual again, and this gives each child its own chance given that it is tested
         col = cols[:, s : s + 1]
-        q_now = q_left / q_left.sum(-1, keepdim=True).clamp(min=tiny)  # q without c_1..c_{s-1}, renormalised
-        q_c = q_now.gather(1, col)
-        total = (r_in.sum(-1, keepdim=True) + out_mass.view(-1, 1) * out_scale).clamp_(min=tiny)
-        # a child drawn past the head's support (q = 0, after all of it) was never really drawn: skip it
-        live = (child[:, s : s + 1] >= 0) & (q_c > 0)
-        ratio = torch.where(live, r_in.gather(1, col) / total / q_c.clamp(min=tiny), 0.0).clamp_(max=1.0)
+        q = q.scatter(1, cols[:, s - 1 : s], 0.0) if s else q  # without c_1..c_{s-1}: summed, not 1 - their q,
+        q_rest = q.sum(-1, keepdim=True).clamp_(min=tiny)  # which would cancel once they hold nearly all of it
+        q_c = q.gather(1, col) / q_rest
+        live = has[:, s : s + 1] & (q_c > 0)  # a child drawn past the head's support (q = 0) was never drawn
+        total = (r.sum(-1, keepdim=True) + out_mass * out_scale).clamp_(min=tiny)
         q_cs.append(q_c)
-        ratios.append(ratio)
-        ok = (live & (u[:, s : s + 1] < ratio)).view(-1) & (accepted < 0)
-        accepted = torch.where(ok, child[:, s], accepted)
-        # refused: r <- max(0, r/|r| - q) on the head's columns, r/|r| outside them (where r > q: q is 0 there);
+        lives.append(live)
+        ratios.append(r.gather(1, col) / (total * q_c.clamp(min=tiny)))
+        # refused: r <- max(0, r/|r| - q_s) on the head's columns, r/|r| outside them (where r > q: q is 0 there);
         # a row without a child here (or past its head's support) is only renormalised
-        r_in = refused(r_in / total, q_now * live)
+        r = refused(r / total, q * (live / q_rest))
         out_scale = out_scale / total
-        q_left = q_left.scatter(1, col, 0.0)
-    q_cs, ratios, has = torch.cat(q_cs, 1), torch.cat(ratios, 1), child >= 0
-    q_of_node = torch.zeros(n, device=dev, dtype=wide).index_put_((child[has],), q_cs[has])
-    accept_of_node = torch.zeros(n, device=dev, dtype=wide).index_put_((child[has],), ratios[has])
-    reach = (1.0 - ratios).prod(1)  # the chance the walk refuses every child of the row
+    live, q_cs = torch.cat(lives, 1), torch.cat(q_cs, 1)
+    ratio = torch.where(live, torch.cat(ratios, 1), 0.0).clamp_(max=1.0)  # [E, width] each child's chance
+    ok = (u < ratio) & live
+    accepted = torch.where(ok.any(1), child.gather(1, ok.long().argmax(1, keepdim=True)).view(-1), -1)  # first ok
     on_path = torch.zeros(n + 1, dtype=torch.bool, device=dev)
     on_path[0] = True
-    node_ids = torch.arange(n, device=dev)
     accepted_at = torch.full((n + 1,), -1, dtype=torch.long, device=dev).index_copy_(0, rows_e, accepted)
     for _ in range(tree.max_depth):
         on_path[1:] = (accepted_at[parent_row] == node_ids) & on_path[parent_row]
@@ -235,14 +232,14 @@ def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, 
     end_is_leaf = (e < 0).squeeze(0)
     e = e.clamp(min=0)
     p_end = p_target.index_select(0, end_row.view(1)).to(wide)  # p at the end row (row e of p_e, if it has children)
-    res = (p_end * out_scale.index_select(0, e)).index_copy_(1, drawn.ids, r_in.index_select(0, e))
+    res = (p_end * out_scale.index_select(0, e)).index_copy_(1, drawn.ids, r.index_select(0, e))
     row = torch.where(end_is_leaf | (res.sum() <= 0), p_end, res)
     next_token = sample(row, generator).squeeze(0)
     p_of_node = p_target[parent_row, tokens]  # not p_target[parent_row]: that copies n whole rows
-    p_go = torch.zeros(n + 1, device=dev, dtype=wide).index_copy_(0, rows_e, 1.0 - reach)
+    p_go = torch.zeros(n + 1, device=dev, dtype=wide).index_copy_(0, rows_e, 1.0 - (1.0 - ratio).prod(1))
     draws = torch.full((n + 1,), -1, dtype=torch.long, device=dev).scatter_(0, end_row.view(1), next_token.view(1))
     return TreeVerdict(path, path.long().sum(), end_row, next_token, end_is_leaf, p_of_node, p_go.float(), draws,
-                       q_of_node.float(), accept_of_node.float())
+                       q_cs[node_e, slot].float(), ratio[node_e, slot].float())
 
 
 def chain_walk(tokens: torch.Tensor, drawn: Drawn, p_target: torch.Tensor, generator: torch.Generator | None

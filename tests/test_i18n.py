@@ -151,7 +151,7 @@ def test_a_kept_piece_of_a_character_shows_a_dot_and_says_so_in_both_languages(r
     rnd.tokens[0].text = "你"  # an accepted draft that completes a character: the reply has it whole
     rnd.drafts[0].text = "<0xA0>"  # while the draft on its own is a loose byte
     for lang, tip, said in (("en", "a piece of a character:", "a piece of a character"),
-                            ("zh-CN", "一个字符的一部分：", "一个字符的一部分")):
+                            ("zh-CN", "一个字符的一部分：", " 「一个字符的一部分」")):  # quoted like a token
         html = render.tokens_html(run.prompt, [rnd], lang=lang)
         piece = re.search(r'<span class="sd-tok sd-bonus sd-piece" title="([^"]*)"[^>]*></span>', html)
         assert piece and tip in piece.group(1), html
