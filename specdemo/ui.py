@@ -179,7 +179,8 @@ def controls(u, limits: Limits, pair_name: str) -> None:
                                      elem_id="sd-temperature")
         with gr.Row():
             c["top_k"] = gr.Number(0, label=L("ui.top_k"), precision=0, minimum=0)
-            c["top_p"] = gr.Slider(0.01, 1, value=1, step=0.01, label=L("ui.top_p"))
+            # a slider under 240 px squeezes its label beside its number box: below that the row wraps instead
+            c["top_p"] = gr.Slider(0.01, 1, value=1, step=0.01, label=L("ui.top_p"), min_width=240)
         with gr.Row():
             c["max_new"] = gr.Slider(1, limits.max_new_tokens, value=first["max_new"], step=1,
                                      label=L("ui.max_new"), elem_id="sd-max-new")
