@@ -67,7 +67,7 @@ off, an option of this script only. If it becomes the default, the held-out run 
 gives the README's figures, whatever they are.
 
 When issue 24's T = 0.7 floor (the tree at least 1.05x the chain, same session) counts as met, written 2026-11-26
-08:40 UTC before the run it judges, after the sampled walk's rewrite (d19e188): in one session on one machine, held
+08:27 UTC before the run it judges, after the sampled walk's rewrite (d19e188): in one session on one machine, held
 out, `--temperature 0.7 --seeds 4` gives the sampled tree at least 1.05x the chain AND `python -m specdemo bench
 --pair smollm2-135m --strategies --temperature 0.7` gives the tree at least 1.05x the chain. One such session is
 reported as it is; earlier sessions' figures (1.005x and 1.048x / 1.030x) are reported beside it.
