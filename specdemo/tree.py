@@ -202,8 +202,9 @@ def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, 
         # every row takes the step as if its earlier children were all refused: a row that accepted one never
         # reads its residual again, and this gives each child its own chance given that it is tested
         col = cols[:, s : s + 1]
-        q = q.scatter(1, cols[:, s - 1 : s], 0.0) if s else q  # without c_1..c_{s-1}: summed, not 1 - their q,
-        q_rest = q.sum(-1, keepdim=True).clamp_(min=tiny)  # which would cancel once they hold nearly all of it
+        q = q.scatter(1, cols[:, s - 1 : s], 0.0) if s else q  # q without c_1..c_{s-1}
+        # what they left is summed, not taken as 1 minus their q: that cancels to 0 once they hold nearly all of it
+        q_rest = q.sum(-1, keepdim=True).clamp_(min=tiny)
         q_c = q.gather(1, col) / q_rest
         live = has[:, s : s + 1] & (q_c > 0)  # a child drawn past the head's support (q = 0) was never drawn
         total = (r.sum(-1, keepdim=True) + out_mass * out_scale).clamp_(min=tiny)

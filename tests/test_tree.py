@@ -604,6 +604,28 @@ def test_the_sampled_walk_reports_each_childs_chance_given_the_ones_before_it_we
     assert seen == {0, 1}  # rounds that accepted the first child and rounds that refused both
 
 
+def test_a_sibling_drawn_after_a_near_certain_first_child_is_tested_with_the_q_it_was_drawn_from():
+    """A head that puts all but 1e-30 of its q on one token: once that first child is set aside, the second was
+    drawn from what is left, q = 1 on it. The walk sums what is left rather than taking 1 minus the first child's
+    q, which cancels to 0 here (a rewrite that did so overflowed to q = inf and never accepted such a child, and
+    the toy pair's chi-square test caught it). Once the first child is refused (p 0.1 against q 1), the residual
+    is p without it, [0, 0.5, 0.4, 0] renormalised, so the second is accepted with chance (0.5 / 0.9) / 1 = 5/9."""
+    p = torch.tensor([[0.1, 0.5, 0.4, 0.0], [0.25, 0.25, 0.25, 0.25], [0.25, 0.25, 0.25, 0.25]])
+    q_root = torch.tensor([1.0, 1e-30, 0.0, 0.0])
+    tokens = torch.tensor([0, 1])  # the root's children, in draw order
+    drawn = Drawn(q_root.view(1, -1), torch.tensor([0]), tokens, torch.arange(4), 2)
+    tree = DraftTree(torch.tensor([-1, -1]), torch.tensor([1, 1]), torch.ones(2), 1, drawn)
+    r2 = (p[0] - q_root).clamp(min=0)  # [0, 0.5, 0.4, 0]: the residual once the first child is refused
+    a2 = min(1.0, float(r2[1] / r2.sum()) / 1.0)
+    seen = Counter()
+    for seed in range(200):
+        v = walk_sampled(tokens, tree, p, torch.Generator().manual_seed(seed))
+        assert v.q_of_node.tolist() == pytest.approx([1.0, 1.0], abs=1e-6)
+        assert v.accept_of_node.tolist() == pytest.approx([0.1, a2], abs=1e-6)
+        seen[tuple(v.on_path.tolist())] += 1
+    assert a2 == pytest.approx(5 / 9) and set(seen) == {(True, False), (False, True), (False, False)}, seen
+
+
 SAMPLED_TOY_SHAPES = [(SamplingConfig(1.0), (2, 2, 4)), (SamplingConfig(1.0), (3, 3, 7)),
                       (SamplingConfig(0.7, top_k=4, top_p=0.9), (3, 2, 6)), (SamplingConfig(1.0), (1, 2, 2)),
                       (SamplingConfig(0.7), (2, 4, 5))]  # the last: SmolLM2's sampled tree on a bf16 CPU
