@@ -177,7 +177,7 @@ def default_max_params_m(device: torch.device | None = None) -> int:
     """The largest custom model a visitor may load when SPECDEMO_MAX_PARAMS_M is not set, in millions of parameters:
     the LRU's SPECDEMO_MAX_PAIRS pairs of two models that size must fit in the models' memory budget
     (model_budget_bytes: half the device's memory), at 2 bytes a parameter on a GPU and 4 on a CPU (where weights
-    may pass through float32 while they load). A 16 GB CPU Space gets 500 M; an 80 GB GPU 10,000 M."""
+    may pass through float32 while they load). A 16 GB CPU Space gets 500 M; an 80 GB GPU about 5,000 M."""
     from .config import env_int
 
     device = device or pick_device()
