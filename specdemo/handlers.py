@@ -346,13 +346,14 @@ def update_strategies(pair_name, strategy):
     return gr.update(choices=views.strategy_choices(pair_name), value=value)
 
 
-def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, progress=gr.Progress()) -> dict:
+def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, progress=gr.Progress(),
+                keep_settings: bool = False) -> dict:
     """Load the chosen pair with a visible progress indicator. A failure keeps the previous pair working, and puts
     the selector (and a custom pair's ids) back on it with the one-sentence error, so that the next Generate runs
     the pair that is loaded, not the one that failed. `loaded`: the pair state, the loaded pair's description with
     the selector values that chose it ("chosen"); a change back to those values loads nothing.
     Updates PAIR_OUTPUTS: the chat switch takes the pair's default mode, and K, the temperature and the token budget
-    a preset's page defaults."""
+    a preset's page defaults; with keep_settings (open_pair) those stay as the visitor left them."""
     custom = pair_name == CUSTOM
     examples = PRESETS[pair_name].examples if pair_name in PRESETS else ()
     chosen = {"pair": pair_name} | ({"draft": (draft_id or "").strip(), "target": (target_id or "").strip()}
@@ -373,13 +374,22 @@ def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, progress
         return out | back | {"custom_box": gr.update(visible=back["pair"] == CUSTOM)}
     progress(1.0, desc=tr("pair.done", lang))
     desc = pair.describe() | {"chosen": chosen}
+    chat = {} if keep_settings else {"value": pair.chat}
     out = {"pair_status": views.pair_info(desc, lang), "custom_box": gr.update(visible=custom), "pair_state": desc,
-           "chat": gr.update(value=pair.chat, interactive=pair.has_chat_template)}
+           "chat": gr.update(**chat, interactive=pair.has_chat_template)}
     if examples:
         out["examples"] = gr.Dataset(samples=[[e] for e in examples])
-    if pair_name in PRESETS:  # the preset's own page defaults (config.PairPreset)
+    if pair_name in PRESETS and not keep_settings:  # the preset's own page defaults (config.PairPreset)
         out |= views.preset_defaults(pair_name, Limits.from_env())
     return out
+
+
+def open_pair(pair_name, draft_id, target_id, lang=None, loaded=None, progress=gr.Progress()) -> dict:
+    """change_pair for the page's first load. The page is built with the pair's own settings already in place, and
+    the load can take seconds (a Space's first visitor loads the models): a temperature, K, token budget or chat
+    setting changed meanwhile must not be put back to the preset's when it finishes, or the next Generate would run
+    with a setting the page no longer shows."""
+    return change_pair(pair_name, draft_id, target_id, lang, loaded, progress, keep_settings=True)
 
 
 # ----------------------------------------------------------------------------------------------- language, presenter

@@ -77,6 +77,7 @@ async (lang) => {
   document.title = TITLES[lang] || TITLES.en;
   document.body.dataset.sdLang = lang;
   if (window.sdSetLocale) await window.sdSetLocale(lang);
+  document.body.dataset.sdLocaleDone = lang;  // gradio has redrawn the page in it (tests wait for this)
 }
 """.replace("TITLES", json.dumps({code: i18n.MESSAGES[code]["app.title"] for _, code in i18n.CHOICES}))
 
@@ -342,8 +343,9 @@ def wire_page(demo: gr.Blocks, u, wire, view: list) -> None:
 
     # language and presenter mode: the browser's language first, then the switch; both redraw in place
     u.browser_lang = gr.Textbox(visible=False)  # carries navigator.language from DETECT_JS to initial_lang
+    # the page's own pair, once it is open: it keeps any setting the visitor changed while it loads (open_pair)
     demo.load(handlers.initial_lang, [u.browser_lang], [u.lang], js=DETECT_JS, api_visibility="private").then(
-        **pair_change)
+        **(pair_change | wire(handlers.open_pair, handlers.PAIR_OUTPUTS)))
     redraw_inputs = view + [u.state, u.round_sl, u.pos_sl, u.sweep_state, u.dist_state, u.race_state, u.pair_state]
     u.lang.change(None, [u.lang], None, js=LOCALE_JS)
     u.lang.change(handlers.notice_in, [u.notice_state, u.lang], [u.notice], api_visibility="private", queue=False,

@@ -446,6 +446,10 @@ def test_the_shipped_default_opens_as_its_preset_says_and_runs(browser):
         # text, each piece a coloured box with a dot and a tooltip that says what it is, and nothing shows U+FFFD
         context, page = open_page(browser, url, "zh-CN", 1280, 720)
         page.wait_for_selector("#sd-token-view .sd-tok")
+        # gradio has redrawn the page in Chinese (ui.LOCALE_JS, once the browser's language came back) before a
+        # setting is changed: the redraw puts the sliders back to their first values, and a greedy run asked for
+        # before it ran at the preset's T = 0.3 (in 2 of 4 runs here, 2026-11-26)
+        page.wait_for_function("document.body.dataset.sdLocaleDone === 'zh-CN'")
         set_slider(page, "sd-temperature", 0)  # greedy: the target's own reply, "你好！" and then emoji
         set_slider(page, "sd-max-new", 12)
         set_prompt(page, "请用中文回答：你好吗？")

@@ -194,3 +194,23 @@ def test_each_preset_names_its_page_defaults_and_the_page_takes_them():
                                                               PRESETS["shakespeare"].temperature,
                                                               min(PRESETS["shakespeare"].max_new_tokens,
                                                                   limits.max_new_tokens))
+
+
+def test_the_pages_first_pair_load_keeps_a_setting_changed_while_it_loads():
+    """The page loads its pair after it opens (ui.wire_page: demo.load, then handlers.open_pair), which can take
+    seconds. A temperature typed meanwhile must still be the one Generate sends: the first load updates the pair's
+    status, state and examples, and whether chat can be switched, never K, the temperature, the token budget or the
+    chat switch's value (which the page was built with). Until 2026-11-26 it put them back to the preset's, and a
+    greedy run asked for just after the page opened ran at T = 0.3 (the browser test of the shipped default)."""
+    import app  # builds the page, and so wires its events
+
+    quiet = {"progress": lambda *a, **k: None}
+    opened = handlers.open_pair("shakespeare", "", "", "en", **quiet)
+    assert not {"k", "temperature", "max_new"} & set(opened)
+    assert "value" not in opened["chat"] and opened["chat"]["interactive"] is not None
+    assert opened["pair_status"] and opened["pair_state"]["chosen"] == {"pair": "shakespeare"}
+    changed = handlers.change_pair("shakespeare", "", "", "en", **quiet)  # a change by the visitor still resets them
+    assert {"k", "temperature", "max_new"} <= set(changed) and "value" in changed["chat"]
+    # and the page's load event is the one that keeps them
+    fns = [getattr(getattr(dep, "fn", None), "__wrapped__", None) for dep in app.demo.fns.values()]
+    assert handlers.open_pair in fns
