@@ -12,8 +12,18 @@ if ! python -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     pip install torch
   else
-    # only torch itself from the CPU index (--no-deps); its dependencies come from PyPI with requirements.txt
-    pip install --no-deps "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
+    # only torch itself (--no-deps); its dependencies come from PyPI with requirements.txt. The CPU build lives on
+    # the PyTorch CPU index; where that index does not answer within 5 s (a machine that reaches PyPI only), pip is
+    # not sent there, since it would retry it five times before it looked elsewhere: the same pinned CPU build then
+    # comes from pip's own configured sources (a local wheel folder or mirror), or the install stops with pip's error.
+    CPU_INDEX=https://download.pytorch.org/whl/cpu
+    if python -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + '/torch/', timeout=5)" "$CPU_INDEX" \
+        2>/dev/null; then
+      pip install --no-deps "torch==2.13.0+cpu" --extra-index-url "$CPU_INDEX"
+    else
+      echo "setup.sh: the PyTorch CPU index is unreachable; looking for torch 2.13.0+cpu in pip's configured sources"
+      pip install --no-deps "torch==2.13.0+cpu"
+    fi
   fi
 fi
 pip install -r requirements.txt

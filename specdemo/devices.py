@@ -111,7 +111,8 @@ def packs_bf16(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether a bf16 model's linear layers are packed once into oneDNN's blocked layout (models.pack_linears): on
     a CPU with bf16 units (AMX or AVX-512 BF16), where torch's plain bf16 `F.linear` lays the weight out again at
     every call. Measured on 2 threads with SmolLM2-135M, the outputs of each layer bit for bit those of F.linear
-    at 1 to 32 rows on both kinds:
+    at 1 to 32 rows on both kinds (tests/test_models.py checks it on each); at a prompt's 300 rows that holds on
+    Zen 4, and is not claimed on AMX (issue 39), so every load packs alike (models.finish_model):
     - with AMX (Xeon, 2026-11-25): a one-token step 41.9 -> 34.4 ms, a 9-token verify 48.8 -> 43.4 ms;
     - with AVX-512 BF16 and no AMX (AMD EPYC, Zen 4, 2026-11-25, `scripts/pack_ab.py`): a one-token step
       34.9 -> 29.9 ms, a 12-token verify 45.6 -> 37.1 ms.

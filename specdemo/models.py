@@ -394,10 +394,18 @@ def _load_one(model_id: str, role: str, device: torch.device, dtype: torch.dtype
         chosen = pick_dtype(device, role, sum(p.numel() for p in model.parameters()))
         if chosen != load_dt:
             model = cast_model(model, chosen)
+    return tok, finish_model(model, device)
+
+
+def finish_model(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """A loaded model made ready to run on `device`, whichever way its dtype came (loaded in it, or cast_model):
+    moved there, in eval mode, and on a CPU with bf16 units its bf16 linears packed (devices.packs_bf16). Both
+    ways must end here alike, since a packed product need not equal F.linear's bit for bit (on AMX it differs at
+    prefill sizes), and a trace's dtype must name its numbers."""
     model = model.to(device).eval()
     if packs_bf16(device, model.dtype):
         pack_linears(model)
-    return tok, model
+    return model
 
 
 def cast_model(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:

@@ -29,6 +29,7 @@ import torch
 
 from .config import SamplingConfig, SpecConfig
 from .events import Candidate, DraftPosition, Round, Token, Trace, TreeNode
+from .devices import cpu_bf16_kind, packs_bf16
 from .drafters import Drafter, RoundOutcome, make_drafter, max_drafts, run_tree_shape, tree_children, tree_prune
 from .i18n import Translatable
 from .models import CachedLM, ModelPair, dtype_name
@@ -392,6 +393,11 @@ def run_settings(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig | N
             out["tree_prune_below"] = tree_prune(pair.head, spec)
             if spec.tree_lookup:
                 out["tree_lookup"] = spec.tree_lookup
+    if pair.device.type == "cpu" and "bfloat16" in (out["draft_dtype"], out["target_dtype"], out.get("head_dtype")):
+        # bf16 sums depend on the CPU's bf16 units and on packing (devices.packs_bf16): name both, so that the
+        # dtypes name the numbers (issue 39)
+        out["cpu_bf16"] = cpu_bf16_kind()
+        out["bf16_packed"] = packs_bf16(pair.device, torch.bfloat16)
     return out
 
 
