@@ -5,10 +5,10 @@
 """
 
 from specdemo import SamplingConfig, SpecConfig, speculative_generate
+from specdemo.app.ui import build_demo, launch
+from specdemo.app.zerogpu import on_zerogpu
 from specdemo.config import DEFAULT_PRESET, PRESETS
 from specdemo.models import ModelLoadError, load_pair
-from specdemo.ui import build_demo, launch
-from specdemo.zerogpu import on_zerogpu
 
 EMBEDDED = "shakespeare"  # needs nothing outside the repository: the page falls back to it
 

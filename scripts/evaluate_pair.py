@@ -1,12 +1,4 @@
-"""Measure the embedded pair for its model card (assets/models/README.md).
-
-Held-out loss and perplexity of each model (on the held-out plays), alpha at K=4 on held-out prompts at T=0 and T=1
-(the empirical acceptance rate and the mean sum min(p, q)), per-token latency of each model and of a (K+1)-token
-verify, the cost ratio c, and a sample continuation of "ROMEO:". Prints a JSON object and writes it to
-assets/models/card_metrics.json.
-
-    python scripts/evaluate_pair.py            # after scripts/train_embedded_pair.py corpus tokenizer
-"""
+"""Measure the embedded Shakespeare pair for its model card; writes assets/models/card_metrics.json (docs/models.md)."""
 
 from __future__ import annotations
 
@@ -23,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specdemo import SamplingConfig, SpecConfig, load_pair, speculative_generate  # noqa: E402
-from specdemo.bench import forward_ms  # noqa: E402
-from specdemo.events import acceptance  # noqa: E402
+from specdemo.bench.methods import forward_ms  # noqa: E402
+from specdemo.engine.events import acceptance  # noqa: E402
 
 K = 4
 

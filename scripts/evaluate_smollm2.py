@@ -1,11 +1,4 @@
-"""Measure the smollm2-135m pair for its model card (assets/models/README.md), on held-out chat prompts.
-
-Greedy match rate at K = 4, T = 0 (the fraction of judged draft tokens the target kept), mean sum min(p, q) at
-T = 0.7, per-token latency of each model in the dtype it runs in and the cost ratio c, the (K+1)-token verify cost,
-and two sample replies; the same for the pair's EAGLE head (strategy eagle). Prints JSON and writes assets/models/smollm2_card_metrics.json.
-
-    python scripts/evaluate_smollm2.py            # after scripts/train_smollm2_draft.py export
-"""
+"""Measure the smollm2-135m pair for its model card; writes assets/models/smollm2_card_metrics.json (docs/models.md)."""
 
 from __future__ import annotations
 
@@ -21,10 +14,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from evaluate_pair import alpha_on, latency_ms  # noqa: E402
-from smollm2_prompts import HELD_OUT  # noqa: E402
 
 from specdemo import SamplingConfig, SpecConfig, load_pair, speculative_generate  # noqa: E402
-from specdemo.devices import dtype_name  # noqa: E402
+from specdemo.bench.prompts import HELD_OUT  # noqa: E402
+from specdemo.models.devices import dtype_name  # noqa: E402
 
 K = 4
 
@@ -51,7 +44,7 @@ def main() -> None:
         out[f"T{temperature:g}"] = alpha_on(pair, prompts, temperature, K, args.max_new_tokens, chat=True) | {
             "max_new_tokens": args.max_new_tokens}
     if pair.head is not None:
-        from specdemo.bench import head_step_ms
+        from specdemo.bench.methods import head_step_ms
 
         head = {"head_step_ms": head_step_ms(pair), "head_dtype": dtype_name(pair.head.lm_rows.dtype),
                 "training": pair.head.cfg.training | {"history": pair.head.cfg.training.get("history", [])[-3:]}}

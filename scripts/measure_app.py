@@ -1,9 +1,4 @@
-"""Measure the app as a visitor meets it: seconds until `python app.py` serves its first page (started twice, so
-the second start has warm caches), and seconds from pressing Generate to the first streamed round on the default
-pair, in headless Chromium. A measurement, not a test: it prints the numbers for the README.
-
-    .venv/bin/python scripts/measure_app.py [--runs 3]
-"""
+"""Seconds to the app's first page and to the first streamed round in headless Chromium (docs/benchmarks.md)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from specdemo import recorded  # noqa: E402
+from specdemo.app import recorded  # noqa: E402
 from specdemo.config import PRESETS, SHIPPED_DEFAULT  # noqa: E402
 
 

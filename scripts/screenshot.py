@@ -125,11 +125,11 @@ def main() -> None:
                         help="retake only these (repeatable; default: all four)")
     args = parser.parse_args()
     take = set(args.only or ("first-screen", "english", "presenter-zh", "tree"))
-    import app
     from playwright.sync_api import sync_playwright
 
+    import app
+    from specdemo.app.ui import launch
     from specdemo.config import DEFAULT_PRESET, PRESETS
-    from specdemo.ui import launch
 
     examples = PRESETS[DEFAULT_PRESET].examples  # the default pair's own prompts, as a visitor would try them
 

@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from smollm2_prompts import SELF_PROMPTS, clean_prompt, normalized, self_prompts, training_prompts  # noqa: E402
+from specdemo.bench.prompts import SELF_PROMPTS, clean_prompt, normalized, self_prompts, training_prompts  # noqa: E402
 
 REPLIES = ROOT / "assets" / "training" / "smollm2-135m"
 TEMPS = (0.0, 0.7, 1.0)  # shard i is written at TEMPS[i % 3]
@@ -522,7 +522,7 @@ def lr_at(step: int, total: int, peak: float, warmup: int = 30) -> float:
 
 
 def train(args) -> None:
-    from specdemo.eagle import new_head
+    from specdemo.models.eagle import new_head
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -620,7 +620,7 @@ def resume(ck: dict | None, head, opt) -> dict:
     A checkpoint whose head lacks `head`'s feature layers grows them: mix starts at zero (the head computes what it
     did), the moments are fresh, and a new phase of the schedule begins, whose own warm-up serves them. The export
     bar stays: the grown head must beat the run's best export. A head never drops or changes its layers."""
-    from specdemo.eagle import LAYER_WEIGHTS
+    from specdemo.models.eagle import LAYER_WEIGHTS
 
     if ck is None:
         return {"step": 0, "history": [], "best": -1.0, "phase": 0, "rewarm": None}
@@ -650,7 +650,7 @@ def starting_checkpoint(ckpt_path: Path, exported: Path, teacher: Teacher, from_
     (unless from_scratch); else nothing (a new head). A committed head was stored in bf16, without the optimizer's
     moments ("opt": None) or a dev score comparable with today's dev set ("best": None, scored at the start); its
     training history says which step it reached."""
-    from specdemo.eagle import load_head
+    from specdemo.models.eagle import load_head
 
     if ckpt_path.exists():
         return torch.load(ckpt_path, weights_only=False)
@@ -670,7 +670,7 @@ def export(args) -> None:
     to --out (default the pair's committed head folder): the end of a run whose dev set no longer scores what it
     trained for, or a snapshot to compare with `select`. --steps, --batch, --lr, --threads: the run's, for the card.
     --stop-below: the head's confidence stop, chosen with `select --stop-below` (a run's own exports have none)."""
-    from specdemo.eagle import new_head
+    from specdemo.models.eagle import new_head
 
     teacher = Teacher(args.pair)
     ck = torch.load(args.ckpt or ROOT / "data" / "eagle" / args.pair / "ckpt.pt", weights_only=False)
@@ -696,10 +696,10 @@ def select(args) -> None:
     from dataclasses import replace
 
     from evaluate_pair import alpha_on
-    from smollm2_prompts import SELECTION
 
     from specdemo import load_pair
-    from specdemo.eagle import attach_head
+    from specdemo.bench.prompts import SELECTION
+    from specdemo.models.eagle import attach_head
 
     torch.set_num_threads(args.threads)
     pair = load_pair("smollm2-135m")
@@ -722,9 +722,9 @@ def select(args) -> None:
 
 def export_head(head, pair: str, history: list, coverage: float, n_records: int, args, phase: int = 0,
                 folder: Path | None = None, tvd: tuple[float, float] = NO_TVD, stop_below: float = 0.0) -> None:
-    from specdemo.eagle import save_head
-
     import copy
+
+    from specdemo.models.eagle import save_head
 
     out = copy.deepcopy(head)
     out.cfg = type(head.cfg)(**{**head.cfg.__dict__, "stop_below": stop_below, "training": {

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from smollm2_prompts import training_prompts  # noqa: E402
+from specdemo.bench.prompts import training_prompts  # noqa: E402
 
 DATA = ROOT / "data" / "smollm2"
 TEACHER_DIR = DATA / "teacher"
@@ -277,7 +277,7 @@ def export(args) -> None:
     from transformers import AutoConfig, LlamaForCausalLM
 
     from specdemo.models import preset_target
-    from specdemo.weights import save_split
+    from specdemo.models.weights import save_split
 
     folder = Path(preset_target("smollm2-135m"))
     state = torch.load(CKPT)

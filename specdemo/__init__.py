@@ -6,11 +6,12 @@
     print(trace.text, trace.metrics())
 """
 
-from .autoregressive import baseline_generate, baseline_steps
+from specdemo.engine.autoregressive import baseline_generate, baseline_steps
+from specdemo.engine.events import Round, Step, Token, Trace
+from specdemo.engine.speculative import PromptError, speculative_generate, speculative_rounds
+from specdemo.models import ModelLoadError, ModelPair, load_pair
+
 from .config import PRESETS, SamplingConfig, SpecConfig
-from .events import Round, Step, Token, Trace
-from .models import ModelLoadError, ModelPair, load_pair
-from .speculative import PromptError, speculative_generate, speculative_rounds
 
 __all__ = [
     "PRESETS",

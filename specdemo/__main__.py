@@ -108,8 +108,9 @@ def divergence_line(d) -> str:
 
 
 def cmd_generate(args, pair, sampling) -> int:
+    from specdemo.engine.ties import explain_divergence
+
     from . import baseline_generate, speculative_generate
-    from .ties import explain_divergence
 
     use_colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     for i in range(args.num_samples):
@@ -156,8 +157,8 @@ def cmd_generate(args, pair, sampling) -> int:
 
 
 def cmd_bench(args, pair, sampling) -> int:
-    from .bench import bench_prompts, format_bench, run_bench
-    from .strategies_bench import format_strategies, run_strategies
+    from specdemo.bench.methods import bench_prompts, format_bench, run_bench
+    from specdemo.bench.strategies import format_strategies, run_strategies
 
     log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
     if args.strategies:
@@ -205,10 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     bench.set_defaults(max_new_tokens=128, temperature=0.0)
     args = ap.parse_args(argv)
 
+    from specdemo.engine.drafters import check_head
+    from specdemo.engine.speculative import PromptError
+    from specdemo.models import ModelLoadError, StrategyUnavailable, load_pair
+
     from .config import PRESETS, ConfigError, SamplingConfig
-    from .drafters import check_head
-    from .models import ModelLoadError, StrategyUnavailable, load_pair
-    from .speculative import PromptError
 
     if args.list_pairs:
         for name, p in PRESETS.items():

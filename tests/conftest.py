@@ -61,7 +61,8 @@ from specdemo.models import load_pair  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 # headless Chromium and free ports, as scripts/measure_app.py and scripts/screenshot.py use them
-from measure_app import ARGS as CHROMIUM_ARGS, CHROMIUM, free_port  # noqa: E402,F401
+from measure_app import ARGS as CHROMIUM_ARGS  # noqa: E402,F401
+from measure_app import CHROMIUM, free_port
 
 TOY_WORDS = ["a", "b", "c", "d", "e", "f", "g", "h"]
 
@@ -69,7 +70,7 @@ TOY_WORDS = ["a", "b", "c", "d", "e", "f", "g", "h"]
 def make_toy_model(path, seed: int, n_layer: int = 1, n_embd: int = 32, scale: float = 8.0) -> None:
     """Save a random GPT-2 with an 8-word vocabulary and varied, peaked next-token distributions (an untied,
     scaled-up output head: with tied embeddings every random model mostly repeats its last token)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(TOY_WORDS)}, unk_token="a"))
@@ -156,7 +157,7 @@ PROMPTS = [
 def app_url():
     """The real app (app.py's demo) served on a free localhost port for the whole session."""
     import app
-    from specdemo.ui import launch
+    from specdemo.app.ui import launch
 
     _, url, _ = launch(app.demo, prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(),
                        quiet=True)

@@ -93,7 +93,7 @@ def test_strategy_race_times_every_strategy_and_keeps_the_text_at_t0(client, pai
     assert len(tables) == 6, "one new table after each run"
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
     from specdemo import SamplingConfig, SpecConfig
-    from specdemo.drafters import run_tree_shape
+    from specdemo.engine.drafters import run_tree_shape
 
     topk, depth, budget = run_tree_shape(SpecConfig(strategy="tree"), SamplingConfig(0.0), pair)  # the head's own shape at T = 0
     names = ["target only", "fixed K = 3", "adaptive", "prompt lookup n = 3", "EAGLE head = 3",
@@ -298,7 +298,7 @@ def test_a_second_session_is_answered_while_the_race_runs_and_stop_ends_the_race
 def test_a_tiny_temperature_from_the_page_runs_as_greedy(client):
     """T = 1e-39 passes the page's range check; the run takes it as greedy (config.GREEDY_BELOW) instead of failing
     with a bare 'Error' (the logits divided by it overflowed to inf and softmax gave NaN)."""
-    from specdemo.validation import validate
+    from specdemo.app.validation import validate
 
     req = validate("shakespeare", "", "", "ROMEO:\n", 4, 1e-39, 0, 1.0, 16, 0, False, 1.0)
     assert req.sampling.greedy

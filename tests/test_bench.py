@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdemo import SamplingConfig, SpecConfig, bench
+from specdemo import SamplingConfig, SpecConfig
+from specdemo.bench import methods as bench
 
 
 def spy_sync(monkeypatch) -> list:

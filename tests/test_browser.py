@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import CHROMIUM, CHROMIUM_ARGS, free_port
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian chromium is not installed")
@@ -337,7 +336,7 @@ RECORDED = {"en-US": "A recorded run, not live", "zh-CN": "这是一次录制的
 def check_first_screen(page, width: int, height: int, locale: str, pair_name: str) -> None:
     """With no click: the prompt, Generate, the stats and the token view lie inside the viewport, the token view holds
     the pair's recorded run as the reply (its rejected drafts hidden), and the stats show that run's numbers."""
-    from specdemo import recorded
+    from specdemo.app import recorded
 
     spec, base = recorded.load(pair_name)
     page.wait_for_selector("#sd-token-view .sd-tok")
@@ -410,6 +409,7 @@ def test_the_shipped_default_opens_as_its_preset_says_and_runs(browser):
     and Generate streams a run drafted that way (with an EAGLE head: a prefill round, then rounds the head drafted,
     as a chain or as trees). A Chinese reply, whose characters its byte-level tokens split, reads as text."""
     from measure_app import start  # the app as `python app.py` starts it, timed by scripts/measure_app.py
+
     from specdemo.config import PRESETS, SHIPPED_DEFAULT
 
     preset = PRESETS[SHIPPED_DEFAULT]
@@ -474,6 +474,7 @@ def test_without_the_default_pairs_model_the_page_opens_on_the_embedded_pair_and
     weights.find_packaged_file (as if it were not installed; the cached conversion is then not used either). The app
     starts on the embedded Shakespeare pair and its recorded run, with one sentence on why and how to get the pair."""
     from measure_app import start
+
     from specdemo.config import PRESETS, SHIPPED_DEFAULT
 
     package = PRESETS[SHIPPED_DEFAULT].target_wheel[0]

@@ -122,7 +122,7 @@ def test_bench_times_every_method_side_by_side_and_its_figures_agree():
 
 def test_bench_strategies_lists_every_strategy_of_the_pair(pair):
     from specdemo import SamplingConfig, SpecConfig
-    from specdemo.drafters import run_tree_shape
+    from specdemo.engine.drafters import run_tree_shape
 
     table = bench("--strategies", "--no-k-search", "--no-hf", "--k", "2")
     rows = {line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")}
@@ -158,7 +158,7 @@ def test_the_cli_and_the_page_refuse_a_head_strategy_alike(capsys, pair_args, pa
     pair without one before any model loads, in the page's sentence (it used to call a preset without a head a
     custom pair)."""
     from specdemo.__main__ import main
-    from specdemo.validation import UserError, validate
+    from specdemo.app.validation import UserError, validate
 
     with pytest.raises(UserError) as page:
         validate(page_pair, "a/b", "c/d", "x", 4, 0.0, 0, 1.0, 8, 0, False, 1.0, strategy=strategy)

@@ -11,17 +11,16 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from test_exactness import PASS_P, chi2_pvalue, drop_k, exact_joint, speculative_samples
 
 from specdemo import SamplingConfig, SpecConfig, baseline_generate, speculative_generate
 from specdemo.config import PRESETS
-from specdemo.devices import dtype_name
-from specdemo.drafters import EagleDrafter, make_drafter
-from specdemo.eagle import LAYERS_FILE, WEIGHTS_FILE, HeadError, load_head, new_head, save_head
+from specdemo.engine.drafters import EagleDrafter, make_drafter
+from specdemo.engine.speculative import speculative_rounds
 from specdemo.i18n import tr
-from specdemo.eagle import attach_head
 from specdemo.models import StrategyUnavailable
-from specdemo.speculative import speculative_rounds
-from test_exactness import PASS_P, chi2_pvalue, drop_k, exact_joint, speculative_samples
+from specdemo.models.devices import dtype_name
+from specdemo.models.eagle import LAYERS_FILE, WEIGHTS_FILE, HeadError, attach_head, load_head, new_head, save_head
 
 GREEDY = SamplingConfig(temperature=0.0)
 
@@ -45,7 +44,7 @@ def exact_joint3(pair, prompt_ids: list[int], cfg: SamplingConfig) -> dict:
     """P(x1, x2, x3 | prompt) under the warped target, by enumeration: the eagle drafter's first round is the
     prefill (x1 from the target alone), so its drafts are judged at x2 and x3."""
     two = exact_joint(pair, prompt_ids, cfg)
-    from specdemo.sampling import warp
+    from specdemo.engine.sampling import warp
 
     out = {}
     for (x1, x2), p12 in two.items():
@@ -232,9 +231,9 @@ def test_eagle_greedy_identity_on_the_shipped_head(pair32):
     ended says so in both languages."""
     from dataclasses import replace
 
-    from specdemo.render import round_caption
-
     from conftest import PROMPTS
+
+    from specdemo.app.render import round_caption
 
     own = pair32.head.cfg
     stopped = []
@@ -262,7 +261,7 @@ def test_eagle_greedy_identity_on_the_shipped_head(pair32):
 def test_the_head_runs_in_the_dtype_picked_for_a_head_unless_a_draft_dtype_is_asked(pair, pair32):
     """Auto: bf16 where the CPU has bf16 (pick_dtype's "head" role, at any size); a draft dtype asked for (pair32
     asks float32 for both models) holds for the head as well, so a float32 pair is float32 throughout."""
-    from specdemo.devices import cpu_has_bf16
+    from specdemo.models.devices import cpu_has_bf16
 
     assert pair.head.lm_rows.dtype == (torch.bfloat16 if cpu_has_bf16() else torch.float32)
     assert pair.head.fc.weight.dtype == pair.head.lm_rows.dtype
@@ -496,7 +495,7 @@ def test_training_resumes_from_the_committed_head_where_there_is_no_checkpoint(t
     """Where a run starts: data/'s checkpoint if there is one; on a fresh clone (none) the committed head, its
     weights, draft vocabulary and step (not a new head at step 0); with --from-scratch, a new head."""
     from specdemo.config import SHAKESPEARE_HEAD as exported
-    from specdemo.eagle import new_head
+    from specdemo.models.eagle import new_head
 
     teacher = train_eagle.Teacher("shakespeare")
     ckpt = tmp_path / "ckpt.pt"
@@ -523,8 +522,8 @@ def test_eagle_drafts_after_a_head_timing_and_records_no_autograd_graph(pair32):
     """The bench times a head step under inference mode before any run (evaluate_smollm2.py did exactly that): the
     head's fused weights and RoPE tables, built there, must serve later runs. Drafting records no autograd graph,
     although it reads the target's embedding, whose weights require grad."""
-    from specdemo.bench import head_step_ms
-    from specdemo.drafters import make_drafter
+    from specdemo.bench.methods import head_step_ms
+    from specdemo.engine.drafters import make_drafter
 
     head = pair32.head
     head.__dict__.pop("_fused", None)
@@ -581,7 +580,7 @@ def test_the_overlap_training_scores_is_the_engines_acceptance_probability(train
     """train_eagle.overlap (the total-variation term of the loss and the dev curve's overlap) is the chance that the
     engine accepts the head's token at T = 0.7: verify's overlap of the warped p and q, with q zero outside the draft
     vocabulary, and 1 - TV(p, q). A gradient step on 1 - overlap raises it."""
-    from specdemo.sampling import verify, warp
+    from specdemo.engine.sampling import verify, warp
 
     gen = torch.Generator().manual_seed(0)
     vocab, d2t = 40, torch.tensor([0, 3, 4, 9, 17, 18, 30, 39])

@@ -6,15 +6,15 @@ import copy
 
 import pytest
 import torch
-
 from conftest import COPY_PROMPTS, PROMPTS
+
 from specdemo import SamplingConfig, SpecConfig, baseline_generate, speculative_generate
 from specdemo.config import ConfigError
-from specdemo.drafters import ADAPTIVE_MAX_K, LookupDrafter
-from specdemo.events import OUTPUT_LABELS
+from specdemo.engine.drafters import ADAPTIVE_MAX_K, LookupDrafter
+from specdemo.engine.events import OUTPUT_LABELS
+from specdemo.engine.speculative import PromptError, speculative_rounds
+from specdemo.engine.ties import explain_divergence
 from specdemo.models import CachedLM
-from specdemo.speculative import PromptError, speculative_rounds
-from specdemo.ties import explain_divergence
 
 GREEDY = SamplingConfig(temperature=0.0)
 
@@ -56,7 +56,7 @@ def test_greedy_identity_in_bfloat16(pair, strategy):
     """In the target's own dtype the output is the target's greedy output, except where the target's two best
     tokens lie within bf16's rounding of each other: a (K+1)-token verify and a one-token step sum in different
     orders, and in bf16 (8 bits of mantissa) that can flip such a near-tie (transformers' assisted generation has
-    the same property). So every divergence must be explained by specdemo.ties as a near-tie measured in BOTH
+    the same property). So every divergence must be explained by specdemo.engine.ties as a near-tie measured in BOTH
     computations, and most prompts must match exactly. A wrong token at a confident position fails."""
     if pair.dtype == torch.float32:
         pytest.skip("this machine runs the target in float32; the strict test covers it")
@@ -403,7 +403,7 @@ def test_drafters_read_nothing_back_but_their_stop_rules_confidence(pair32, monk
     one read of its confidence per draft position where the rule decides (adaptive: after every draft; eagle with
     stop_below: before every draft but the first). Lookup searches a host copy of the sequence (the prompt copied
     once, in the first round); it used to run nonzero() and int() on the device for every n-gram size tried."""
-    from specdemo.drafters import make_drafter
+    from specdemo.engine.drafters import make_drafter
 
     cfg = SamplingConfig(temperature)
     spec = SpecConfig(k=4, max_new_tokens=40, strategy=strategy, top_candidates=0)
@@ -432,7 +432,7 @@ def test_on_a_gpu_drafters_sync_only_for_their_stop_rule(strategy):
     except once per drafted token for adaptive's stop rule (and lookup's one copy of the prompt in round one)."""
     import warnings
 
-    from specdemo.drafters import make_drafter
+    from specdemo.engine.drafters import make_drafter
     from specdemo.models import load_pair
 
     gpu = load_pair("shakespeare", device="cuda", dtype="float32")

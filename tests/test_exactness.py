@@ -15,12 +15,12 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-import specdemo.speculative as speculative
+import specdemo.engine.speculative as speculative
 from specdemo.config import SamplingConfig, SpecConfig
-from specdemo.drafters import AdaptiveDrafter, ModelDrafter, Proposal
+from specdemo.engine.drafters import AdaptiveDrafter, ModelDrafter, Proposal
+from specdemo.engine.sampling import first_max, residual, sample, verify, warp
+from specdemo.engine.speculative import speculative_rounds
 from specdemo.models import CachedLM
-from specdemo.sampling import first_max, residual, sample, verify, warp
-from specdemo.speculative import speculative_rounds
 
 PASS_P = 1e-3  # a correct sampler fails a given seed set with probability 0.001; the seeds are fixed
 BUG_P = 1e-6
@@ -117,8 +117,12 @@ def test_warp_temperature():
 
 def transformers_warp(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     """transformers' own warpers, in the order generate applies them (temperature, top-k, top-p), then softmax."""
-    from transformers.generation.logits_process import (LogitsProcessorList, TemperatureLogitsWarper,
-                                                        TopKLogitsWarper, TopPLogitsWarper)
+    from transformers.generation.logits_process import (
+        LogitsProcessorList,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
 
     chain = LogitsProcessorList([TemperatureLogitsWarper(cfg.temperature)])
     if cfg.top_k:

@@ -10,11 +10,13 @@ import re
 
 import pytest
 
-from specdemo import SamplingConfig, SpecConfig, handlers, plots, recorded, render, runs, speculative_generate, views
-from specdemo.config import PRESETS, SHIPPED_DEFAULT, Limits
-from specdemo.devices import cpu_bf16_kind
-from specdemo.speculative import run_settings
-from specdemo.validation import get_pair, validate
+from specdemo import SamplingConfig, SpecConfig, speculative_generate
+from specdemo.app import handlers, plots, recorded, render, runs, views
+from specdemo.app.validation import get_pair, validate
+from specdemo.config import PRESETS, SHIPPED_DEFAULT
+from specdemo.engine.speculative import run_settings
+from specdemo.limits import Limits
+from specdemo.models.devices import cpu_bf16_kind
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The message catalogue (specdemo/i18n.py): both languages hold the same keys with the same {slots}, every key the
+"""The message catalogue (specdemo/i18n: en.json, zh-CN.json): both languages hold the same keys with the same {slots}, every key the
 code looks up exists, nothing is left untranslated, and what specdemo renders itself (HTML, figures, errors) comes
 out in the language asked for, escaped. The page itself is tested in tests/test_browser.py."""
 
@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from specdemo import SamplingConfig, SpecConfig, handlers, i18n, plots, render, speculative_generate, views
+from specdemo import SamplingConfig, SpecConfig, i18n, speculative_generate
+from specdemo.app import handlers, plots, render, views
 from specdemo.i18n import EN, ZH, Msg, tr
 
 ROOT = Path(__file__).resolve().parent.parent
 # the CLI (__main__.py) stays in English and looks nothing up
-SOURCES = sorted(p for p in (ROOT / "specdemo").glob("*.py") if p.name != "__main__.py") + [ROOT / "app.py"]
+SOURCES = sorted(p for p in (ROOT / "specdemo").rglob("*.py") if p.name != "__main__.py") + [ROOT / "app.py"]
 LOOKUPS = {"tr", "trh", "template", "label", "L", "Msg", "UserError", "PromptError", "ModelLoadError",
            "HeadError", "StrategyUnavailable"}
 CJK = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]")  # CJK characters and punctuation
@@ -273,7 +274,7 @@ def test_errors_in_both_languages(kwargs, en, zh, monkeypatch):
 
 
 def test_engine_prompt_errors_are_translated_too(pair):
-    from specdemo.speculative import PromptError, encode_prompt
+    from specdemo.engine.speculative import PromptError, encode_prompt
 
     with pytest.raises(PromptError) as info:
         encode_prompt(pair, "ROMEO " * 400, 200)
@@ -283,7 +284,7 @@ def test_engine_prompt_errors_are_translated_too(pair):
 
 
 def test_chat_mode_without_a_template_is_refused_in_both_languages(pair):
-    from specdemo.speculative import PromptError, encode_prompt
+    from specdemo.engine.speculative import PromptError, encode_prompt
 
     assert not pair.has_chat_template  # the Shakespeare pair is a plain text model
     with pytest.raises(PromptError) as info:

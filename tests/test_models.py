@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from specdemo.config import EMBEDDED_DRAFT, EMBEDDED_TARGET
-from specdemo.devices import cpu_bf16_kind, packs_bf16
 from specdemo.models import ModelLoadError, PackedLinear, check_tokenizers, load_pair, pack_linears
+from specdemo.models.devices import cpu_bf16_kind, packs_bf16
 
 
 def test_embedded_pair_loads_offline_with_plain_transformers():
@@ -155,7 +155,7 @@ def test_a_pair_that_a_run_still_holds_counts_against_the_memory_budget(monkeypa
     import gc
 
     from specdemo import SamplingConfig, SpecConfig, models
-    from specdemo.speculative import speculative_rounds
+    from specdemo.engine.speculative import speculative_rounds
 
     monkeypatch.setenv("SPECDEMO_MAX_PAIRS", "1")
     held = load_pair(PAIR_A, device=ALONE)
@@ -331,8 +331,8 @@ def test_a_cpu_traces_settings_name_the_bf16_units_its_numbers_came_from():
     """bf16 sums differ between AMX and AVX-512 BF16, and between packed and plain linears (issue 39), so a bf16
     run on a CPU names both in its settings; a float32 run names neither."""
     from specdemo.config import SamplingConfig, SpecConfig
+    from specdemo.engine.speculative import run_settings
     from specdemo.models import load_pair_uncached
-    from specdemo.speculative import run_settings
 
     bf16 = load_pair_uncached("shakespeare", device="cpu", dtype="bfloat16")
     f32 = load_pair_uncached("shakespeare", device="cpu", dtype="float32")

@@ -13,7 +13,8 @@ from dataclasses import replace
 
 import pytest
 
-from specdemo import SamplingConfig, SpecConfig, baseline_generate, plots, speculative_generate
+from specdemo import SamplingConfig, SpecConfig, baseline_generate, speculative_generate
+from specdemo.app import plots
 
 EVIL = '<b>bold</b><br><a href="https://example.com/x">link</a>'
 RAW = ("<b>", "<br>", "<a ")

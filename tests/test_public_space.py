@@ -12,10 +12,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from conftest import CHROMIUM, CHROMIUM_ARGS
+
+from specdemo.app.validation import NOT_A_REPO_ID
 from specdemo.config import EMBEDDED_DRAFT, PRESETS
-from specdemo.validation import NOT_A_REPO_ID
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -24,7 +24,7 @@ def server_paths() -> list[str]:
     """Substrings that would give away this server's disk: its folders, and the usual roots of a Linux box."""
     from huggingface_hub import constants
 
-    from specdemo.weights import cache_root
+    from specdemo.models.weights import cache_root
 
     found = {str(REPO), str(Path.home()), str(cache_root()), sysconfig.get_paths()["purelib"], tempfile.gettempdir(),
              constants.HF_HUB_CACHE, "site-packages", "/root", "/tmp", "/work", "/home/", "/usr/", "/var/"}
@@ -138,7 +138,7 @@ def test_a_repo_id_that_names_a_local_folder_is_answered_as_a_hub_miss(client, m
 
 
 def test_repo_ids_pass_the_hub_validator_and_paths_do_not():
-    from specdemo.validation import is_repo_id
+    from specdemo.app.validation import is_repo_id
 
     assert all(is_repo_id(i) for i in ("openai-community/gpt2", "HuggingFaceTB/SmolLM2-135M", "Qwen/Qwen2.5-0.5B"))
     assert not any(is_repo_id(i) for i in LOCAL_IDS + ["a//b", "a/b.git", "a--b/c", "/a/b", "a/b "])
@@ -212,7 +212,7 @@ def test_the_page_shows_no_server_path_for_any_preset_a_run_or_an_error(browser,
 
 # ------------------------------------------------------------------------------------ limits a visitor meets
 def test_seeds_keep_every_digit_up_to_the_stated_maximum(client):
-    from specdemo.validation import UserError, validate
+    from specdemo.app.validation import UserError, validate
 
     args = dict(pair_name="shakespeare", draft_id="", target_id="", prompt="ROMEO:\n", k=4, temperature=0.8, top_k=0,
                 top_p=1.0, max_new_tokens=4, run_baseline=False, lenience=1.0)
@@ -231,8 +231,8 @@ def test_seeds_keep_every_digit_up_to_the_stated_maximum(client):
 def test_the_custom_model_cap_follows_the_memory(monkeypatch):
     import torch
 
-    from specdemo import devices
-    from specdemo.config import Limits
+    from specdemo.limits import Limits
+    from specdemo.models import devices
 
     monkeypatch.delenv("SPECDEMO_MAX_PARAMS_M", raising=False)
     monkeypatch.delenv("SPECDEMO_ALLOW_CUSTOM", raising=False)
@@ -255,8 +255,8 @@ def test_a_run_the_time_limit_ends_measures_no_baseline(client, monkeypatch):
     out = call(client, max_new_tokens=64, baseline=True)
     assert out["baseline"] is None and out["speculative"]["settings"]["baseline"] == "not measured"
     assert out["speculative"]["stop_reason"] == "time_limit" and out["speculative"]["metrics"]["new_tokens"] < 64
-    from specdemo.events import Trace
-    from specdemo.render import stats_html
+    from specdemo.app.render import stats_html
+    from specdemo.engine.events import Trace
 
     trace = Trace("speculative", "x", [1], {"baseline": "not measured"})
     assert "speedup not measured" in stats_html(trace, None, "", "en") and "未测加速比" in stats_html(trace, None, "", "zh-CN")

@@ -8,11 +8,12 @@ import time
 import pytest
 import torch
 
-from specdemo import SamplingConfig, SpecConfig, runs, speculative_generate
-from specdemo.config import Limits
-from specdemo.speculative import speculative_rounds
-from specdemo.ties import explain_divergence
-from specdemo.validation import validate
+from specdemo import SamplingConfig, SpecConfig, speculative_generate
+from specdemo.app import runs
+from specdemo.app.validation import validate
+from specdemo.engine.speculative import speculative_rounds
+from specdemo.engine.ties import explain_divergence
+from specdemo.limits import Limits
 
 GREEDY = SamplingConfig(temperature=0.0)
 

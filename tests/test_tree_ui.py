@@ -1,5 +1,5 @@
 """Draft trees as a person sees and calls them (issue 24, "Seeing it" and "Bad input"): the caption, the film strip,
-the inspector's reason, the drawing of a round's tree (render.tree_html), the JSON trace, the refusals of bad sizes
+the inspector's reason, the drawing of a round's tree (tree_view.tree_html), the JSON trace, the refusals of bad sizes
 (validation.py), the CLI's flags, /generate's parameters and the page in headless Chromium. Every run is a real
 tree run of the embedded Shakespeare pair; the engine's own tests are in test_tree.py."""
 
@@ -13,14 +13,14 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
-
-from specdemo import SamplingConfig, SpecConfig, render, speculative_generate, views
-from specdemo.config import Limits
-from specdemo.events import Round, Trace
-from specdemo.validation import UserError, validate
-
 from conftest import CHROMIUM
 from test_browser import open_settings, set_slider
+
+from specdemo import SamplingConfig, SpecConfig, speculative_generate
+from specdemo.app import render, tree_view, views
+from specdemo.app.validation import UserError, validate
+from specdemo.engine.events import Round, Trace
+from specdemo.limits import Limits
 
 SVG = "{http://www.w3.org/2000/svg}"
 SHAPE = dict(tree_topk=2, tree_depth=2, tree_budget=4)  # small: rounds that reach a leaf and rounds that miss
@@ -93,7 +93,7 @@ def kind_of(g: ET.Element) -> str:
 def test_the_drawing_marks_the_path_the_refused_children_and_the_unused_branches(tree_trace):
     for rnd in tree_rounds(tree_trace):
         root = views.root_text(tree_trace.rounds, rnd.index)
-        drawn = render.tree_html(rnd, "en", root)
+        drawn = tree_view.tree_html(rnd, "en", root)
         groups = nodes_of(drawn)
         kinds = [kind_of(g) for g in groups]
         path = [nd for nd in rnd.tree if nd.on_path]
@@ -120,11 +120,12 @@ def test_the_drawing_marks_the_path_the_refused_children_and_the_unused_branches
             assert x[str(nd.id)][0] > x[str(nd.parent) if nd.parent >= 0 else "root"][0]
         assert {x[str(nd.id)][1] for nd in path} <= {min(y for _, y in x.values())}
         assert root is None or f"{root!r}: the last fixed token" in html.unescape(drawn)
-    assert render.tree_html(tree_trace.rounds[0]) == ""  # the prefill round has no tree
+    assert tree_view.tree_html(tree_trace.rounds[0]) == ""  # the prefill round has no tree
 
 
 def test_the_theory_chart_says_the_chains_model_does_not_apply_to_a_tree(tree_trace, pair):
-    from specdemo import baseline_generate, plots
+    from specdemo import baseline_generate
+    from specdemo.app import plots
 
     base = baseline_generate(pair, "ROMEO:\n", SamplingConfig(0.8), max_new_tokens=8)
     fig = plots.speedup_vs_theory(tree_trace, base, lang="en")
@@ -138,7 +139,7 @@ def test_the_theory_chart_says_the_chains_model_does_not_apply_to_a_tree(tree_tr
 def test_a_tree_rounds_bar_stacks_its_kept_path_on_its_depth_not_its_node_count(tree_trace):
     """A tree's nodes are alternatives: a round keeps at most one path, as deep as the tree. So its bar in "drafts
     accepted per round" is the path plus the rest of the depth, not the path plus every other node."""
-    from specdemo import plots
+    from specdemo.app import plots
 
     fig = plots.acceptance_per_round(tree_trace, lang="en")
     kept, rest = fig.data[0].y, fig.data[1].y
@@ -163,7 +164,7 @@ def hostile_round(trace: Trace) -> Round:
 
 
 def test_the_drawing_escapes_every_token(tree_trace):
-    drawn = render.tree_html(hostile_round(tree_trace), "en", root=HOSTILE)
+    drawn = tree_view.tree_html(hostile_round(tree_trace), "en", root=HOSTILE)
     assert "<script" not in drawn and "<img" not in drawn and "\x07" not in drawn
     texts = [g.find(f"{SVG}text").text for g in nodes_of(drawn)]
     assert all(t.startswith("<script>") for t in texts)  # shown as text, cut to fit a node
@@ -240,7 +241,7 @@ def test_a_pair_without_a_head_refuses_the_tree():
 def test_the_strategy_choices_offer_the_tree_only_with_a_head():
     assert "tree" in [v for _, v in views.strategy_choices("shakespeare")]
     assert "tree" not in [v for _, v in views.strategy_choices("gpt2")]
-    from specdemo import handlers
+    from specdemo.app import handlers
 
     assert handlers.update_strategies("gpt2", "tree")["value"] == "fixed"  # a pair change away from the head
     assert handlers.update_strategies("smollm2-135m", "tree")["value"] == "tree"
@@ -321,13 +322,12 @@ browser_only = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian c
 
 @browser_only
 def test_the_drawing_keeps_hostile_text_inert_in_chromium(tree_trace, tmp_path):
+    from conftest import CHROMIUM_ARGS
     from playwright.sync_api import sync_playwright
 
-    from conftest import CHROMIUM_ARGS
-
     page_file = tmp_path / "tree.html"
-    page_file.write_text(f"<!doctype html><meta charset=utf-8><style>{render.CSS}</style>"
-                         f"{render.tree_html(hostile_round(tree_trace), 'en', root=HOSTILE)}")
+    page_file.write_text(f"<!doctype html><meta charset=utf-8><style>{render.CSS + tree_view.TREE_CSS}</style>"
+                         f"{tree_view.tree_html(hostile_round(tree_trace), 'en', root=HOSTILE)}")
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         pg = b.new_page()
@@ -342,9 +342,8 @@ def test_the_drawing_keeps_hostile_text_inert_in_chromium(tree_trace, tmp_path):
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
     from conftest import CHROMIUM_ARGS
+    from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)

@@ -8,8 +8,8 @@ import html
 import pytest
 from markdown_it import MarkdownIt
 
-from specdemo import views
-from specdemo.ties import Divergence
+from specdemo.app import views
+from specdemo.engine.ties import Divergence
 
 
 def table_cells(markdown: str) -> list[list[str]]:

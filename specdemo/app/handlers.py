@@ -1,0 +1,430 @@
+"""What the Gradio app's events call: thin functions from a page's inputs to the names of the outputs they update.
+
+Owns the event functions: each validates its inputs (validation.py), runs (runs.py) and draws (views.py), and returns
+or yields a dict keyed by output name; ui.py wires the names to its components (`ui.named`). Every expected failure
+is raised as `gr.Error` with a plain message in the visitor's language. The UI handlers take the page's language
+(`lang`) and presenter switch (`presenter`) as inputs, and `redraw` re-renders everything on screen when either
+changes. Per-session state travels in `gr.State` (the last traces, sweep, race and distribution) and is updated with
+what is on screen at every yield, so that Stop or an error never leaves the inspector on an older run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import weakref
+
+import gradio as gr
+import torch
+
+from specdemo import i18n
+from specdemo.config import DEFAULT_PRESET, PRESETS, ConfigError
+from specdemo.engine.events import Trace
+from specdemo.engine.speculative import PromptError
+from specdemo.i18n import Msg, tr
+from specdemo.limits import Limits
+from specdemo.models import ModelLoadError
+
+from . import plots, render, runs, views
+from .validation import CUSTOM, UserError, as_number, error_text, get_pair, has_head, pair_key, validate
+from .zerogpu import gpu
+
+CHART_EVERY_S = 0.4  # redraw the plotly charts at most this often while streaming (text and stats every round)
+STEP_TAB = "step"  # the Step through tab's id (ui.py), which a step key selects
+
+# The outputs each event may update, by name (ui.py's components of the same names, in this order).
+RUN_OUTPUTS = ("tokens", "stats", "film", *views.CHARTS, "trace_json", "state", "round_sl", "pos_sl", "insp_plot",
+               "insp_reason")
+INSPECT_OUTPUTS = ("pos_sl", "insp_plot", "insp_reason")
+STEP_OUTPUTS = ("state", "step_tokens", "step_caption")
+SWEEP_OUTPUTS = ("sweep_plot", "sweep_md", "sweep_state")
+RACE_OUTPUTS = ("race_plot", "race_md", "race_state")
+DIST_OUTPUTS = ("dist_plot", "dist_md", "dist_state")
+PAIR_OUTPUTS = ("pair_status", "custom_box", "examples", "chat", "pair_state", "k", "temperature", "max_new",
+                "pair", "draft", "target")
+REDRAW_OUTPUTS = ("legend", "keys", "tokens", "stats", "film", *views.CHARTS, "insp_plot", "insp_reason",
+                  "step_tokens", "step_caption", "sweep_plot", "sweep_md", "dist_plot", "dist_md", "race_plot",
+                  "race_md", "pair_status")
+TAB_OUTPUTS = tuple(views.TABS)
+
+
+def user_errors(fn):
+    """Turn UserError (and the engine's own input errors, and a GPU out-of-memory) into gr.Error for the UI, in the
+    language of the handler's `lang` argument (English when it has none, as for the API)."""
+    import functools
+    import inspect
+
+    expected = (UserError, PromptError, ConfigError, ModelLoadError, torch.cuda.OutOfMemoryError)
+    signature = inspect.signature(fn)
+
+    def convert(err: Exception, args, kwargs) -> gr.Error:
+        if isinstance(err, torch.cuda.OutOfMemoryError):
+            torch.cuda.empty_cache()
+        try:
+            lang = signature.bind_partial(*args, **kwargs).arguments.get("lang")
+        except TypeError:
+            lang = None
+        return gr.Error(error_text(err, lang))
+
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def gen_wrapper(*args, **kwargs):
+            try:
+                yield from fn(*args, **kwargs)
+            except expected as err:
+                raise convert(err, args, kwargs) from None
+        return gen_wrapper
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except expected as err:
+            raise convert(err, args, kwargs) from None
+    return wrapper
+
+
+# ----------------------------------------------------------------------------------------------- the main run
+
+
+def snapshot(trace: Trace | None) -> Trace | None:
+    """The trace as it is now: the run goes on appending to its own lists after this update is sent (and, after a
+    Stop, one round that the page never shows)."""
+    return None if trace is None else dataclasses.replace(trace, rounds=list(trace.rounds), steps=list(trace.steps),
+                                                          settings=dict(trace.settings))
+
+
+def on_screen(spec, base, first: bool, lang=None, presenter=False) -> dict:
+    """The run as far as it went, everywhere the page keeps it apart from the text: the state that clicks, the
+    step-through, the trace download and redraws read (every update), and with the first update the inspector on
+    round 1 and no trace, so that nothing shows the previous run after a Stop or an error."""
+    state = {"spec": snapshot(spec), "base": snapshot(base), "cursor": 0}
+    out = {"state": state, "round_sl": views.round_slider(state, reset=first)}
+    if first:
+        out |= {"trace_json": None} | views.opened_round(state, 1, lang, presenter)
+    return out
+
+
+@gpu
+@user_errors
+def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
+                run_baseline, lenience, chat=None, strategy="fixed", lang=None, presenter=False, ngram=3, tree_topk=0,
+                tree_depth=0, tree_budget=0):
+    """The Generate button: streams RUN_OUTPUTS. The text, stats and state change every round; the charts every
+    CHART_EVERY_S. The trace is downloaded in the browser from the trace JSON (ui.DOWNLOAD_JS, after `trace_of`):
+    a server file would put its path (gradio's cache folder) into the page and the API's answer."""
+    limits = Limits.from_env()
+    req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
+                   run_baseline, lenience, limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget)
+    pair = get_pair(req.pair, req.spec.strategy)
+    if req.spec.lossy:
+        gr.Warning(tr("warn.lossy", lang, b=req.spec.lenience))
+    last_chart = None  # the first update carries empty charts (built once), so it reaches the page fast
+    spec = base = None
+    for spec, base, phase in runs.run_stream(req, pair, limits):
+        now = time.monotonic()
+        first, redraw = last_chart is None, last_chart is not None and now - last_chart > CHART_EVERY_S
+        if first or redraw:
+            last_chart = now
+        if phase == "speculative":
+            out = views.run_view(spec, None, tr("status.speculative", lang), lang)
+            if redraw:
+                out |= views.charts(spec, None, lang, presenter)
+            elif first:  # nothing shows the previous run's charts, even if this run stops before the next redraw
+                out |= views.empty_charts(lang, presenter)
+        else:
+            out = {"stats": render.stats_html(spec, base, tr("status.baseline", lang, n=len(base.steps)), lang)}
+            if redraw:
+                out["race"] = plots.present(plots.race(spec, base, lang), presenter)
+        yield out | on_screen(spec, base, first, lang, presenter)
+    if spec.stop_reason == runs.TIME_LIMIT:
+        gr.Warning(tr("warn.time_limit", lang, s=limits.time_limit_s))
+    yield (views.run_view(spec, base, lang=lang) | views.charts(spec, base, lang, presenter)
+           | on_screen(spec, base, True, lang, presenter) | {"trace_json": views.trace_payload(spec, base)})
+
+
+def trace_of(state) -> dict:
+    """The trace of the run in the session's state, for the download (the state follows what is on screen)."""
+    spec, base = (state.get("spec"), state.get("base")) if state else (None, None)
+    return {"trace_json": views.trace_payload(spec, base)}
+
+
+@gpu
+@user_errors
+def generate_api(pair: str = DEFAULT_PRESET, prompt: str = PRESETS[DEFAULT_PRESET].examples[0], k: int = 4,
+                 temperature: float = 0.8, top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
+                 baseline: bool = True, lenience: float = 1.0, draft: str = "", target: str = "",
+                 chat: bool | None = None, strategy: str = "", ngram: int = 3, tree_topk: int = 0,
+                 tree_depth: int = 0, tree_budget: int = 0, tree_prune: float = -1.0, tree_lookup: int = 0) -> dict:
+    """Run speculative sampling (and the target-only baseline) and return the full trace as JSON.
+
+    pair: a preset name, or "custom" with draft and target model ids. chat: true wraps the prompt (a user message)
+    with the target's chat template and returns the assistant's reply; false continues the prompt as raw text;
+    null (the default) takes the pair's own default (chat for instruct presets). strategy: "" (the default) takes
+    the pair's own, the one the page opens it with (tree for smollm2-135m, fixed for shakespeare and custom
+    pairs); "fixed" (K drafts a round), "adaptive" (the draft stops when unsure; K is ignored), "lookup" (copy
+    after a matching n-gram of up to `ngram` tokens; no draft model), "eagle" (the pair's EAGLE head drafts up
+    to K tokens from the target's features; the embedded pairs only, refused in one sentence elsewhere) or "tree"
+    (the head drafts a tree, EAGLE-2: `tree_topk` children per node and nodes expanded per depth, `tree_depth` deep,
+    at most `tree_budget` nodes, the server's SPECDEMO_MAX_TREE at most; 0 takes the head's own size; nodes whose
+    cumulative head probability is below `tree_prune` are left out, 0 for none, a negative number (the default)
+    for the head's own; `tree_lookup` (0-16, 0 the default: none) grafts up to that many tokens found by prompt
+    lookup onto each top-k tree, nodes marked "copied"; K is not used; each tree round's JSON lists its nodes: id,
+    text, parent, depth, head_p, p, on_path). Returns {"speculative": trace, "baseline": trace or null}; each trace
+    has text, token_ids, rounds (labels, p, q, r, min(1, p/q), top candidates, timings) and metrics. A run that
+    the time limit ended has no baseline: its settings say "baseline": "not measured".
+    """
+    limits = Limits.from_env()
+    req = validate(pair, draft, target, prompt, k, temperature, top_k, top_p, max_new_tokens, seed, baseline,
+                   lenience, limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget, tree_prune,
+                   tree_lookup)
+    loaded = get_pair(req.pair, req.spec.strategy)
+    *_, (spec, base, _) = runs.run_stream(req, loaded, limits)  # run to the end; the last snapshot is the whole run
+    return views.trace_payload(spec, base)
+
+
+# ----------------------------------------------------------------------------------------------- inspection
+
+
+def select_round(state, round_no, lang=None, presenter=False) -> dict:
+    """A round was chosen: open it at its most telling position and draw the inspector."""
+    return views.opened_round(state, round_no, lang, presenter)
+
+
+def inspect_round(state, round_no, position, lang=None, presenter=False) -> dict:
+    return views.inspector(state, round_no, position, lang, presenter)
+
+
+def film_click(state, lang, evt: gr.EventData) -> dict:
+    """A click on a film-strip row carries data-round; select that round in the inspector."""
+    data = getattr(evt, "_data", None) or {}
+    rounds = views.rounds_of(state)
+    try:
+        idx = int(data.get("round"))
+    except (TypeError, ValueError):
+        return {}
+    if not (0 <= idx < len(rounds)):
+        return {}
+    return {"round_sl": idx + 1, "film": render.filmstrip_html(rounds, selected=idx, lang=lang)}
+
+
+class _SessionLock:
+    """A lock that can be weakly referenced (a bare threading.Lock cannot)."""
+
+    __slots__ = ("lock", "__weakref__")
+
+    def __init__(self):
+        self.lock = threading.Lock()
+
+
+_SESSION_LOCKS: weakref.WeakValueDictionary[str, _SessionLock] = weakref.WeakValueDictionary()
+_SESSION_LOCKS_GUARD = threading.Lock()
+
+
+def session_lock(request: gr.Request | None) -> _SessionLock:
+    """The lock of one browser session (gradio's session hash); it lives while a handler holds it, so the table
+    never grows with the visitors a server has seen."""
+    key = getattr(request, "session_hash", None) or ""
+    with _SESSION_LOCKS_GUARD:
+        held = _SESSION_LOCKS.get(key)
+        if held is None:
+            held = _SESSION_LOCKS[key] = _SessionLock()
+    return held
+
+
+def step_round(state, direction: int, lang=None, request: gr.Request = None) -> dict:
+    """Step-through for talks: show the text up to the current round and say what happened, in plain words.
+    direction: 0 = back to before round 1, -1 = previous round, +1 = next round.
+
+    Steps run side by side across sessions (ui.py gives them no queue limit); within a session they take turns
+    under the session's lock and move the cursor in the state itself, so that a quick second press, whose event
+    read the same state object, starts from the cursor the first one wrote."""
+    with session_lock(request).lock:
+        rounds = views.rounds_of(state)
+        if rounds:
+            state["cursor"] = 0 if direction == 0 else min(max(state.get("cursor", 0) + direction, 0), len(rounds))
+        return {"state": state} | views.step_view(state, lang)
+
+
+def step_button(direction: int):
+    """The handler of one step button (0: first, -1: previous, +1: next)."""
+
+    def step(state, lang, request: gr.Request = None) -> dict:
+        return step_round(state, direction, lang, request)
+
+    step.__name__ = STEP_NAMES[direction]
+    return step
+
+
+STEP_NAMES = {0: "step_first", -1: "step_prev", 1: "step_next"}  # the step buttons' handlers (and API names)
+
+
+def step_key(state, lang, evt: gr.EventData, request: gr.Request = None) -> dict:
+    """A step key on the page (ui.KEYS_JS sends {step: 1, -1 or 0}): step, and show the Step through tab."""
+    data = getattr(evt, "_data", None) or {}
+    if data.get("step") not in (0, 1, -1) or not views.rounds_of(state):
+        return {}
+    return step_round(state, data["step"], lang, request) | {"tabs": gr.Tabs(selected=STEP_TAB)}
+
+
+# ----------------------------------------------------------------------------------------------- experiments
+
+
+TIME_LIMIT_KEY = {"sweep_state": "warn.sweep_time_limit", "race_state": "warn.race_time_limit",
+                  "dist_state": "warn.time_limit"}
+
+
+def experiment(events, view, state_name: str, lang, limits: Limits):
+    """Stream an experiment from runs.py: nothing between rounds (a place where Stop ends it), its view and state
+    after each result, and a warning if the time limit ended it. Each experiment's handler first clears its
+    outputs and state (before it even checks its inputs), so that an experiment that ends before its first result
+    (Stop, the time limit, an error) leaves no earlier result on the page, nor in the state a redraw reads."""
+    for item in events:
+        if item is None:
+            yield {}
+        elif item == runs.TIME_LIMIT:
+            gr.Warning(tr(TIME_LIMIT_KEY[state_name], lang, s=limits.time_limit_s))
+            return
+        else:
+            yield view(item) | {state_name: item}
+
+
+@gpu
+@user_errors
+def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, max_new_tokens, seed, k_from, k_to,
+               chat=None, lang=None, presenter=False):
+    """Run K = k_from..k_to on the same prompt and seed; plot measured and predicted speedup, recommend a K.
+    Streams SWEEP_OUTPUTS; the state lets a language switch redraw the result."""
+    yield views.sweep_view(None, lang, presenter) | {"sweep_state": None}  # see `experiment`
+    limits = Limits.from_env()
+    k_from = as_number(Msg("field.k_from"), k_from, int, 1, limits.max_k)
+    k_to = as_number(Msg("field.k_to"), k_to, int, k_from, limits.max_k)
+    req = validate(pair_name, draft_id, target_id, prompt, k_from, temperature, top_k, top_p, max_new_tokens, seed,
+                   True, 1.0, limits, chat)
+    events = runs.k_sweep(get_pair(req.pair), req, limits, k_from, k_to)
+    yield from experiment(events, lambda s: views.sweep_view(s, lang, presenter), "sweep_state", lang, limits)
+
+
+@gpu
+@user_errors
+def strategy_race_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
+                     chat=None, lang=None, presenter=False, ngram=3, tree_topk=0, tree_depth=0, tree_budget=0):
+    """Target-only decoding, then every strategy, on the same prompt and seed, one after another (each timed alone),
+    with the page's K, lookup n-gram size and tree sizes (0: the head's own). Streams RACE_OUTPUTS: the
+    tokens-over-time chart and a table after every run."""
+    yield views.race_view(None, lang, presenter) | {"race_state": None}  # see `experiment`
+    limits = Limits.from_env()
+    req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
+                   True, 1.0, limits, chat, "fixed", ngram, tree_topk, tree_depth, tree_budget)
+    events = runs.strategy_race(get_pair(req.pair), req, limits)
+    yield from experiment(events, lambda r: views.race_view(r, lang, presenter), "race_state", lang, limits)
+
+
+@gpu
+@user_errors
+def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, lenience, n_samples, seed,
+                    chat=None, lang=None, presenter=False, strategy="fixed", k=4, ngram=3, tree_topk=0, tree_depth=0,
+                    tree_budget=0):
+    """Draw N speculative samples of the first drafted token with the page's strategy (its K, n-gram size and tree
+    sizes), as the engine draws and verifies it, and compare their histogram with the exact p
+    (runs.first_token_distribution). Streams DIST_OUTPUTS; like the other experiments it first clears them (see
+    `experiment`)."""
+    yield views.dist_view(None) | {"dist_state": None}
+    limits = Limits.from_env()
+    n = as_number(Msg("field.samples"), n_samples, int, 10, limits.max_samples)
+    req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, 1, seed, False, lenience,
+                   limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget)
+    events = runs.first_token_distribution(get_pair(req.pair, req.spec.strategy), req, n, limits)
+    yield from experiment(events, lambda d: views.dist_view(d, lang, presenter), "dist_state", lang, limits)
+
+
+# ----------------------------------------------------------------------------------------------- the pair
+
+
+def update_strategies(pair_name, strategy):
+    """On a pair change: list eagle and tree only where they are offered; a pair without a head falls back to
+    fixed."""
+    value = strategy if strategy not in ("eagle", "tree") or has_head(pair_name) else "fixed"
+    return gr.update(choices=views.strategy_choices(pair_name), value=value)
+
+
+def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, progress=gr.Progress(),
+                keep_settings: bool = False) -> dict:
+    """Load the chosen pair with a visible progress indicator. A failure keeps the previous pair working, and puts
+    the selector (and a custom pair's ids) back on it with the one-sentence error, so that the next Generate runs
+    the pair that is loaded, not the one that failed. `loaded`: the pair state, the loaded pair's description with
+    the selector values that chose it ("chosen"); a change back to those values loads nothing.
+    Updates PAIR_OUTPUTS: the chat switch takes the pair's default mode, and K, the temperature and the token budget
+    a preset's page defaults; with keep_settings (open_pair) those stay as the visitor left them."""
+    custom = pair_name == CUSTOM
+    examples = PRESETS[pair_name].examples if pair_name in PRESETS else ()
+    chosen = {"pair": pair_name} | ({"draft": (draft_id or "").strip(), "target": (target_id or "").strip()}
+                                    if custom else {})
+    if loaded and loaded.get("chosen") == chosen:  # it is loaded: the selector was put back on it after a failure
+        return {}
+    if custom and not (chosen["draft"] and chosen["target"]):
+        return {"pair_status": tr("pair.enter_ids", lang), "custom_box": gr.update(visible=True)}
+    progress(0.1, desc=tr("pair.loading", lang, name=pair_name))
+    try:
+        pair = get_pair(pair_key(pair_name, draft_id, target_id, Limits.from_env()))
+    except UserError as err:
+        gr.Warning(err.text(lang))
+        out = {"pair_status": tr("pair.failed", lang, error=render.esc(err.text(lang)))}
+        back = (loaded or {}).get("chosen")
+        if back is None:  # nothing loaded yet to go back to
+            return out | {"custom_box": gr.update(visible=custom)}
+        return out | back | {"custom_box": gr.update(visible=back["pair"] == CUSTOM)}
+    progress(1.0, desc=tr("pair.done", lang))
+    desc = pair.describe() | {"chosen": chosen}
+    chat = {} if keep_settings else {"value": pair.chat}
+    out = {"pair_status": views.pair_info(desc, lang), "custom_box": gr.update(visible=custom), "pair_state": desc,
+           "chat": gr.update(**chat, interactive=pair.has_chat_template)}
+    if examples:
+        out["examples"] = gr.Dataset(samples=[[e] for e in examples])
+    if pair_name in PRESETS and not keep_settings:  # the preset's own page defaults (config.PairPreset)
+        out |= views.preset_defaults(pair_name, Limits.from_env())
+    return out
+
+
+def open_pair(pair_name, draft_id, target_id, lang=None, loaded=None, progress=gr.Progress()) -> dict:
+    """change_pair for the page's first load. The page is built with the pair's own settings already in place, and
+    the load can take seconds (a Space's first visitor loads the models): a temperature, K, token budget or chat
+    setting changed meanwhile must not be put back to the preset's when it finishes, or the next Generate would run
+    with a setting the page no longer shows."""
+    return change_pair(pair_name, draft_id, target_id, lang, loaded, progress, keep_settings=True)
+
+
+# ----------------------------------------------------------------------------------------------- language, presenter
+
+
+def initial_lang(browser_lang: str | None, request: gr.Request):
+    """The page's first language: the browser's (navigator.language, sent by ui.DETECT_JS), else its
+    Accept-Language header, else English."""
+    header = request.headers.get("accept-language") if request is not None else None
+    return i18n.pick(browser_lang, header)
+
+
+def presenter_layout(on) -> gr.Column:
+    """Presenter mode: the page's outer column gets the class that render.CSS enlarges (the charts follow in redraw)."""
+    return gr.Column(elem_classes=["sd-present"] if on else [])
+
+
+def redraw(lang, presenter, state, round_no, position, sweep, dist, race, pair_desc, request: gr.Request = None
+           ) -> dict:
+    """Everything specdemo renders itself, again, in `lang` and presenter size (REDRAW_OUTPUTS).
+
+    It draws the step view from the cursor, so it takes the session's step lock (step_round): a key press that
+    lands during a switch's redraw waits for it or goes first, and the view that reaches the page last is drawn from
+    the cursor that the last press wrote, never from the one the redraw's event read before it."""
+    with session_lock(request).lock:
+        return views.everything(lang, presenter, state, round_no, position, sweep, dist, race, pair_desc)
+
+
+def tab_labels(lang) -> dict:
+    return views.tab_labels(lang)
+
+
+def notice_in(notices, lang):
+    """The page's notice (ui.build_demo: why the default pair is missing) in `lang`; nothing where there is none."""
+    return notices.get(i18n.normalize(lang), notices[i18n.DEFAULT]) if notices else gr.skip()

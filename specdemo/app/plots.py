@@ -1,0 +1,243 @@
+"""Plotly figures, built from events: the race, acceptance per round, accepted lengths, acceptance by position,
+measured speedup against theory, the round inspector (p, q, residual), the K sweep and the distribution check.
+
+Owns figure construction only; no gradio import, no model calls. Plotly does NOT escape text: it reads a subset of
+HTML in every title, tick label, legend entry, hover label and annotation (`<b>`, `<br>`, `<a href>`, ...) and
+decodes entities such as `&lt;`. So every label that comes from a model or a caller passes through `plain`, which
+writes `&`, `<` and `>` as entities: a token `<b>` shows as the four characters `<b>`. The catalogue's own texts
+carry no markup.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+
+import plotly.graph_objects as go
+
+from specdemo.engine.events import Round, Trace, acceptance
+from specdemo.engine.theory import best_k, measure, predicted_speedup
+from specdemo.i18n import tr
+
+from .render import PALETTE
+
+LAYOUT = dict(template="plotly_white", height=300, margin=dict(l=50, r=20, t=50, b=45),
+              legend=dict(orientation="h", y=-0.25), font=dict(size=12))
+
+
+def _fig(title: str, x: str, y: str) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(title=dict(text=title, x=0.02), xaxis_title=x, yaxis_title=y, **LAYOUT)
+    return fig
+
+
+def present(fig: go.Figure, on: bool) -> go.Figure:
+    """Presenter mode: larger type and taller charts, for a 1280x720 projector. Off returns the figure as it is."""
+    if on:
+        fig.update_layout(font=dict(size=17), title_font_size=24, height=max(fig.layout.height or 300, 300) + 50,
+                          margin=dict(l=70, r=20, t=60, b=60), legend=dict(y=-0.32, font_size=16))
+        fig.update_traces(selector=dict(type="bar"), textfont_size=15)
+    return fig
+
+
+def plain(text: str) -> str:
+    """Text that plotly shows as it is: `&`, `<` and `>` as entities (plotly decodes each entity once)."""
+    return html.escape(text, quote=False)
+
+
+def _token_label(text: str, lang: str | None) -> str:
+    """A token as a tick label: its repr (newlines and control characters visible), escaped for plotly."""
+    return plain(repr(text)[1:-1]) or tr("chart.empty_token", lang)
+
+
+def race(spec: Trace | None, base: Trace | None, lang: str | None = None) -> go.Figure:
+    """Tokens generated against wall time, for both runs, each from its own start."""
+    fig = _fig(tr("chart.race", lang), tr("chart.race_x", lang), tr("chart.race_y", lang))
+    if spec is not None and spec.rounds:
+        xs, ys, n = [0.0], [0], 0
+        for r in spec.rounds:
+            n += len(r.output)
+            xs.append(r.elapsed_s)
+            ys.append(n)
+        fig.add_scatter(x=xs, y=ys, mode="lines+markers", name=tr("chart.speculative", lang), line=dict(color=PALETTE["accepted"],
+                        shape="hv", width=3), marker=dict(size=5))
+    if base is not None and base.steps:
+        fig.add_scatter(x=[0.0] + [s.elapsed_s for s in base.steps], y=list(range(len(base.steps) + 1)),
+                        mode="lines", name=tr("chart.target_only", lang), line=dict(color=PALETTE["baseline"], shape="hv", width=2))
+    return fig
+
+
+RACE_COLOURS = {"fixed": "target", "adaptive": "accepted", "lookup": "bonus", "eagle": "resampled"}
+
+
+def strategy_race(runs: dict[str, list[tuple[float, int]]], lang: str | None = None) -> go.Figure:
+    """Tokens generated against wall time for each run of the strategy race: {label: [(seconds, tokens), ...]};
+    the first run is target-only decoding."""
+    fig = _fig(tr("chart.strategy_race", lang), tr("chart.race_x", lang), tr("chart.race_y", lang))
+    for i, (label, points) in enumerate(runs.items()):
+        key = next((s for s in RACE_COLOURS if tr(f"strategy.{s}", lang) in label), "fixed") if i else None
+        colour = PALETTE["baseline"] if i == 0 else PALETTE[RACE_COLOURS[key]]
+        fig.add_scatter(x=[0.0] + [p[0] for p in points], y=[0] + [p[1] for p in points], mode="lines",
+                        name=plain(label), line=dict(color=colour, shape="hv", width=2 if i == 0 else 3))
+    return fig
+
+
+def most_kept(rnd: Round) -> int:
+    """The most drafts a round could keep: its K for a chain; for a tree its depth, since its nodes are alternatives
+    and one path through them is kept."""
+    return max((nd.depth for nd in rnd.tree), default=0) if rnd.tree else rnd.k
+
+
+def acceptance_per_round(spec: Trace | None, lang: str | None = None) -> go.Figure:
+    """Each round's kept drafts, stacked on the rest of what it could have kept (K, or a tree's depth)."""
+    fig = _fig(tr("chart.acc_round", lang), tr("chart.round", lang), tr("chart.accepted_of_k", lang))
+    if spec is not None and spec.rounds:
+        rs = spec.rounds
+        fig.add_bar(x=[r.index + 1 for r in rs], y=[r.n_accepted for r in rs], name=tr("chart.accepted", lang),
+                    marker_color=PALETTE["accepted"])
+        fig.add_bar(x=[r.index + 1 for r in rs], y=[most_kept(r) - r.n_accepted for r in rs],
+                    name=tr("chart.not_accepted", lang), marker_color=PALETTE["rejected"], marker_pattern_shape="/")
+        fig.update_layout(barmode="stack")
+    return fig
+
+
+def accepted_length_histogram(spec: Trace | None, lang: str | None = None) -> go.Figure:
+    fig = _fig(tr("chart.hist", lang), tr("chart.hist_x", lang), tr("chart.rounds", lang))
+    if spec is not None and spec.rounds:
+        lengths = [len(r.output) for r in spec.rounds]
+        k = max(most_kept(r) for r in spec.rounds)
+        counts = [lengths.count(i) for i in range(1, k + 2)]
+        fig.add_bar(x=list(range(1, k + 2)), y=counts, marker_color=PALETTE["target"], name=tr("chart.rounds", lang))
+        fig.update_xaxes(dtick=1)
+    return fig
+
+
+def acceptance_by_position(spec: Trace | None, lang: str | None = None) -> go.Figure:
+    """P(accept | judged) at each draft position 1..K, with the overlap sum min(p, q) beside it."""
+    fig = _fig(tr("chart.by_pos", lang), tr("chart.draft_position", lang), tr("chart.rate", lang))
+    if spec is not None and spec.rounds:
+        k = max(r.k for r in spec.rounds)
+        acc, ovl, n = [], [], []
+        for pos in range(1, k + 1):
+            a = acceptance(spec.rounds, pos)
+            n.append(a["judged"])
+            acc.append(a["alpha_empirical"] if a["judged"] else None)
+            ovl.append(a["alpha_overlap"] if a["judged"] else None)
+        xs = list(range(1, k + 1))
+        fig.add_bar(x=xs, y=acc, name=tr("chart.accepted_judged", lang), marker_color=PALETTE["accepted"],
+                    text=[f"n={c}" for c in n], textposition="outside")
+        fig.add_scatter(x=xs, y=ovl, name=tr("chart.overlap", lang), mode="lines+markers",
+                        line=dict(color=PALETTE["draft"], dash="dash"))
+        fig.update_yaxes(range=[0, 1.15])
+        fig.update_xaxes(dtick=1)
+    return fig
+
+
+def speedup_vs_theory(spec: Trace | None, base: Trace | None, k_max: int = 12, lang: str | None = None) -> go.Figure:
+    fig = _fig(tr("chart.theory", lang), tr("chart.k_axis", lang), tr("chart.speedup_axis", lang))
+    if spec is None or not spec.rounds or base is None or not base.steps:
+        fig.add_annotation(text=tr("chart.theory_needs_baseline", lang), showarrow=False,
+                           x=0.5, y=0.5, xref="paper", yref="paper")
+        return fig
+    if spec.settings.get("strategy") == "tree":  # a tree's round is not K drafts in a row: no E/(cK+1) for it
+        m = spec.metrics()
+        fig.add_annotation(text=tr("chart.theory_tree", lang, per_call=f"{m['mean_accepted_length']:.2f}",
+                                   speedup=f"{m['tokens_per_s'] / base.metrics()['tokens_per_s']:.2f}"),
+                           showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+        return fig
+    model = measure(spec.rounds, base.steps, spec.settings["k"])
+    a, c, v = model["alpha_empirical"], model["c"], model["verify_cost"]
+    ks = list(range(1, k_max + 1))
+    fig.add_scatter(x=ks, y=[predicted_speedup(a, k, c) for k in ks], mode="lines",
+                    name=f"E/(cK+1), \u03b1={a:.2f}, c={c:.3f}", line=dict(color=PALETTE["target"]))
+    fig.add_scatter(x=ks, y=[predicted_speedup(a, k, c, v) for k in ks], mode="lines",
+                    line=dict(dash="dot", color=PALETTE["draft"]), name=tr("chart.verify_cost", lang, v=f"{v:.2f}"))
+    kb, sb = best_k(a, c, k_max)
+    fig.add_scatter(x=[kb], y=[sb], mode="markers+text", text=[tr("chart.best_k", lang, k=kb)], textposition="top center",
+                    marker=dict(symbol="star", size=14, color=PALETTE["bonus"]), name=tr("chart.best_k_theory", lang))
+    measured = spec.metrics()["tokens_per_s"] / base.metrics()["tokens_per_s"]
+    fig.add_scatter(x=[spec.settings["k"]], y=[measured], mode="markers", name=tr("chart.measured", lang),
+                    marker=dict(symbol="diamond", size=13, color=PALETTE["accepted"]))
+    fig.add_hline(y=1.0, line=dict(color="#999", width=1))
+    return fig
+
+
+# rounds that drafted nothing: the target chose the token from its own p (not a bonus after K accepted drafts)
+PLAIN_TITLE_KEY = {"prefill": "chart.inspector_prefill", "fallback": "chart.inspector_fallback"}
+
+
+def inspector(rnd: Round, position: int, top: int = 10, lang: str | None = None) -> go.Figure:
+    """Top tokens at one position of a round: p (target), q (draft) and the normalised residual max(0, p - q)."""
+    if position <= len(rnd.drafts):
+        d = rnd.drafts[position - 1]
+        cands, chosen, overlap = d.top, d.text, d.overlap
+        title = tr("chart.inspector_draft", lang, round=rnd.index + 1, pos=position, x=plain(repr(d.text)))
+    else:
+        cands, chosen, overlap = rnd.bonus_top, None, None
+        if rnd.k == 0 and rnd.source in PLAIN_TITLE_KEY:
+            title = tr(PLAIN_TITLE_KEY[rnd.source], lang, round=rnd.index + 1)
+        else:
+            title = tr("chart.inspector_bonus", lang, round=rnd.index + 1, pos=position)
+    cands = cands[:top]
+    q_name = tr("chart.q_draft", lang)
+    if rnd.tree and position <= len(rnd.drafts):  # a tree: q is the head's p of the node's children (drawn as q = 1)
+        parent = next((nd.id for nd in rnd.tree if nd.on_path and nd.depth == position - 1), -1)
+        head_p = {nd.token_id: nd.head_p for nd in rnd.tree if nd.parent == parent}
+        cands = [dataclasses.replace(c, q=head_p.get(c.token_id, 0.0)) for c in cands]
+        q_name, overlap = tr("chart.q_tree", lang), None  # the walk has no residual: a miss is the target's draw
+    fig = _fig(title, tr("chart.token", lang), tr("chart.probability", lang))
+    labels = [_token_label(c.text, lang) for c in cands]
+    # identical texts (different ids) would share a bar; make them distinct
+    labels = [f"{lbl} #{c.token_id}" if labels.count(lbl) > 1 else lbl for lbl, c in zip(labels, cands, strict=True)]
+    fig.add_bar(x=labels, y=[c.p for c in cands], name=tr("chart.p_target", lang), marker_color=PALETTE["target"])
+    fig.add_bar(x=labels, y=[c.q for c in cands], name=q_name, marker_color=PALETTE["draft"],
+                marker_pattern_shape="/")
+    if overlap is not None and overlap < 1 - 1e-6:
+        res = [max(0.0, c.p - c.q) / (1 - overlap) for c in cands]
+        fig.add_bar(x=labels, y=res, name=tr("chart.residual", lang), marker_color=PALETTE["residual"],
+                    marker_pattern_shape=".")
+    if chosen is not None:
+        label = _token_label(chosen, lang)
+        if label in labels:
+            top_y = max(max(c.p, c.q) for c in cands)
+            fig.add_annotation(x=label, y=top_y, text=tr("chart.drafted", lang), showarrow=True, arrowhead=2)
+    fig.update_layout(barmode="group", height=340)
+    return fig
+
+
+def inspector_empty(lang: str | None = None) -> go.Figure:
+    fig = _fig(tr("chart.inspector", lang), tr("chart.token", lang), tr("chart.probability", lang))
+    fig.add_annotation(text=tr("chart.inspector_empty", lang), showarrow=False, x=0.5, y=0.5,
+                       xref="paper", yref="paper")
+    return fig
+
+
+def k_sweep(results: list[dict], alpha: float | None, c: float | None, lang: str | None = None) -> go.Figure:
+    """Measured speedup per K (results: [{k, speedup, alpha}]), with the theory curve from the sweep's alpha and c."""
+    fig = _fig(tr("chart.sweep", lang), "K", tr("chart.speedup_axis", lang))
+    if results:
+        fig.add_scatter(x=[r["k"] for r in results], y=[r["speedup"] for r in results], mode="lines+markers",
+                        name=tr("chart.measured", lang), line=dict(color=PALETTE["accepted"], width=3))
+    if results and alpha is not None and c is not None:
+        ks = list(range(1, max(r["k"] for r in results) + 1))
+        fig.add_scatter(x=ks, y=[predicted_speedup(alpha, k, c) for k in ks], mode="lines", name="E/(cK+1)",
+                        line=dict(color=PALETTE["target"], dash="dash"))
+    fig.add_hline(y=1.0, line=dict(color="#999", width=1))
+    fig.update_xaxes(dtick=1)
+    return fig
+
+
+def distribution(tokens: list[str], target_p: list[float], freq: list[float], reference: list[float] | None,
+                 n: int, lang: str | None = None) -> go.Figure:
+    """Top tokens of the first position: the target's exact p, the speculative samples' frequencies and q."""
+    fig = _fig(tr("chart.dist", lang, n=n), tr("chart.token", lang), tr("chart.probability", lang))
+    labels = [_token_label(t, lang) for t in tokens]
+    labels = [f"{lbl} #{i}" if labels.count(lbl) > 1 else lbl for i, lbl in enumerate(labels)]
+    fig.add_bar(x=labels, y=target_p, name=tr("chart.dist_p", lang), marker_color=PALETTE["target"])
+    fig.add_bar(x=labels, y=freq, name=tr("chart.dist_samples", lang), marker_color=PALETTE["accepted"],
+                marker_pattern_shape="/")
+    if reference is not None:
+        fig.add_bar(x=labels, y=reference, name=tr("chart.dist_q", lang), marker_color=PALETTE["draft"], opacity=0.6)
+    fig.update_layout(barmode="group", height=340)
+    return fig
+

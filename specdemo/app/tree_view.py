@@ -1,0 +1,158 @@
+"""The drawing of a tree round (strategy "tree"): every node the head proposed, the path the target's walk
+kept, the refused children and the branches it never visited, as an escaped SVG with a legend. Built from events
+only; the page's CSS for it is TREE_CSS, which ui.py adds beside render.CSS."""
+
+from __future__ import annotations
+
+from specdemo.engine.captions import round_caption, said, tree_end
+from specdemo.engine.events import Round
+from specdemo.i18n import tr
+
+from .render import PIECE, esc, fmt, kept_texts, visible
+
+TREE_CSS = """
+.sd-tree { margin: 6px 0; }
+.sd-tree-title { font-size: 13px; color: var(--body-text-color-subdued, #666); margin-bottom: 2px; }
+.sd-tree-legend { display: flex; flex-wrap: wrap; gap: 4px 12px; font-size: 12px; margin-bottom: 4px; }
+.sd-tree-sw { display: inline-block; width: 1.6em; height: 0.9em; border-radius: 3px; vertical-align: middle;
+  margin-right: 4px; }
+.sd-tree-scroll { overflow: auto; max-height: 480px; }
+.sd-tree svg { display: block; width: 100%; height: auto; max-width: var(--w); min-width: min(var(--w), 560px); }
+.sd-tree svg text { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 14px; fill: #111;
+  white-space: pre; }
+.sd-tree-node rect { stroke-width: 1.5; }
+.sd-tree-path rect { fill: #009E73; stroke: #009E73; stroke-width: 3; }
+.sd-tree-refused rect { fill: #D55E00; stroke: #D55E00; stroke-width: 2; stroke-dasharray: 5 3; }
+.sd-tree-refused text { text-decoration: line-through; }
+.sd-tree-unused { opacity: 0.4; }
+.sd-tree-unused rect { fill: #777; stroke: #888; }
+.sd-tree-root rect { fill: #fff; stroke: #555; stroke-width: 2; }
+.sd-tree-root text { font-weight: 700; }
+.sd-tree-resampled rect { fill: #0072B2; fill-opacity: 0.3; stroke: #0072B2; stroke-width: 3; }
+.sd-tree-resampled text { text-decoration: underline; }
+.sd-tree-bonus rect { fill: #E69F00; fill-opacity: 0.4; stroke: #9a6a00; stroke-width: 2.5; stroke-dasharray: 2 2; }
+.sd-tree-bonus text { font-weight: 700; }
+.sd-edge { fill: none; stroke: #aaa; stroke-width: 1.5; }
+.sd-edge-path { stroke: #009E73; stroke-width: 3.5; }
+.sd-edge-refused { stroke: #D55E00; stroke-dasharray: 5 3; }
+.sd-edge-unused { opacity: 0.4; }
+.sd-edge-end { stroke: #0072B2; stroke-width: 3; }
+.sd-present .sd-tree-title, .sd-present .sd-tree-legend { font-size: 17px; }
+.sd-present .sd-tree svg { max-width: calc(var(--w) * 1.6); }
+.sd-present .sd-tree-scroll { max-height: none; }
+"""
+
+TREE_COL, TREE_NODE_W, TREE_NODE_H, TREE_ROW, TREE_PAD = 124, 110, 26, 34, 6  # the drawing's grid, in SVG pixels
+# a node's second tooltip line, by what the walk did with it (the root's and the end's own lines say it all)
+TREE_TIP_KEY = {"path": "tree.tip_path", "refused": "tree.tip_refused", "unused": "tree.tip_unused",
+                "resampled": "tree.tip_resampled", "bonus": "tree.tip_bonus", "root": "tree.tip_root"}
+# the drawing's key, with each entry's swatch
+TREE_LEGEND_KEY = {"path": "tree.path", "refused": "tree.refused", "unused": "tree.unused",
+                   "resampled": "legend.resampled", "bonus": "legend.bonus", "shade": "tree.shade"}
+TREE_SWATCH = {"path": "background: #009E73b0; border: 2px solid #009E73",
+               "refused": "background: #D55E0060; border: 2px dashed #D55E00",
+               "unused": "background: #7773; border: 1px solid #8886",
+               "resampled": "background: #0072B24d; border: 2px solid #0072B2",
+               "bonus": "background: #E69F0066; border: 2px dotted #9a6a00",
+               "shade": "background: linear-gradient(90deg, #009E7320, #009E73d0)"}
+TREE_CHARS = 11  # the characters a node shows (its tooltip has the whole token)
+
+
+def tree_label(text: str) -> str:
+    shown = visible(text)
+    return shown if len(shown) <= TREE_CHARS else shown[: TREE_CHARS - 1] + "\u2026"
+
+
+def tree_html(rnd: Round, lang: str | None = None, root: str | None = None) -> str:
+    """A tree round's draft tree as SVG (empty for other rounds). Depth runs left to right from the root, the last
+    fixed token (`root`: its text, where the caller knows it). The target's path runs along the top row in the
+    accepted colour, followed by the token that ended the round (the correction, underlined, or the bonus at a
+    leaf, bold); the children it refused at the path's end are struck through, and the branches it never visited
+    are faded. A node's shade is the head's probability; its tooltip gives that and the target's p. Every token's
+    text is escaped."""
+    if not rnd.tree:
+        return ""
+    nodes, end_tok = rnd.tree, tree_end(rnd)
+    path = [nd.id for nd in nodes if nd.on_path]
+    path_text = dict(zip(path, kept_texts(rnd)))
+    end = path[-1] if path else -1
+    refused_at = end if end_tok is not None and end_tok.label == "resampled" else None
+    # 1. children in drawing order: the path first (so it runs straight along the top row), then by head p
+    kids: dict[int, list] = {}
+    for nd in sorted(nodes, key=lambda nd: (not nd.on_path, -nd.head_p)):
+        kids.setdefault(nd.parent, []).append(nd.id)
+    if end_tok is not None:
+        kids.setdefault(end, []).insert(0, "end")
+    # 2. rows: each leaf gets its own; a node sits on its first child's row
+    rows: dict = {}
+    leaves = iter(range(len(nodes) + 2))
+
+    def place(nid) -> None:
+        for kid in kids.get(nid, []):
+            place(kid)
+        rows[nid] = rows[kids[nid][0]] if kids.get(nid) else next(leaves)
+
+    place(-1)
+    depth = {nd.id: nd.depth for nd in nodes} | {-1: 0}
+    depth["end"] = depth[end] + 1
+    xy = {nid: (TREE_PAD + depth[nid] * TREE_COL, TREE_PAD + rows[nid] * TREE_ROW) for nid in rows}
+    width = max(x for x, _ in xy.values()) + TREE_NODE_W + 2 * TREE_PAD
+    height = (max(rows.values()) + 1) * TREE_ROW - (TREE_ROW - TREE_NODE_H) + 2 * TREE_PAD
+
+    def status(nid) -> str:
+        if nid == -1:
+            return "root"
+        if nid == "end":
+            return end_tok.label
+        nd = nodes[nid]
+        return "path" if nd.on_path else "refused" if nd.parent == refused_at else "unused"
+
+    # 3. edges, then nodes (drawn over them)
+    parts = []
+    for parent, children in kids.items():
+        x1, y1 = xy[parent][0] + TREE_NODE_W, xy[parent][1] + TREE_NODE_H / 2
+        for kid in children:
+            x2, y2 = xy[kid][0], xy[kid][1] + TREE_NODE_H / 2
+            kind = {"path": "path", "refused": "refused", "unused": "unused"}.get(status(kid), "end")
+            xm = (x1 + x2) / 2
+            parts.append(f'<path class="sd-edge sd-edge-{kind}" d="M{x1:.0f},{y1:.0f} C{xm:.0f},{y1:.0f} '
+                         f'{xm:.0f},{y2:.0f} {x2:.0f},{y2:.0f}"/>')
+    y_end = said(end_tok.text, lang) if end_tok is not None else ""
+    for nid, (x, y) in xy.items():
+        kind = status(nid)
+        if nid == -1:
+            text = "\u2026" if root is None else root or PIECE
+            tip, shade = tr(TREE_TIP_KEY[kind], lang, x=text if root is None else said(root, lang)), None
+        elif nid == "end":
+            text = end_tok.text or PIECE
+            tip, shade = tr(TREE_TIP_KEY[kind], lang, y=y_end, p=fmt(end_tok.p, lang)), None
+        else:
+            nd = nodes[nid]
+            text = path_text.get(nid, nd.text) or PIECE  # a path node as the reply has it (kept_texts)
+            shade = 0.1 + 0.75 * min(max(nd.head_p, 0.0), 1.0) ** 0.5  # sqrt: small p stay apart
+            if nd.copied:  # grafted by prompt lookup (tree.graft): the head has no probability for it to show
+                tip = tr("tree.tip_copied", lang, x=said(nd.text, lang), p=f"{nd.p:.3g}", d=nd.depth)
+            else:
+                tip = tr("tree.tip_node", lang, x=said(nd.text, lang), hp=f"{nd.head_p:.3g}", p=f"{nd.p:.3g}",
+                         d=nd.depth)
+            if nd.q is not None:  # a sampled child: what it was drawn from and tested with (tree.walk_sampled)
+                tip += "\n" + tr("tree.tip_drawn", lang, q=f"{nd.q:.3g}", a=f"{nd.accept_prob:.3g}")
+            tip += "\n" + tr(TREE_TIP_KEY[kind], lang, y=y_end)
+        style = f' style="fill-opacity: {shade:.2f}"' if shade is not None else ""
+        parts.append(f'<g class="sd-tree-node sd-tree-{kind}" data-node="{"root" if nid == -1 else nid}" '
+                     f'transform="translate({x},{y})">'
+                     f"<title>{esc(tip)}</title>"
+                     f'<rect width="{TREE_NODE_W}" height="{TREE_NODE_H}" rx="5"{style}/>'
+                     f'<text x="7" y="{TREE_NODE_H - 8}">{esc(tree_label(text))}</text></g>')
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
+           f'height="{height}" style="--w: {width}px" role="img" aria-label="{esc(round_caption(rnd, lang))}">'
+           f'{"".join(parts)}</svg>')
+    return (f'<div class="sd-tree" data-round="{rnd.index}"><div class="sd-tree-title">{esc(tr("tree.title", lang))}'
+            f"</div>{tree_legend(lang)}<div class=\"sd-tree-scroll\">{svg}</div></div>")
+
+
+def tree_legend(lang: str | None = None) -> str:
+    """The drawing's key: the path, a refused child, a branch not visited, the two ways a round ends, the shade."""
+    items = "".join(f'<span><span class="sd-tree-sw" style="{TREE_SWATCH[kind]}"></span>{esc(tr(key, lang))}</span>'
+                    for kind, key in TREE_LEGEND_KEY.items())
+    return f'<div class="sd-tree-legend">{items}</div>'

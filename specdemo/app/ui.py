@@ -1,0 +1,408 @@
+"""The Gradio Blocks: layout and event wiring only.
+
+Owns where every component sits and which handler each event calls (handlers.py), with the queue's concurrency
+settings. It computes nothing: HTML comes from render.py, figures from plots.py, runs from runs.py. Handlers name
+the outputs they update; `named` maps those names to the components registered here under the same names.
+
+Adding a control: create it in `build_demo` as `c["name"]`; add its name to GENERATE_INPUTS (or to the inputs of
+the events that read it) and a parameter of the same meaning to the handler, after the existing ones, with a
+default; put its label (and info) under `ui.<name>` in both catalogues of i18n.py, and its field name under
+`field.<name>` if validation.py checks it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from types import SimpleNamespace
+
+import gradio as gr
+
+from specdemo import i18n
+from specdemo.config import DEFAULT_PRESET, NGRAM_RANGE, PRESETS, TREE_DEPTH_RANGE, TREE_TOPK_RANGE, env_int
+from specdemo.limits import Limits
+
+from . import handlers, plots, recorded, render, tree_view, views
+
+# Delegated click: any element with data-round inside the component selects that round (film strip rows, tokens).
+CLICK_JS = """
+const pick = (e) => {
+  const el = e.target.closest('[data-round]');
+  if (el) trigger('click', {round: Number(el.dataset.round)});
+};
+element.addEventListener('click', pick);
+element.addEventListener('keydown', (e) => { if (e.key === 'Enter' || e.key === ' ') pick(e); });
+"""
+
+# Step-through keys, on the whole page (render.KEYS shows the same names): next, previous, first round. Keys typed into
+# a field, a slider, a tab list or a dropdown keep their usual meaning, and so do all keys before a run is on screen.
+KEYS_JS = """
+window.sdStepTrigger = trigger;
+if (!window.sdKeysBound) {
+  window.sdKeysBound = true;
+  const steps = {ArrowRight: 1, PageDown: 1, ArrowLeft: -1, PageUp: -1, Home: 0};
+  const typing = 'input, textarea, select, [contenteditable], [role="slider"], [role="tab"], [role="listbox"], '
+    + '[role="option"], [role="combobox"]';
+  document.addEventListener('keydown', (e) => {
+    if (!Object.hasOwn(steps, e.key) || e.ctrlKey || e.metaKey || e.altKey || e.shiftKey) return;
+    if (e.target && e.target.closest && e.target.closest(typing)) return;
+    if (!document.querySelector('#sd-token-view .sd-tok')) return;
+    e.preventDefault();
+    window.sdStepTrigger('click', {step: steps[e.key]});
+    document.querySelector('#sd-tabs')?.scrollIntoView({block: 'start'});  // the step-through opens there
+  });
+}
+"""
+
+# On load: define the client-side locale switch, and send the browser's language to handlers.initial_lang (in place
+# of the hidden textbox's value).
+# gradio translates the i18n labels with svelte-i18n; its `changeLocale` lives in the frontend's core module, which
+# the page has already loaded (an ES module is one instance per URL, so importing it again returns the same store).
+DETECT_JS = """
+(_) => {
+  window.sdSetLocale = async (code) => {
+    const url = performance.getEntriesByType('resource').map((e) => e.name)
+      .find((n) => /\\/assets\\/core-[^/]*\\.js(\\?|$)/.test(n));
+    if (!url) return false;
+    const core = await import(url);
+    if (typeof core.changeLocale !== 'function') return false;
+    core.changeLocale(code);
+    return true;
+  };
+  return navigator.language || (navigator.languages || [])[0] || '';
+}
+"""
+
+# On a language change: switch gradio's own labels (no reload) and the page title; the server redraws the rest.
+LOCALE_JS = """
+async (lang) => {
+  document.title = TITLES[lang] || TITLES.en;
+  document.body.dataset.sdLang = lang;
+  if (window.sdSetLocale) await window.sdSetLocale(lang);
+  document.body.dataset.sdLocaleDone = lang;  // gradio has redrawn the page in it (tests wait for this)
+}
+""".replace("TITLES", json.dumps({code: i18n.MESSAGES[code]["app.title"] for _, code in i18n.CHOICES}))
+
+# The reply as text (kept tokens only) or the full story (the rejected drafts too): a class on the page that render.CSS
+# reads, so the switch is instant and holds for every token view, live or recorded, without a server call.
+VIEW_JS = "(view) => { document.body.classList.toggle('sd-story', view === 'story'); }"
+
+# The trace downloads from the JSON already on the page, built in the browser: a server-side file would put the
+# server's cache path into the page and into the API's answer (see handlers.generate_ui).
+DOWNLOAD_JS = """
+(trace) => {
+  if (!trace || !trace.speculative) return;
+  const url = URL.createObjectURL(new Blob([JSON.stringify(trace, null, 1)], {type: 'application/json'}));
+  const a = document.createElement('a');
+  a.href = url;
+  a.download = 'specdemo-trace.json';
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+"""
+
+GENERATE_INPUTS = ("pair", "draft", "target", "prompt", "k", "temperature", "top_k", "top_p", "max_new", "seed",
+                   "baseline", "lenience", "chat", "strategy")  # then lang, presenter, ngram and TREE_INPUTS
+TREE_INPUTS = ("tree_topk", "tree_depth", "tree_budget")  # generate_ui's last three parameters
+
+
+def named(fn, names: tuple[str, ...]):
+    """`fn` returns (or yields) {output name: value}; gradio takes one value per output, in order. A name left out
+    is left as it is on the page (gr.skip())."""
+
+    def order(out: dict):
+        unknown = set(out) - set(names)
+        assert not unknown, f"{fn.__name__} updates outputs it was not wired to: {sorted(unknown)}"
+        values = [out.get(name, gr.skip()) for name in names]
+        return values[0] if len(values) == 1 else values
+
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def stream(*args, **kwargs):
+            for out in fn(*args, **kwargs):
+                yield order(out)
+        return stream
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        return order(fn(*args, **kwargs))
+    return call
+
+
+def controls(u, limits: Limits, pair_name: str) -> None:
+    """The left column (into `u`; `u.c` holds the inputs a run reads, by GENERATE_INPUTS name). On top what a talk
+    uses: the prompt, Generate / Stop, the reply-or-story switch, the example prompts and the pair; below, folded,
+    the settings a speaker rarely changes (who drafts, K, sampling, the token budget, the seed), whose values are
+    the pair's page defaults."""
+    preset = PRESETS[pair_name]
+    first = views.preset_defaults(pair_name, limits)
+    L = i18n.label
+    c = u.c = {}
+    c["prompt"] = gr.Textbox(label=L("ui.prompt"), lines=3, value=preset.examples[0], elem_id="sd-prompt")
+    with gr.Row(elem_id="sd-run-row"):
+        u.go_btn = gr.Button(L("ui.generate"), variant="primary", elem_id="sd-generate")
+        u.stop_btn = gr.Button(L("ui.stop"), variant="stop", elem_id="sd-stop")
+    # the token views show the reply as text (kept tokens, coloured by how they came) or the full story
+    u.view = gr.Radio([(L("ui.view_kept"), "kept"), (L("ui.view_story"), "story")], value="kept",
+                      label=L("ui.view"), elem_id="sd-view")
+    u.examples = gr.Dataset(components=[c["prompt"]], samples=[[e] for e in preset.examples],
+                            label=L("ui.examples"))
+    c["pair"] = gr.Dropdown(
+        choices=[(f"{name}: {p.draft.split('/')[-1]} \u2192 {p.target.split('/')[-1]}", name)
+                 for name, p in PRESETS.items()] + [(L("ui.pair_custom"), handlers.CUSTOM)],
+        value=pair_name, label=L("ui.pair"), elem_id="sd-pair")
+    with gr.Group(visible=False) as u.custom_box:
+        c["draft"] = gr.Textbox(label=L("ui.draft_id"), placeholder=L("ui.draft_placeholder"),
+                                elem_id="sd-draft-id")
+        c["target"] = gr.Textbox(label=L("ui.target_id"), placeholder=L("ui.target_placeholder"),
+                                 elem_id="sd-target-id")
+        u.load_btn = gr.Button(L("ui.load_pair"), size="sm", elem_id="sd-load")
+    u.pair_status = gr.Markdown(elem_id="sd-pair-status")
+    with gr.Accordion(L("ui.settings"), open=False, elem_id="sd-settings"):
+        c["chat"] = gr.Checkbox(preset.chat, label=L("ui.chat"), elem_id="sd-chat")
+        with gr.Group(elem_id="sd-drafting"):  # K and who drafts, side by side in one box
+            c["k"] = gr.Slider(1, limits.max_k, value=first["k"], step=1, label=L("ui.k"), elem_id="sd-k")
+            c["strategy"] = gr.Radio(
+                views.strategy_choices(pair_name), value=preset.strategy, label=L("ui.strategy"),
+                info=L("ui.strategy_info"), elem_id="sd-strategy")
+            c["ngram"] = gr.Slider(*NGRAM_RANGE, value=3, step=1, label=L("ui.ngram"),
+                                   info=L("ui.ngram_info"), visible=preset.strategy == "lookup",
+                                   elem_id="sd-ngram")
+            with gr.Column(visible=preset.strategy == "tree", elem_id="sd-tree-sizes") as u.tree_box:
+                # 0 takes the head's own size (drafters.run_tree_shape); the budget stops at the server's limit
+                c["tree_topk"] = gr.Slider(0, TREE_TOPK_RANGE[1], value=0, step=1, label=L("ui.tree_topk"),
+                                           elem_id="sd-tree-topk")
+                c["tree_depth"] = gr.Slider(0, TREE_DEPTH_RANGE[1], value=0, step=1, label=L("ui.tree_depth"),
+                                            elem_id="sd-tree-depth")
+                c["tree_budget"] = gr.Slider(0, limits.max_tree, value=0, step=1, label=L("ui.tree_budget"),
+                                             elem_id="sd-tree-budget")
+        c["temperature"] = gr.Slider(0, 2, value=first["temperature"], step=0.05, label=L("ui.temperature"),
+                                     elem_id="sd-temperature")
+        with gr.Row():
+            c["top_k"] = gr.Number(0, label=L("ui.top_k"), precision=0, minimum=0)
+            # a slider under 240 px squeezes its label beside its number box: below that the row wraps instead
+            c["top_p"] = gr.Slider(0.01, 1, value=1, step=0.01, label=L("ui.top_p"), min_width=240)
+        with gr.Row():
+            c["max_new"] = gr.Slider(1, limits.max_new_tokens, value=first["max_new"], step=1,
+                                     label=L("ui.max_new"), elem_id="sd-max-new")
+            c["seed"] = gr.Number(0, label=L("ui.seed"), precision=0, minimum=0, elem_id="sd-seed")
+        c["baseline"] = gr.Checkbox(True, label=L("ui.baseline"))
+    with gr.Accordion(L("ui.lenience_box"), open=False):
+        gr.Markdown(L("ui.lenience_note"))
+        c["lenience"] = gr.Slider(0.05, 1, value=1, step=0.05, label=L("ui.lenience"))
+    with gr.Accordion(L("app.how_box"), open=False, elem_id="sd-how"):
+        gr.Markdown(L("app.how"))
+
+
+def results(u, limits: Limits, first: dict, n_rounds: int) -> None:
+    """The right column (into `u`): the legend, the stats, the token view, the keys' hint, two charts and the
+    tabs. `first` holds what they show before any click (views.opening: the recorded run, or nothing), and
+    n_rounds its rounds."""
+    L = i18n.label
+    u.legend = gr.HTML(render.legend(), elem_id="sd-legend")
+    u.stats = gr.HTML(first["stats"], elem_id="sd-stats")  # above the text, so a growing reply never moves it
+    u.tokens = gr.HTML(first["tokens"], elem_id="sd-token-view", js_on_load=CLICK_JS, max_height=400,
+                       autoscroll=True)
+    u.keys = gr.HTML(render.keys_hint(), elem_id="sd-keys", js_on_load=KEYS_JS)
+    with gr.Row(elem_id="sd-charts-row"):
+        u.race = gr.Plot(first["race"], elem_id="sd-race", show_label=False)
+        u.acc_round = gr.Plot(first["acc_round"], elem_id="sd-acc-round", show_label=False)
+    with gr.Tabs(elem_id="sd-tabs") as u.tabs:
+        with gr.Tab(L("tab.film"), id="film") as u.tab_film:
+            u.film = gr.HTML(first["film"], elem_id="sd-film", js_on_load=CLICK_JS)
+            with gr.Row():
+                u.round_sl = gr.Slider(1, max(2, n_rounds), value=1, step=1, label=L("ui.round"),
+                                       interactive=n_rounds > 1)
+                # a chain keeps at most K + 1 tokens a round, a tree at most its depth + 1
+                u.pos_sl = gr.Slider(1, max(limits.max_k, TREE_DEPTH_RANGE[1]) + 1, value=first["pos_sl"], step=1,
+                                     label=L("ui.position"))
+            u.insp_plot = gr.Plot(first["insp_plot"], elem_id="sd-inspector", show_label=False)
+            u.insp_reason = gr.HTML(first["insp_reason"], elem_id="sd-reason")
+        with gr.Tab(L("tab.charts"), id="charts") as u.tab_charts:
+            with gr.Row():
+                u.hist = gr.Plot(first["hist"], show_label=False)
+                u.by_pos = gr.Plot(first["by_pos"], show_label=False)
+            u.theory = gr.Plot(first["theory"], show_label=False)
+        with gr.Tab(L("tab.sweep"), id="sweep") as u.tab_sweep:
+            with gr.Row():
+                u.k_from = gr.Slider(1, limits.max_k, value=1, step=1, label=L("ui.k_from"))
+                u.k_to = gr.Slider(1, limits.max_k, value=min(8, limits.max_k), step=1, label=L("ui.k_to"))
+            u.sweep_btn = gr.Button(L("ui.sweep_run"))
+            u.sweep_plot = gr.Plot(plots.k_sweep([], None, None), show_label=False)
+            u.sweep_md = gr.Markdown()
+        with gr.Tab(L("tab.race"), id="race") as u.tab_race:
+            gr.Markdown(L("race.intro"))
+            u.race_btn = gr.Button(L("race.run"), elem_id="sd-race-run")
+            u.race_plot = gr.Plot(plots.strategy_race({}), show_label=False, elem_id="sd-race-plot")
+            u.race_md = gr.Markdown(elem_id="sd-race-table")
+        with gr.Tab(L("tab.dist"), id="dist") as u.tab_dist:
+            u.n_samples = gr.Slider(100, limits.max_samples, value=min(2000, limits.max_samples), step=100,
+                                    label=L("ui.samples"))
+            u.dist_btn = gr.Button(L("ui.draw"))
+            u.dist_plot = gr.Plot(show_label=False)
+            u.dist_md = gr.Markdown()
+        with gr.Tab(L("tab.step"), id=handlers.STEP_TAB) as u.tab_step:
+            with gr.Row():
+                u.reset_btn = gr.Button(L("ui.step_first"), elem_id="sd-first-round")
+                u.prev_btn = gr.Button(L("ui.step_prev"), elem_id="sd-prev-round")
+                u.next_btn = gr.Button(L("ui.step_next"), variant="primary", elem_id="sd-next-round")
+            u.step_caption = gr.Markdown(first["step_caption"], elem_id="sd-step-caption")
+            u.step_tokens = gr.HTML(first["step_tokens"], elem_id="sd-step-tokens")
+        with gr.Tab(L("tab.export"), id="export") as u.tab_export:
+            u.download_btn = gr.Button(L("ui.download"), size="sm", elem_id="sd-download")
+            gr.Markdown(L("ui.export_note"), elem_id="sd-export-note")
+            # carries a finished run's trace (also the last output of /generate_stream) to DOWNLOAD_JS, undrawn: as a
+            # visible JSON tree (17,000 elements for 128 tokens) it froze the page for 11 s when the tab first opened
+            u.trace_json = gr.JSON(visible=False)
+
+
+def wire_events(demo: gr.Blocks, u) -> None:
+    """Which handler each event calls, with which inputs and outputs, in which queue group."""
+    # the outputs, by the names handlers.py uses
+    o = vars(u) | {name: u.c[name] for name in ("chat", "k", "temperature", "max_new", "pair", "draft", "target")}
+
+    def wire(fn, names):
+        """The handler, adapted to its outputs by name, and the components of those names."""
+        return dict(fn=named(fn, names), outputs=[o[name] for name in names])
+
+    view = [u.lang, u.presenter]  # every UI handler's view inputs
+    wire_runs(u, wire, view)
+    wire_browsing(u, wire, view)
+    wire_page(demo, u, wire, view)
+    gr.api(handlers.generate_api, api_name="generate", concurrency_id="models")
+
+
+def wire_runs(u, wire, view: list) -> None:
+    """The model runs (Generate, the K sweep, the distribution check, the race), Stop, and the trace download."""
+    c = u.c
+    inputs = [c[name] for name in GENERATE_INPUTS] + view + [c["ngram"]] + [c[name] for name in TREE_INPUTS]
+    run_args = dict(**wire(handlers.generate_ui, handlers.RUN_OUTPUTS), inputs=inputs, concurrency_id="models",
+                    api_visibility="undocumented", show_progress="minimal")
+    gen_click = u.go_btn.click(api_name="generate_stream", **run_args)
+    gen_submit = c["prompt"].submit(api_name=False, **run_args)
+    for event in (gen_click, gen_submit):
+        event.success(**wire(handlers.select_round, handlers.INSPECT_OUTPUTS), inputs=[u.state, u.round_sl] + view,
+                      api_visibility="private")
+    c["strategy"].change(lambda s: (gr.update(visible=s == "lookup"), gr.update(visible=s == "tree")), c["strategy"],
+                         [c["ngram"], u.tree_box], api_visibility="private", queue=False, show_progress="hidden")
+
+    common = [c["pair"], c["draft"], c["target"], c["prompt"]]
+    sweep_event = u.sweep_btn.click(
+        **wire(handlers.k_sweep_ui, handlers.SWEEP_OUTPUTS),
+        inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"], u.k_from, u.k_to,
+                         c["chat"]] + view, api_name="k_sweep", concurrency_id="models")
+    dist_event = u.dist_btn.click(
+        **wire(handlers.distribution_ui, handlers.DIST_OUTPUTS),
+        inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["lenience"], u.n_samples, c["seed"],
+                         c["chat"]] + view + [c["strategy"], c["k"], c["ngram"]] + [c[n] for n in TREE_INPUTS],
+        api_name="distribution_check",
+        concurrency_id="models")
+    race_event = u.race_btn.click(
+        **wire(handlers.strategy_race_ui, handlers.RACE_OUTPUTS),
+        inputs=common + [c["k"], c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"],
+                         c["chat"]] + view + [c["ngram"]] + [c[n] for n in TREE_INPUTS], api_name="strategy_race",
+        concurrency_id="models")
+    u.stop_btn.click(None, None, None, cancels=[gen_click, gen_submit, sweep_event, dist_event, race_event])
+    u.download_btn.click(**wire(handlers.trace_of, ("trace_json",)), inputs=[u.state], api_visibility="private",
+                         queue=False).then(None, [u.trace_json], None, js=DOWNLOAD_JS, api_visibility="private")
+
+
+def wire_browsing(u, wire, view: list) -> None:
+    """Moving through a finished run: the round and position sliders, the film strip, the step-through keys."""
+    u.round_sl.change(**wire(handlers.select_round, handlers.INSPECT_OUTPUTS), inputs=[u.state, u.round_sl] + view,
+                      api_visibility="private")
+    u.pos_sl.release(**wire(handlers.inspect_round, handlers.INSPECT_OUTPUTS[1:]),
+                     inputs=[u.state, u.round_sl, u.pos_sl] + view, api_visibility="private")
+    for clickable in (u.film, u.tokens):
+        clickable.click(**wire(handlers.film_click, ("round_sl", "film")), inputs=[u.state, u.lang],
+                        api_visibility="private")
+
+    # no queue limit: one session's steps never wait for another's; within a session they take turns on the
+    # session's own lock (handlers.step_round), so quick presses each read the cursor the previous one wrote
+    step = dict(concurrency_id="step", concurrency_limit=None, trigger_mode="multiple")
+    for btn, direction in ((u.reset_btn, 0), (u.prev_btn, -1), (u.next_btn, 1)):
+        btn.click(**wire(handlers.step_button(direction), handlers.STEP_OUTPUTS), inputs=[u.state, u.lang],
+                  api_name=handlers.STEP_NAMES[direction], api_visibility="undocumented", **step)
+    u.keys.click(**wire(handlers.step_key, handlers.STEP_OUTPUTS + ("tabs",)), inputs=[u.state, u.lang],
+                 api_visibility="private", **step)
+
+
+def wire_page(demo: gr.Blocks, u, wire, view: list) -> None:
+    """The pair (its status, its strategies), the example prompts, the language and presenter mode."""
+    c = u.c
+    # a pair change loads models, but never waits behind (or holds up) the model runs: its own queue group
+    pair_change = dict(**wire(handlers.change_pair, handlers.PAIR_OUTPUTS),
+                       inputs=[c["pair"], c["draft"], c["target"], u.lang, u.pair_state], api_visibility="private",
+                       concurrency_id="pairs", concurrency_limit=env_int("SPECDEMO_CONCURRENCY", 4))
+    c["pair"].change(**pair_change)
+    c["pair"].change(handlers.update_strategies, [c["pair"], c["strategy"]], c["strategy"],
+                     api_visibility="private", queue=False)
+    u.load_btn.click(**pair_change)
+    u.examples.click(lambda sample: sample[0] if isinstance(sample, (list, tuple)) else sample, u.examples,
+                     c["prompt"], api_visibility="private")
+
+    # language and presenter mode: the browser's language first, then the switch; both redraw in place
+    u.browser_lang = gr.Textbox(visible=False)  # carries navigator.language from DETECT_JS to initial_lang
+    # the page's own pair, once it is open: it keeps any setting the visitor changed while it loads (open_pair)
+    demo.load(handlers.initial_lang, [u.browser_lang], [u.lang], js=DETECT_JS, api_visibility="private").then(
+        **(pair_change | wire(handlers.open_pair, handlers.PAIR_OUTPUTS)))
+    redraw_inputs = view + [u.state, u.round_sl, u.pos_sl, u.sweep_state, u.dist_state, u.race_state, u.pair_state]
+    u.lang.change(None, [u.lang], None, js=LOCALE_JS)
+    u.lang.change(handlers.notice_in, [u.notice_state, u.lang], [u.notice], api_visibility="private", queue=False,
+                  show_progress="hidden")
+    u.view.change(None, [u.view], None, js=VIEW_JS)
+    u.presenter.change(handlers.presenter_layout, [u.presenter], [u.app_col], api_visibility="private",
+                       show_progress="hidden")
+    for switch in (u.lang, u.presenter):
+        switch.change(**wire(handlers.redraw, handlers.REDRAW_OUTPUTS), inputs=redraw_inputs,
+                      api_visibility="private", show_progress="hidden")
+    # gradio re-translates only the open tab's label on a locale change, so the server sends all of them
+    u.lang.change(**wire(handlers.tab_labels, handlers.TAB_OUTPUTS), inputs=[u.lang], api_visibility="private",
+                  show_progress="hidden")
+
+
+def build_demo(pair_name: str = DEFAULT_PRESET, missing: tuple[str, Exception] | None = None) -> gr.Blocks:
+    """The page, opened on `pair_name` and its recorded run (recorded.py) where it has one. missing: (the default
+    pair, why it could not be loaded) when app.py opened another pair instead; the page says so in one sentence."""
+    limits = Limits.from_env()
+    L = i18n.label
+    u = SimpleNamespace()  # every component, by the name the handlers use for it
+    opened = recorded.load(pair_name)
+    state = {"spec": opened[0], "base": opened[1], "cursor": 0} if opened else None
+    notices = {code: views.missing_notice(*missing, code) for _, code in i18n.CHOICES} if missing else None
+    with gr.Blocks(title=i18n.EN["app.title"], delete_cache=(3600, 3600)) as demo:
+        u.state = gr.State(state)
+        u.sweep_state, u.dist_state, u.race_state, u.pair_state = (gr.State(None) for _ in range(4))
+        u.notice_state = gr.State(notices)
+        with gr.Column(elem_id="sd-app") as u.app_col:  # presenter mode sets a class here (render.CSS)
+            with gr.Row(equal_height=False, elem_id="sd-header"):
+                with gr.Column(scale=3):
+                    gr.Markdown(L("app.intro"), elem_id="sd-intro")
+                    u.notice = gr.Markdown(notices[i18n.DEFAULT] if notices else "", visible=bool(notices),
+                                           elem_id="sd-notice")
+                with gr.Column(scale=1, min_width=400, elem_id="sd-switches"):
+                    u.lang = gr.Radio(i18n.CHOICES, value=i18n.DEFAULT, label=L("ui.language"), elem_id="sd-lang")
+                    u.presenter = gr.Checkbox(False, label=L("ui.presenter"), elem_id="sd-presenter",
+                                              container=False)
+            with gr.Row(equal_height=False, elem_id="sd-main"):
+                with gr.Column(scale=1, min_width=320, elem_id="sd-controls"):
+                    controls(u, limits, pair_name)
+                with gr.Column(scale=2, elem_id="sd-results"):
+                    results(u, limits, views.opening(state), len(views.rounds_of(state)))
+        wire_events(demo, u)
+    demo.queue(default_concurrency_limit=env_int("SPECDEMO_CONCURRENCY", 4),
+               max_size=env_int("SPECDEMO_QUEUE_SIZE", 64))
+    return demo
+
+
+def launch(demo: gr.Blocks, **kwargs):
+    """Launch with specdemo's CSS, theme and message catalogue (gradio 6 takes all three at launch). Host and port
+    follow gradio's own settings (GRADIO_SERVER_NAME, GRADIO_SERVER_PORT) unless given here."""
+    kwargs.setdefault("show_error", False)
+    # system fonts only: the page makes no request outside the server (works offline, no third-party font host)
+    theme = gr.themes.Soft(font=["ui-sans-serif", "system-ui", "sans-serif"],
+                           font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "monospace"])
+    return demo.launch(css=render.CSS + tree_view.TREE_CSS, theme=theme, i18n=i18n.gradio_i18n(), **kwargs)

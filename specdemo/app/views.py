@@ -1,0 +1,299 @@
+"""Pure view functions: from what a run left (traces, a sweep, a race, a distribution) to the page's outputs.
+
+Owns what every output shows, in one language and one size (presenter mode). Each function returns a dict keyed by
+output name (ui.py maps the names to its components), so a handler names what it updates instead of counting
+positions in a tuple. Nothing here runs a model: the same data redraws in another language without a rerun.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import gradio as gr
+
+from specdemo import i18n
+from specdemo.config import PRESETS
+from specdemo.engine.events import Trace
+from specdemo.i18n import tr
+
+from . import plots, render, tree_view
+from .validation import has_head
+
+CHARTS = ("race", "acc_round", "hist", "by_pos", "theory")  # the run's five charts, in ui.py's order
+TAB_KEYS = ("tab.film", "tab.charts", "tab.sweep", "tab.race", "tab.dist", "tab.step", "tab.export")  # ui.py's order
+TABS = {f"tab_{key.split('.')[1]}": key for key in TAB_KEYS}  # output name -> label key
+
+
+def shown_prompt(trace: Trace) -> str:
+    """The prompt as the token view shows it: in chat mode the user's message, with the reply below it."""
+    return trace.prompt + "\n\n" if trace.settings.get("chat") else trace.prompt
+
+
+def trace_payload(spec: Trace | None, base: Trace | None) -> dict | None:
+    if spec is None:
+        return None
+    return {"speculative": spec.to_dict(), "baseline": base.to_dict() if base is not None else None}
+
+
+def charts(spec: Trace | None, base: Trace | None, lang: str | None = None, presenter: bool = False) -> dict:
+    """The five run charts (race, acceptance per round, accepted lengths, by position, theory) in one language."""
+    figs = (plots.race(spec, base, lang), plots.acceptance_per_round(spec, lang),
+            plots.accepted_length_histogram(spec, lang), plots.acceptance_by_position(spec, lang),
+            plots.speedup_vs_theory(spec, base, lang=lang))
+    return {name: plots.present(f, presenter) for name, f in zip(CHARTS, figs, strict=True)}
+
+
+@functools.lru_cache(maxsize=8)
+def _empty_charts(lang: str | None, presenter: bool) -> dict:
+    return charts(None, None, lang, presenter)
+
+
+def empty_charts(lang: str | None = None, presenter: bool = False) -> dict:
+    """The five run charts with nothing drawn yet, built once per language and size (building five plotly figures
+    takes about 0.2 s here, too slow for a run's first update). Nobody changes a figure after it is built."""
+    return dict(_empty_charts(lang, bool(presenter)))
+
+
+def run_view(spec: Trace | None, base: Trace | None, status: str | None = None, lang: str | None = None) -> dict:
+    """The token view, the stats and the film strip of a run (`status` while it runs; the summary once done)."""
+    if spec is None:
+        return {"tokens": render.tokens_html("", [], lang=lang), "stats": render.stats_html(None, lang=lang),
+                "film": render.filmstrip_html([], lang=lang)}
+    if status is None:  # a recorded run says what it is instead (render.recorded_note)
+        status = "" if spec.settings.get("recorded") is not None else render.done_status(spec, lang)
+    return {"tokens": render.tokens_html(shown_prompt(spec), spec.rounds, lang=lang),
+            "stats": render.stats_html(spec, base, status, lang), "film": render.filmstrip_html(spec.rounds, lang=lang)}
+
+
+def round_slider(state, reset: bool = True) -> dict:
+    """The round slider for the run in `state`: as many stops as rounds (a slider needs max > min), back on round 1
+    unless reset is False."""
+    n = len(rounds_of(state))
+    return gr.update(maximum=max(2, n), interactive=n > 1, **({"value": 1} if reset else {}))
+
+
+def opening(state, lang=None, presenter=False) -> dict:
+    """What the page shows before any click: the run in `state` (the recorded run, recorded.py) drawn like any
+    finished run, on round 1, or the empty views where there is none. ui.py takes these as the components' values."""
+    spec, base = (state["spec"], state["base"]) if state else (None, None)
+    return (run_view(spec, base, lang=lang) | charts(spec, base, lang, presenter)
+            | opened_round(state, 1, lang, presenter) | step_view(state, lang))
+
+
+# ------------------------------------------------------------------------------------------------ inspection
+
+
+def rounds_of(state) -> list:
+    return state["spec"].rounds if state and state.get("spec") else []
+
+
+def default_position(state, round_no) -> int:
+    """Open a round at its most telling position: the rejection if there was one, else the bonus."""
+    rounds = rounds_of(state)
+    if not rounds:
+        return 1
+    rnd = rounds[min(max(int(round_no or 1), 1), len(rounds)) - 1]
+    rejected = [d.position for d in rnd.drafts if d.checked and not d.accepted]
+    return rejected[0] if rejected else last_position(rnd)
+
+
+def last_position(rnd) -> int:
+    """Where the token the target added sits: K + 1 in a chain round, the path's length + 1 in a tree round (whose
+    k counts every node of the tree)."""
+    return rnd.n_accepted + 1 if rnd.tree else rnd.k + 1
+
+
+def root_text(rounds: list, idx: int) -> str | None:
+    """The last fixed token before round idx (a tree's root), where an earlier round shows it."""
+    before = rounds[idx - 1].output if idx > 0 else []
+    return before[-1].text if before else None
+
+
+def inspector(state, round_no, position, lang=None, presenter=False) -> dict:
+    """The round inspector: p, q and the residual at one position, and why that token was kept or resampled."""
+    rounds = rounds_of(state)
+    if not rounds:
+        return {"insp_plot": plots.present(plots.inspector_empty(lang), presenter),
+                "insp_reason": f'<div class="sd-caption">{render.trh("reason.generate_first", lang)}</div>'}
+    idx = min(max(int(round_no or 1), 1), len(rounds)) - 1
+    rnd = rounds[idx]
+    last = last_position(rnd)
+    pos = min(max(int(position or 1), 1), last)
+    if pos == last and not rnd.bonus_top and rnd.drafts:
+        pos = next((d.position for d in rnd.drafts if d.checked and not d.accepted), len(rnd.drafts))
+    tree = tree_view.tree_html(rnd, lang, root_text(rounds, idx))  # a tree round's drawing, below the reason
+    return {"insp_plot": plots.present(plots.inspector(rnd, pos, lang=lang), presenter),
+            "insp_reason": f'<div class="sd-caption">{render.reason(rnd, pos, lang)}</div>{tree}'}
+
+
+def opened_round(state, round_no, lang=None, presenter=False) -> dict:
+    """A round opened at its most telling position: the position slider and the inspector."""
+    pos = default_position(state, round_no)
+    return {"pos_sl": pos} | inspector(state, round_no, pos, lang, presenter)
+
+
+def step_view(state, lang=None) -> dict:
+    """The step-through's text up to the cursor and its caption; above the text, a tree round's drawing."""
+    rounds = rounds_of(state)
+    cursor = state.get("cursor", 0) if rounds else 0
+    prompt = shown_prompt(state["spec"]) if rounds else ""
+    tree = tree_view.tree_html(rounds[cursor - 1], lang, root_text(rounds, cursor - 1)) if cursor else ""
+    return {"step_tokens": tree + render.tokens_html(prompt, rounds, upto=cursor, lang=lang) if rounds
+            else render.tokens_html("", []), "step_caption": render.step_caption(rounds, cursor, lang)}
+
+
+# ------------------------------------------------------------------------------------------------ experiments
+
+
+def sweep_text(sweep: dict, lang=None) -> str:
+    results, best = sweep["results"], max(sweep["results"], key=lambda r: r["speedup"])
+    table = tr("sweep.header", lang) + "\n|---:|---:|---:|---:|\n" + "\n".join(
+        f"| {r['k']} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r['alpha']:.2f} |" for r in results)
+    summary = tr("sweep.summary", lang, base=f"{sweep['base_tps']:.1f}", k=best["k"], speedup=f"{best['speedup']:.2f}",
+                 alpha=f"{sweep['alpha']:.2f}", c=f"{sweep['c']:.3f}", kb=sweep["kb"], sb=f"{sweep['sb']:.2f}")
+    return f"{summary}\n\n{table}"
+
+
+def sweep_view(sweep: dict | None, lang=None, presenter=False) -> dict:
+    if not sweep:
+        return {"sweep_plot": plots.present(plots.k_sweep([], None, None, lang), presenter), "sweep_md": ""}
+    return {"sweep_plot": plots.present(plots.k_sweep(sweep["results"], sweep["alpha"], sweep["c"], lang), presenter),
+            "sweep_md": sweep_text(sweep, lang)}
+
+
+DIVERGENCE_KEY = {True: "race.differs_tie", False: "race.differs_bug"}
+
+
+MD_SPECIAL = "\\`*_[]|~"  # what Markdown would read as markup inside a line; `|` would also end a table cell
+
+
+def md_cell(text: str) -> str:
+    """Model text (already HTML-escaped) for one cell of a Markdown table, shown as it is: a backslash, `*`, `_`,
+    `` ` ``, `[`, `]` or `~` would format it, a `|` would end the cell and shift every later column, a line break
+    would end the row. So each of those characters is escaped, and line breaks become spaces."""
+    return "".join("\\" + c if c in MD_SPECIAL else " " if c in "\r\n" else c for c in text)
+
+
+def divergence_text(d, lang=None) -> str:
+    """A T = 0 difference from target-only decoding, in words (a table cell): where, which tokens, both gaps."""
+    return tr(DIVERGENCE_KEY[d.near_tie], lang, pos=d.position, spec=md_cell(render.esc(repr(d.spec_text))),
+              base=md_cell(render.esc(repr(d.base_text))), gv=f"{d.gap_verify:+.3f}", gs=f"{d.gap_step:+.3f}",
+              tol=f"{d.tolerance:.3f}")
+
+
+def same_text(same, lang=None) -> str:
+    if same == "same":
+        return tr("race.same", lang)
+    if same == "sampling":
+        return tr("race.differs_sampling", lang)
+    return divergence_text(same, lang)
+
+
+def race_label(entry: dict, lang=None) -> str:
+    suffix = f" = {entry['k']}" if entry["strategy"] in ("fixed", "eagle") else ""
+    if entry["strategy"] == "lookup" and entry.get("ngram"):
+        suffix = f" n = {entry['ngram']}"
+    if entry["strategy"] == "tree" and entry.get("tree"):  # the tree's sizes: (top-k, depth, budget)
+        return tr("race.tree", lang, topk=entry["tree"][0], depth=entry["tree"][1], budget=entry["tree"][2])
+    return tr(f"strategy.{entry['strategy']}", lang) + suffix
+
+
+def race_view(race: dict | None, lang=None, presenter=False) -> dict:
+    """The strategy race as a tokens-over-time chart and a table, from the data runs.strategy_race yields."""
+    if not race:
+        return {"race_plot": plots.present(plots.strategy_race({}, lang), presenter), "race_md": ""}
+    target_only = tr("race.target_only", lang)
+    lines = {target_only: race["base_points"]}
+    rows = [f"| {target_only} | {race['base_tps']:.1f} | 1.00x | {race['base_n']} | | | |"]
+    for e in race["entries"]:
+        lines[race_label(e, lang)] = e["points"]
+        rows.append(f"| {race_label(e, lang)} | {e['tokens_per_s']:.1f} | {e['tokens_per_s'] / race['base_tps']:.2f}x"
+                    f" | {e['rounds']} | {e['accepted']:.2f} | {e['per_call']:.2f} | {same_text(e['same'], lang)} |")
+    header = tr("race.header", lang) + "\n|---|---:|---:|---:|---:|---:|:---:|\n"
+    return {"race_plot": plots.present(plots.strategy_race(lines, lang), presenter), "race_md": header + "\n".join(rows)}
+
+
+DIST_WHO_KEY = {"draft": "dist.who_draft", "eagle": "dist.who_eagle", "lookup": "dist.who_lookup",
+                "tree": "dist.who_tree"}
+DIST_NOTE_KEY = {"eagle": "dist.note_eagle", "lookup": "dist.note_lookup", "tree": "dist.note_tree"}
+
+
+def dist_text(dist: dict, lang=None) -> str:
+    """What the distribution check sampled (which position, drafted by whom), how far the samples are from p, and
+    the chi-square test against p."""
+    who = tr(DIST_WHO_KEY.get(dist.get("source"), "dist.who_draft"), lang)
+    before = dist.get("before") or ""
+    if len(before) > 60:
+        before = "…" + before[-60:]
+    where = (tr("dist.first", lang, who=who) if dist.get("position", 1) == 1 else
+             tr("dist.later", lang, pos=dist["position"], who=who, before=md_cell(render.esc(repr(before)))))
+    parts = [where] + ([tr(note, lang)] if (note := DIST_NOTE_KEY.get(dist.get("source"))) else [])
+    parts += [tr("dist.summary", lang, n=dist["n"], tv=f"{dist['tv']:.3f}", tv_ref=f"{dist['tv_ref']:.3f}")]
+    if dist.get("tv_pq") is not None:
+        parts.append(tr("dist.q", lang, tv_pq=f"{dist['tv_pq']:.3f}"))
+    if dist.get("pvalue") is not None:
+        parts.append(tr("dist.chi2", lang, chi2=f"{dist['chi2']:.1f}", dof=dist["dof"], pvalue=f"{dist['pvalue']:.3g}"))
+    lossy = tr("dist.lossy", lang, b=dist["lenience"]) if dist["lenience"] < 1 else ""
+    return " ".join(parts) + lossy
+
+
+def dist_view(dist: dict | None, lang=None, presenter=False) -> dict:
+    """The distribution check's chart and summary; with no result, both cleared."""
+    if not dist:
+        return {"dist_plot": None, "dist_md": ""}
+    fig = plots.distribution(dist["tokens"], dist["p"], dist["freq"], dist["q"], dist["n"], lang)
+    return {"dist_plot": plots.present(fig, presenter), "dist_md": dist_text(dist, lang)}
+
+
+# ------------------------------------------------------------------------------------------------ the page
+
+
+def strategy_choices(pair_name):
+    """The strategy selector's choices for a pair: eagle and tree only where the pair has a head (a pure function of
+    the preset, so a pair change updates it without loading anything)."""
+    choices = [(i18n.label("strategy.fixed"), "fixed"), (i18n.label("strategy.adaptive"), "adaptive"),
+               (i18n.label("strategy.lookup"), "lookup")]
+    if has_head(pair_name):
+        choices += [(i18n.label("strategy.eagle"), "eagle"), (i18n.label("strategy.tree"), "tree")]
+    return choices
+
+
+def preset_defaults(pair_name: str, limits) -> dict:
+    """A preset's page defaults (config.PairPreset): K, the temperature and the token budget, within the limits."""
+    p = PRESETS[pair_name]
+    return {"k": min(p.k, limits.max_k), "temperature": p.temperature,
+            "max_new": min(p.max_new_tokens, limits.max_new_tokens)}
+
+
+def missing_notice(name: str, err: Exception, lang=None) -> str:
+    """One sentence on the page when the default pair could not be loaded and the page opened on the embedded
+    Shakespeare pair instead (app.py): why, and how to get the readable pair."""
+    if getattr(err, "key", None) == "err.target_install":  # a preset's wheel is not installed and no hub
+        return tr("notice.missing_install", lang, name=name)
+    why = err.text(lang) if hasattr(err, "text") else str(err)
+    return tr("notice.missing", lang, name=name, why=why)
+
+
+def pair_info(desc: dict, lang=None) -> str:
+    """The loaded pair in one line (Markdown), from ModelPair.describe()."""
+    return tr("pair.loaded", lang, draft=desc["draft"], draft_m=f"{desc['draft_parameters'] / 1e6:.1f}",
+              target=desc["target"], target_m=f"{desc['target_parameters'] / 1e6:.1f}", device=desc["device"],
+              dtype=desc["dtype"], context=desc["context_window"])
+
+
+def tab_labels(lang) -> dict:
+    """The tabs' labels in `lang`, as plain text (gradio does not re-translate a closed tab's label by itself)."""
+    return {name: gr.Tab(label=tr(key, lang)) for name, key in TABS.items()}
+
+
+def everything(lang, presenter, state, round_no, position, sweep, dist, race, pair_desc) -> dict:
+    """Everything specdemo renders itself, again, in `lang` and presenter size: the results stay on screen."""
+    spec = state.get("spec") if state else None
+    base = state.get("base") if state else None
+    out = {"legend": render.legend(lang), "keys": render.keys_hint(lang)} | run_view(spec, base, lang=lang)
+    out |= charts(spec, base, lang, presenter) | inspector(state, round_no, position, lang, presenter)
+    out |= step_view(state, lang) | sweep_view(sweep, lang, presenter) | dist_view(dist, lang, presenter)
+    out |= race_view(race, lang, presenter)
+    if pair_desc:
+        out["pair_status"] = pair_info(pair_desc, lang)
+    return out

@@ -1,0 +1,596 @@
+"""Drafters: who proposes the tokens that the target verifies in a round.
+
+Owns the drafting strategies and nothing else. A drafter proposes up to k_max tokens together with the rows of q
+it drew them from; the speculative loop (speculative.py) verifies them, rolls the caches back and emits the events,
+with no branch per strategy. Letters as in sampling.py: p is the TARGET, q is the DRAFT.
+
+  fixed    - the draft model drafts exactly k_max tokens (the algorithm of Leviathan et al. 2023 / Chen et al. 2023).
+  adaptive - the draft model drafts until its own confidence says the next draft would probably be rejected:
+             after drafting x_t it stops when prod_{i<=t} alpha_hat(conf_i) < threshold, where conf_i is the draft's
+             top probability at position i (its unwarped softmax at T = 0, where the warped q is one-hot) and
+             alpha_hat is the acceptance rate of earlier rounds' drafts at that confidence. The product
+             estimates the chance that every draft so far survives the target; once that is low, one more draft
+             forward costs more than the tokens it is expected to add. The rule reads only the draft's own
+             distributions, never p or the uniforms r, so the output stays exactly the target's (see
+             tests/test_exactness.py::test_adaptive_stop_rule_keeps_exactness).
+  lookup   - prompt lookup decoding (Saxena 2023; transformers' `prompt_lookup_num_tokens`): find the latest earlier
+             occurrence of the last n tokens of prompt + output (n = ngram, then shorter), and propose the up to
+             k_max tokens that followed it. No draft model, and no device sync: it searches an index of a copy of
+             the sequence kept on the host (the prompt copied once; the kept tokens handed over in `observe`).
+             q is one-hot on each proposed token, so the ratio test accepts x with probability p(x) and the
+             residual norm(max(0, p - q)) is p without x: exact at every temperature. With nothing to match it
+             proposes nothing, and the round is one plain target step (source "fallback").
+  eagle    - a feature-level draft head (EAGLE, Li et al. 2024, arXiv:2401.15077; specdemo/eagle.py): one decoder
+             layer that reads the target's own last hidden states for the fixed prefix and the embedding of the
+             next token, predicts the next hidden state, and turns it into q through the target's LM head rows
+             for a draft vocabulary (FR-Spec, arXiv:2502.14856). q is zero outside that vocabulary; the residual
+             norm(max(0, p - q)) covers those tokens, so the output stays exact. It drafts up to K tokens a
+             round: from the second draft on, it stops where its top probability (`confidence`, as adaptive's) is
+             below the head's `stop_below`, read before that token is drawn (a dynamic draft length, as in
+             SpecDec++, arXiv:2405.19715; EAGLE-2 shows a head's confidence tracks its acceptance). The first
+             round has no target features yet: it is one plain target step that reads the prompt
+             (source "prefill").
+
+The loop tells every drafter the outcome of each round (`observe`, a `RoundOutcome`): the tokens kept and, for a
+drafter that asks for them (`wants_features`), the target's features at the positions it kept (its last hidden
+states, after the outputs of the drafter's `feature_layers` if it names any). Each drafter rolls its own caches
+back there; the loop has no branch per strategy.
+
+A drafter's stop rule may depend on anything the draft model computes and on earlier rounds (whose tokens are
+fixed), but never on the target's p at the positions being drafted nor on the round's uniforms r.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from specdemo.config import PRESETS, TREE_DEPTH_RANGE, SamplingConfig, SpecConfig
+from specdemo.i18n import Msg
+from specdemo.limits import Limits
+from specdemo.models import CachedLM, ModelPair, StrategyUnavailable
+from specdemo.models.eagle import SAMPLED_BF16_CPU, HeadCache
+
+from .sampling import sample, warp
+from .tree import DraftTree, Drawn, graft, grow, grow_sampled, sampled_plan
+
+ADAPTIVE_MAX_K = 12  # the adaptive drafter's cap (it chooses K per round), lowered to the server's K limit
+ADAPTIVE_THRESHOLD = 0.3  # stop once the estimated chance that all drafts so far survive falls below this
+
+
+@dataclass
+class Proposal:
+    """What a drafter proposes for one round. `tokens` [k] and `q` [k, V] stay on the device."""
+
+    tokens: torch.Tensor  # [k] long
+    q: torch.Tensor  # [k, V] float32: the distributions the tokens were drawn from (one-hot for copied tokens)
+    source: str  # "draft" (the draft model), "eagle" (the feature head), "lookup" (copied from the sequence),
+    #              "fallback" (lookup found nothing), "prefill" (eagle's first round: no target features yet)
+    copied_from: int | None = None  # lookup: index in prompt + output of the first copied token
+    ngram: int | None = None  # lookup: the size of the n-gram that matched
+    unsure: tuple[float, float] | None = None  # eagle: its confidence stop ended the round early, at (the head's
+    #                                            top probability for the next position, its stop_below)
+    tree: DraftTree | None = None  # a draft tree (tree.py): the tokens are its nodes, verified by the walk; None: a
+    #                                chain, verified by the modified rejection test with q
+
+    @property
+    def k(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+def one_hot(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[k] token ids -> [k, V] float32 rows, each all its mass on its token (the q of a greedy or copied draft)."""
+    return torch.zeros(tokens.numel(), vocab_size, device=tokens.device).scatter_(1, tokens.view(-1, 1), 1.0)
+
+
+def confidence(logits: torch.Tensor, q: torch.Tensor | None) -> float:
+    """A drafter's top probability at one position: of its warped q at T > 0, of its unwarped softmax at T = 0
+    (q is None there: the warped q is one-hot). It reads the drafter's own output only, never p or r.
+
+    The one host read a drafter makes while drafting: a stop rule decides on the host whether to draft the next
+    token, so it reads one number per position it decides at (adaptive: after every draft; eagle with a
+    stop_below: before every draft but the first). On a CPU that costs nothing; on a GPU each is a sync that waits
+    for the draft step just queued. It is kept rather than drafting all K and cutting afterwards with one read,
+    which would spend the draft forwards the stop exists to save."""
+    if q is None:
+        return float(logits.float().softmax(-1).max())
+    return float(q.max())
+
+
+@dataclass
+class RoundOutcome:
+    """What the loop tells a drafter after each round, once the round's tokens are fixed."""
+
+    n_accepted: int  # drafts the target kept
+    k: int  # drafts proposed
+    seq_len: int  # tokens fixed now (prompt + output); the last one is the round's new token, unseen by the target
+    features: torch.Tensor | None = None  # [m, (L+1) H]: the target's features at positions start..seq_len-2
+    start: int = 0  # the position of features[0]
+    kept: tuple[int, ...] = ()  # the round's new tokens (already on the host): seq[seq_len - len(kept):]
+
+
+class Drafter:
+    """The interface. `propose` may read the fixed sequence `seq` [N] and draw from `gen`; `observe` hears how the
+    round ended and rolls the drafter's own caches back. `wants_features`: the loop passes the target's hidden
+    states in `observe` (they cost nothing extra, but are only kept when asked for), with the outputs of its decoder
+    layers `feature_layers` (0-based) before the last hidden state."""
+
+    name = "base"
+    wants_features = False
+    feature_layers: tuple[int, ...] = ()
+
+    def propose(self, seq: torch.Tensor, k_max: int, gen: torch.Generator) -> Proposal:
+        raise NotImplementedError
+
+    def observe(self, outcome: RoundOutcome) -> None:
+        """Told after every round what the target kept (the tokens are fixed by then)."""
+
+
+class ModelDrafter(Drafter):
+    """The draft model drafts autoregressively from its warped q; `should_stop` may end the round early."""
+
+    name = "fixed"
+
+    def __init__(self, draft_lm: CachedLM, sampling: SamplingConfig):
+        self.lm = draft_lm
+        self.lm.reset()
+        self.sampling = sampling
+
+    def observe(self, outcome: RoundOutcome) -> None:
+        # roll back: keep the cached tokens that are still part of the sequence (the newest is fed next round)
+        self.lm.crop(min(self.lm.length, outcome.seq_len - 1))
+
+    def should_stop(self, logits: torch.Tensor, q: torch.Tensor, t: int) -> bool:
+        return False
+
+    def propose(self, seq: torch.Tensor, k_max: int, gen: torch.Generator) -> Proposal:
+        greedy = self.sampling.greedy
+        # feed what the draft has not seen (1 token, or 2 after an all-accepted round), then draft token by token
+        pending = seq[self.lm.length :]
+        tokens, rows = [], []
+        for t in range(k_max):
+            logits = self.lm.feed(pending)  # [1, V]
+            if greedy:  # argmax; the one-hot q rows are built once for the whole round below
+                x = logits.argmax(-1)
+            else:
+                q = warp(logits, self.sampling)  # [1, V]
+                x = sample(q, gen)  # [1]
+                rows.append(q)
+            tokens.append(x)
+            # the rule sees x_1..x_t and the draft's own distributions; it decides whether to draft x_{t+1}
+            if self.should_stop(logits, rows[-1] if rows else None, t) or t + 1 == k_max:
+                break
+            pending = x
+        if not tokens:
+            return Proposal(seq.new_empty(0), torch.empty(0, self.lm.vocab_size, device=seq.device), "draft")
+        drafted = torch.cat(tokens)
+        if greedy:
+            q_draft = one_hot(drafted, self.lm.vocab_size)
+        else:
+            q_draft = torch.cat(rows)
+        return Proposal(drafted, q_draft, "draft")
+
+
+class AdaptiveDrafter(ModelDrafter):
+    """Draft while the estimated chance that every draft so far survives stays >= threshold.
+
+    After drafting x_t the drafter reads the draft's confidence conf_t (its top probability at position t: from
+    the warped q at T > 0, from the unwarped softmax at T = 0, where q is one-hot) and turns it into an estimated
+    acceptance probability with a calibration learnt during the run: the accepted / judged drafts of earlier
+    rounds, per confidence bin (a prior of PRIOR_ALPHA over PRIOR_WEIGHT pseudo-drafts to start). It drafts
+    x_{t+1} only while prod_{i<=t} alpha_hat(conf_i) >= threshold. Every input to that decision is the draft's own
+    output or a finished round's outcome; none is the target's p or the uniforms r of the round being drafted.
+    """
+
+    name = "adaptive"
+    BINS = 10
+    PRIOR_ALPHA, PRIOR_WEIGHT = 0.7, 2.0
+
+    def __init__(self, draft_lm: CachedLM, sampling: SamplingConfig, threshold: float = ADAPTIVE_THRESHOLD,
+                 calibrate: bool = True):
+        super().__init__(draft_lm, sampling)
+        self.threshold = threshold
+        self.calibrate = calibrate
+        self.accepted = [self.PRIOR_ALPHA * self.PRIOR_WEIGHT] * self.BINS
+        self.judged = [self.PRIOR_WEIGHT] * self.BINS
+        self.bins: list[int] = []  # the confidence bin of each draft of the current round
+        self.survive = 1.0
+
+    def propose(self, seq: torch.Tensor, k_max: int, gen: torch.Generator) -> Proposal:
+        self.survive, self.bins = 1.0, []
+        return super().propose(seq, k_max, gen)
+
+    def alpha_hat(self, conf: float) -> tuple[float, int]:
+        b = min(int(conf * self.BINS), self.BINS - 1)
+        return (self.accepted[b] / self.judged[b] if self.calibrate else conf), b
+
+    def should_stop(self, logits, q, t) -> bool:
+        alpha, b = self.alpha_hat(confidence(logits, q))
+        self.bins.append(b)
+        self.survive *= alpha
+        return self.survive < self.threshold
+
+    def observe(self, outcome: RoundOutcome) -> None:
+        super().observe(outcome)
+        # the judged positions of the finished round: the first n_accepted were kept, the next one (if any) rejected
+        for t, b in enumerate(self.bins[: outcome.n_accepted + 1]):
+            self.judged[b] += 1
+            self.accepted[b] += t < outcome.n_accepted
+
+
+class LookupDrafter(Drafter):
+    """Prompt lookup: copy what followed the latest earlier occurrence of the sequence's last n tokens.
+
+    It searches `host`, a copy of prompt + output on the host: the prompt is copied once, in the run's first round,
+    and each round's kept tokens arrive with `observe`. `latest` maps every n-gram (n <= ngram) that has a token
+    after it to where that token stands, for its latest occurrence, and grows as tokens arrive; a search is then
+    `ngram` dictionary lookups, with no device sync and no scan of the sequence."""
+
+    name = "lookup"
+
+    def __init__(self, vocab_size: int, ngram: int):
+        self.vocab_size = vocab_size
+        self.ngram = ngram
+        self.host: list[int] | None = None  # prompt + output, on the host
+        self.latest: dict[tuple[int, ...], int] = {}  # n-gram -> index of the token after its latest occurrence
+        self.indexed = 0  # the n-grams ending before this index are in `latest`
+
+    def find(self, tokens: list[int]) -> tuple[int, int] | None:
+        """(start of the copy, n) for the longest n <= ngram whose last n-gram of `tokens` occurs earlier with a
+        continuation, at its latest occurrence (the most local context). `tokens` extends the previous call's."""
+        # 1. index the n-grams that now have a token after them: those ending at index end <= len(tokens) - 2
+        for end in range(self.indexed, len(tokens) - 1):
+            for n in range(1, min(self.ngram, end + 1) + 1):
+                self.latest[tuple(tokens[end + 1 - n : end + 1])] = end + 1  # a later occurrence replaces it
+        self.indexed = max(self.indexed, len(tokens) - 1)
+        # 2. the last n tokens, longest n first
+        for n in range(min(self.ngram, len(tokens) - 1), 0, -1):
+            start = self.latest.get(tuple(tokens[len(tokens) - n :]))
+            if start is not None:
+                return start, n
+        return None
+
+    def sync(self, seq: torch.Tensor) -> None:
+        """Keep `host` equal to seq: the prompt's one copy to the host in the run's first round; `observe` adds
+        each round's kept tokens after that."""
+        if self.host is None:
+            self.host = seq.tolist()
+        assert len(self.host) == seq.numel(), ("lookup's host copy missed tokens", len(self.host), seq.numel())
+
+    def propose(self, seq: torch.Tensor, k_max: int, gen: torch.Generator) -> Proposal:
+        self.sync(seq)
+        empty = torch.empty(0, self.vocab_size, device=seq.device)
+        found = self.find(self.host) if k_max > 0 else None
+        if found is None:
+            return Proposal(seq.new_empty(0), empty, "fallback")
+        start, n = found
+        tokens = seq[start : start + k_max]
+        q = one_hot(tokens, self.vocab_size)
+        return Proposal(tokens, q, "lookup", copied_from=start, ngram=n)
+
+    def observe(self, outcome: RoundOutcome) -> None:
+        if self.host is not None:
+            self.host.extend(outcome.kept)
+
+
+class DraftedChain(NamedTuple):
+    """What EagleDrafter.draft_chain drafted."""
+
+    tokens: torch.Tensor  # [k] target ids
+    picks: torch.Tensor  # [k] the same tokens as draft-vocabulary ids
+    q: torch.Tensor | None  # [k, V_draft] the warped rows they were drawn from (None: greedy, the argmax)
+    unsure: tuple[float, float] | None  # the confidence stop's (conf, stop_below), if it ended the chain early
+    head_p: torch.Tensor | None  # [k] the head's unwarped probability of each token, if asked for
+
+
+class EagleDrafter(Drafter):
+    """Draft with the EAGLE head from the target's features (see specdemo/eagle.py for what the head computes).
+
+    The head keeps its own KV cache, one position j per pair (target feature f_j, token x_{j+1}). Positions of the
+    fixed sequence carry the target's TRUE features, handed over by `observe`; a round's drafts continue from
+    the head's predicted features and are cropped away afterwards, exactly like a draft model's cache."""
+
+    name = "eagle"
+    wants_features = True
+
+    def __init__(self, head, target, sampling: SamplingConfig, vocab_size: int, capacity: int):
+        self.head, self.sampling, self.vocab_size = head, sampling, vocab_size
+        self.embed = target.get_input_embeddings()
+        self.dtype, self.device = head.lm_rows.dtype, head.lm_rows.device
+        self.cache = HeadCache(head.cfg, capacity, self.device, self.dtype)
+        self.feature_layers = head.cfg.feature_layers  # the target layers it reads besides the last
+        self.pending: list[torch.Tensor] = []  # true features not yet read by the head, from position cache.length
+        self.true_len = 0  # head positions that carry true features (the rest of a round is cropped off)
+        self.stop_below = head.cfg.stop_below  # the head's confidence stop (0: it always drafts k_max tokens)
+
+    def step(self, feat: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """Head positions for (feat [n, H], tokens [n]) -> the last one's predicted feature [1, H]."""
+        return self.head.step(feat.to(self.dtype), self.embed(tokens).to(self.dtype), self.cache)[-1:]
+
+    def read(self, feats: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """As `step`, at accepted positions: from the target's features (with its feature layers' outputs)."""
+        return self.step(self.head.true_feature(feats.to(self.dtype)), tokens)
+
+    @torch.inference_mode()  # the embedding is the target's, whose weights may require grad: record no graph
+    def propose(self, seq: torch.Tensor, k_max: int, gen: torch.Generator) -> Proposal:
+        empty = torch.empty(0, self.vocab_size, device=seq.device)
+        if not self.pending and self.cache.length == 0:  # round one: the target has not read the prompt yet
+            return Proposal(seq.new_empty(0), empty, "prefill")
+        if k_max <= 0:
+            return Proposal(seq.new_empty(0), empty, "eagle")
+        chain = self.draft_chain(self.read_pending(seq), k_max, gen, self.sampling.greedy)
+        if chain.q is None:
+            q_draft = one_hot(chain.tokens, self.vocab_size)
+        else:  # q over the whole vocabulary: zero outside the draft vocabulary
+            q_draft = torch.zeros(chain.q.shape[0], self.vocab_size, device=seq.device).index_copy_(
+                1, self.head.d2t, chain.q)
+        return Proposal(chain.tokens, q_draft, "eagle", unsure=chain.unsure)
+
+    def read_pending(self, seq: torch.Tensor) -> torch.Tensor:
+        """Read the true features of the newly fixed positions j with their next tokens x_{j+1}, in one step; return
+        the predicted feature that the first draft comes from."""
+        feats, start = torch.cat(self.pending), self.cache.length
+        assert start + feats.shape[0] == seq.numel() - 1, (start, feats.shape, seq.numel())
+        g = self.read(feats, seq[start + 1 :])
+        self.pending, self.true_len = [], self.cache.length
+        return g
+
+    def draft_chain(self, g: torch.Tensor, k_max: int, gen: torch.Generator, greedy: bool, head_p: bool = False):
+        """Draft up to k_max tokens from the predicted feature g: feature -> q over the draft vocabulary -> token
+        (the argmax if greedy, else a draw from the warped q); then go on from the prediction."""
+        tokens, rows, probs, picks, unsure = [], [], [], [], None
+        for t in range(k_max):
+            logits = self.head.logits(g).float()  # [1, V_draft]
+            q = None if greedy else warp(logits, self.sampling)
+            if t and self.stop_below and (conf := confidence(logits, q)) < self.stop_below:
+                unsure = (conf, self.stop_below)
+                break  # unsure of x_{t+1}: leave that position to the target (its bonus token)
+            pick = logits.argmax(-1) if q is None else sample(q, gen)
+            if q is not None:
+                rows.append(q)
+            if head_p:
+                probs.append(logits.softmax(-1).gather(1, pick.view(1, 1)).view(1))
+            x = self.head.d2t[pick]  # draft id -> target id
+            tokens.append(x)
+            picks.append(pick.view(1))
+            if t + 1 == k_max:
+                break
+            g = self.step(g, x)
+        return DraftedChain(torch.cat(tokens), torch.cat(picks), None if greedy else torch.cat(rows), unsure,
+                            torch.cat(probs) if head_p else None)
+
+    def observe(self, outcome: RoundOutcome) -> None:
+        self.cache.crop(self.true_len)  # drop the drafted positions: they were read from predicted features
+        if outcome.features is not None and outcome.features.shape[0]:
+            assert outcome.start == self.true_len + sum(f.shape[0] for f in self.pending), outcome.start
+            self.pending.append(outcome.features)
+
+
+DEFAULT_TREE = {"topk": 2, "depth": 4, "budget": 8}  # a head whose config names no tree shape drafts this one
+
+
+def head_tree(head) -> dict:
+    """What a head's config says of its trees (its "tree": sizes, prune_below, auto_top_to_t_bf16_cpu,
+    sampled_bf16_cpu); {} without a head."""
+    return head.cfg.tree if head is not None else {}
+
+
+def bf16_cpu(pair: ModelPair | None) -> bool:
+    """Whether the pair's target runs in bf16 on a CPU, where a head's config may record other tree defaults. It
+    reads the target's dtype, not the CPU, so a run asked in float32 on a CPU with bf16 units chooses as a CPU
+    without them would."""
+    return pair is not None and pair.device.type == "cpu" and pair.dtype == torch.bfloat16
+
+
+def tree_shape(spec: SpecConfig, head, limits: Limits | None = None, sampled_bf16_cpu: bool = False
+               ) -> tuple[int, int, int]:
+    """(topk, depth, budget) for a tree run: spec's sizes, 0 taking the head's default (its config's "tree"), the
+    budget never above what the tree can hold nor the server's SPECDEMO_MAX_TREE. sampled_bf16_cpu: the run's
+    children are sampled and its target runs in bf16 on a CPU, where the head's config may name other defaults
+    (tree["sampled_bf16_cpu"]); run_tree_shape says when."""
+    own = DEFAULT_TREE | head_tree(head)
+    if sampled_bf16_cpu:
+        own |= own.get(SAMPLED_BF16_CPU, {})
+    topk = spec.tree_topk or own["topk"]
+    depth = spec.tree_depth or own["depth"]
+    budget = spec.tree_budget or own["budget"]
+    cap = (limits or Limits.from_env()).max_tree
+    return topk, depth, max(1, min(budget, topk + (depth - 1) * topk * topk, cap))
+
+
+def run_tree_shape(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, limits: Limits | None = None
+                   ) -> tuple[int, int, int]:
+    """The sizes a tree run drafts with (tree_shape): those for its children, on its target's device and dtype."""
+    sampled = tree_children(spec, sampling, pair) == "sampled"
+    return tree_shape(spec, pair.head, limits, sampled and bf16_cpu(pair))
+
+
+def tree_prune(head, spec: SpecConfig | None = None) -> float:
+    """The cumulative head probability below which a tree leaves a node out (tree.grow's prune_below): the run's
+    spec.tree_prune where it names one, else the head's config's "prune_below", 0 (no pruning) for a head that
+    names none."""
+    if spec is not None and spec.tree_prune is not None:
+        return float(spec.tree_prune)
+    return float(head_tree(head).get("prune_below", 0.0))
+
+
+# What tree_children="auto" means at T > 0. Chosen by rules written before measuring: by tokens per target call
+# (select_tree.py --children sampled), then by speed on SELECTION at T = 0.3, 0.7 and 1 for the pruned tree
+# (tree_vs_chain.py --selection; top-k children lost at 0.3 on a CPU without bf16 units, in float32). Where the
+# target runs in bf16 on a CPU, a head's config may record the temperature up to which top-k children were faster
+# there (tree["auto_top_to_t_bf16_cpu"]) and the smaller tree that sampled children are faster in above it
+# (tree["sampled_bf16_cpu"]): for SmolLM2 on a Zen 4 CPU, top-k (3, 5, 15) up to T = 0.3, sampled (2, 4, 5) above.
+# README, "Pruned draft trees" and "A small sampled tree on a bf16 CPU".
+AUTO_TREE_CHILDREN = "sampled"
+
+
+def tree_children(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair | None = None) -> str:
+    """"top" or "sampled": how a tree run's children are chosen. At T = 0 always "top" (sampling from a one-hot
+    head has one child; the argmax walk is the T -> 0 limit of both). "auto" at T > 0 is AUTO_TREE_CHILDREN,
+    except where the pair's target runs in bf16 on a CPU and its head's config names a temperature up to which
+    top-k children were measured faster there (tree["auto_top_to_t_bf16_cpu"])."""
+    if sampling.greedy:
+        return "top"
+    if spec.tree_children != "auto":
+        return spec.tree_children
+    top_to = head_tree(pair.head if pair is not None else None).get("auto_top_to_t_bf16_cpu")
+    if top_to is not None and bf16_cpu(pair) and sampling.temperature <= top_to:
+        return "top"
+    return AUTO_TREE_CHILDREN
+
+
+class TreeDrafter(EagleDrafter):
+    """The EAGLE head drafts a tree (EAGLE-2; tree.grow): per depth, one head call over the frontier's topk nodes
+    with a tree mask in the head's own cache; then the best `budget` nodes by cumulative head probability. The
+    children are the head's top-k, not samples, so the loop verifies the tree with the exact walk (tree.walk) at
+    every temperature. With sampled children (T > 0), the same head calls draw each expanded node's children
+    from the head's warped q without replacement (tree.grow_sampled), and the loop verifies them by recursive
+    rejection sampling (tree.walk_sampled). The drafted positions are cropped from the head's cache after the
+    round, and the kept path is re-read from the target's true features, as for the chain."""
+
+    name = "tree"
+    prune_children = False  # sampled children: also stop a row's draws by prune_below (tree.grow_sampled)
+    sampled_stop = False  # sampled children: no children below a node whose q's top is below the head's stop_below
+    warped_scores = False  # top-k children at T > 0: choose and score them by the head's warped q (tree.grow)
+
+    def __init__(self, head, target, sampling: SamplingConfig, vocab_size: int, capacity: int,
+                 shape: tuple[int, int, int], children: str = "top", prune_below: float = 0.0, lookup: int = 0,
+                 max_nodes: int | None = None):
+        self.topk, self.depth, self.budget = shape
+        super().__init__(head, target, sampling, vocab_size, capacity + (self.depth - 1) * self.topk)
+        self.stop_below = 0.0  # a tree hedges instead of stopping
+        self.prune_below = prune_below  # nodes below this cumulative head probability are left out (tree.grow)
+        self.sampled = children == "sampled" and not sampling.greedy
+        # lookup > 0 (top-k children only): graft up to that many copied tokens onto each tree (tree.graft), found
+        # by prompt lookup over the fixed tokens, which it keeps on the host as LookupDrafter does
+        self.lookup = LookupDrafter(vocab_size, 3) if lookup and not self.sampled else None
+        self.lookup_k, self.max_nodes = lookup, max_nodes or self.budget + lookup
+
+    @torch.inference_mode()
+    def propose(self, seq: torch.Tensor, k_max: int, gen: torch.Generator) -> Proposal:
+        empty = torch.empty(0, self.vocab_size, device=seq.device)
+        if self.lookup is not None:
+            self.lookup.sync(seq)
+        if not self.pending and self.cache.length == 0:  # round one: the target has not read the prompt yet
+            return Proposal(seq.new_empty(0), empty, "prefill")
+        if k_max <= 0:
+            return Proposal(seq.new_empty(0), empty, "tree")
+        # 1. read the true features of the newly fixed positions, as the chain does
+        g_root = self.read_pending(seq)
+        depth, topk = min(self.depth, k_max), self.topk
+        dev, true_len = seq.device, self.true_len
+        if topk == 1:  # a tree of one child per node is a chain: drafted by the chain's own loop, no tree mask
+            chain = self.draft_chain(g_root, depth, gen, not self.sampled, head_p=True)
+            k = chain.tokens.shape[0]
+            drawn = None if chain.q is None else Drawn(chain.q, torch.arange(k, device=dev), chain.picks,
+                                                       self.head.d2t, 1)
+            return Proposal(chain.tokens, empty, "tree", tree=DraftTree.chain(k, dev, chain.head_p, drawn))
+        outputs = {"g": g_root}  # the predicted features of the nodes the head read last (the root's at first)
+
+        def expand(parent_slots, draft_ids, visible, d):
+            # the frontier's nodes at depth d, each read as (its parent's predicted feature, its token), in one call
+            m = draft_ids.shape[0]
+            feat = outputs["g"].expand(m, -1) if parent_slots is None else outputs["g"][parent_slots]
+            positions = torch.full((m,), true_len + d - 1, device=dev)  # where a chain's node would sit
+            prefix_seen = torch.ones(m, true_len, dtype=torch.bool, device=dev)
+            g = self.step_at(feat, self.head.d2t[draft_ids], positions, torch.cat([prefix_seen, visible], dim=1))
+            outputs["g"] = g
+            return self.head.logits(g)
+
+        # 2. grow the tree from the root's logits: the head's top-k children, reranked to the best `budget` nodes;
+        #    or children drawn from the head, in the shape sampled_plan fixes
+        root = self.head.logits(g_root)[0]
+        if not self.sampled:
+            log_q = None
+            if self.warped_scores and not self.sampling.greedy:
+                def log_q(logits):
+                    return warp(logits, self.sampling).log()
+            grown = grow(root, expand, topk, depth, self.budget, self.prune_below, log_q)
+            tokens, tree = self.head.d2t[grown.draft_ids], grown.tree
+            if self.lookup is not None:
+                tokens, tree = self.graft_lookup(tokens, tree, k_max)
+            return Proposal(tokens, empty, "tree", tree=tree)
+        grown = grow_sampled(root, expand, sampled_plan(topk, depth, self.budget),
+                             lambda logits: warp(logits, self.sampling), gen, self.head.d2t, self.prune_below,
+                             self.prune_children, self.head.cfg.stop_below if self.sampled_stop else 0.0)
+        return Proposal(self.head.d2t[grown.draft_ids], empty, "tree", tree=grown.tree)
+
+    def step_at(self, feat, tokens, positions, mask) -> torch.Tensor:
+        return self.head.step(feat.to(self.dtype), self.embed(tokens).to(self.dtype), self.cache, positions, mask)
+
+    def graft_lookup(self, tokens: torch.Tensor, tree: DraftTree, k_max: int) -> tuple[torch.Tensor, DraftTree]:
+        """The tree with what followed the latest earlier occurrence of the last (up to 3) fixed tokens grafted on
+        (tree.graft): at most lookup_k tokens deep and k_max deep, within max_nodes nodes. Reads the tree's tokens
+        on the host: one more device-to-host copy a round (free on a CPU)."""
+        found = self.lookup.find(self.lookup.host)
+        if found is None:
+            return tokens, tree
+        copy = self.lookup.host[found[0]: found[0] + min(self.lookup_k, k_max)]
+        ids, parents, depths, head_p = (x.tolist() for x in (tokens, tree.parents, tree.depths, tree.head_p))
+        if not graft(ids, parents, depths, head_p, copy, max(0, self.max_nodes - len(ids))):
+            return tokens, tree
+        dev = tokens.device
+        return torch.tensor(ids, device=dev), DraftTree(
+            torch.tensor(parents, device=dev), torch.tensor(depths, device=dev),
+            torch.tensor(head_p, device=dev, dtype=tree.head_p.dtype), max(tree.max_depth, max(depths)),
+            copied_from=tokens.shape[0])
+
+    def observe(self, outcome: RoundOutcome) -> None:
+        super().observe(outcome)
+        if self.lookup is not None:
+            self.lookup.observe(outcome)
+
+
+HEAD_STRATEGIES = ("eagle", "tree")  # the strategies that draft with the pair's EAGLE head
+
+
+def has_head(pair_name) -> bool:
+    """Whether a pair offers HEAD_STRATEGIES: only presets that ship an EAGLE head do."""
+    return pair_name in PRESETS and bool(PRESETS[pair_name].eagle_head)
+
+
+def check_head(strategy: str, pair_name, pair: ModelPair | None = None) -> None:
+    """The one rule for the strategies that draft with an EAGLE head (the page, the API, the CLI and make_drafter
+    all ask here): refuse one, in one sentence (StrategyUnavailable), for a pair without a head. Before anything
+    loads (pair None) by the pair's name: a custom or hub pair, or a preset that ships none. Once loaded, by the
+    pair itself: its head is there, or it says why not (missing, damaged, made for another target)."""
+    if strategy not in HEAD_STRATEGIES:
+        return
+    if pair is not None:
+        if pair.head is None:
+            raise StrategyUnavailable("err.no_head", name=repr(pair.name), why=pair.head_error or Msg("head.none"))
+        return
+    if pair_name not in PRESETS:
+        raise StrategyUnavailable("err.no_head_custom")
+    if not has_head(pair_name):
+        raise StrategyUnavailable("err.no_head", name=repr(pair_name), why=Msg("head.none"))
+
+
+def make_drafter(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, draft_lm: CachedLM | None = None
+                 ) -> Drafter:
+    """The drafter for spec.strategy, made from the pair (its draft model, or its EAGLE head)."""
+    if spec.strategy == "lookup":
+        return LookupDrafter(pair.vocab_size, spec.ngram)
+    check_head(spec.strategy, pair.name, pair)
+    if spec.strategy == "eagle":
+        return EagleDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1)
+    if spec.strategy == "tree":
+        return TreeDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1,
+                           run_tree_shape(spec, sampling, pair), tree_children(spec, sampling, pair),
+                           tree_prune(pair.head, spec), spec.tree_lookup, Limits.from_env().max_tree)
+    draft_lm = draft_lm or CachedLM(pair.draft, pair.vocab_size)
+    if spec.strategy == "adaptive":
+        return AdaptiveDrafter(draft_lm, sampling)
+    return ModelDrafter(draft_lm, sampling)
+
+
+def max_drafts(spec: SpecConfig, limits: Limits | None = None) -> int:
+    """The most tokens a round may propose under spec: K, except for adaptive, which picks K itself, up to
+    ADAPTIVE_MAX_K and never above the server's K limit (SPECDEMO_MAX_K)."""
+    if spec.strategy == "tree":  # the tree's depth bounds a round; TreeDrafter takes the smaller of the two
+        return TREE_DEPTH_RANGE[1]
+    if spec.strategy != "adaptive":
+        return spec.k
+    return max(1, min(ADAPTIVE_MAX_K, (limits or Limits.from_env()).max_k))
