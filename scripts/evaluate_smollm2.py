@@ -11,7 +11,6 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
 from evaluate_pair import alpha_on, latency_ms  # noqa: E402
 

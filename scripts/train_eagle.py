@@ -45,7 +45,6 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
 from specdemo.bench.prompts import SELF_PROMPTS, clean_prompt, normalized, self_prompts, training_prompts  # noqa: E402
 

@@ -33,7 +33,6 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
 from specdemo.bench.prompts import training_prompts  # noqa: E402
 

@@ -176,7 +176,8 @@ def cmd_bench(args, pair, sampling) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The CLI's arguments: `generate` and `bench`, each with the common settings (add_common)."""
     ap = argparse.ArgumentParser(prog="python -m specdemo", description="Speculative sampling, exact and observable.")
     ap.add_argument("--list-pairs", action="store_true", help="print the presets and exit")
     sub = ap.add_subparsers(dest="command")
@@ -204,10 +205,15 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--lookup-k", type=int, default=8, help="--strategies: tokens copied per lookup round")
     bench.add_argument("--no-k-search", action="store_true", help="--strategies: only the given K for fixed")
     bench.set_defaults(max_new_tokens=128, temperature=0.0)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
 
-    from specdemo.engine.drafters import check_head
     from specdemo.engine.speculative import PromptError
+    from specdemo.engine.strategy import check_head
     from specdemo.models import ModelLoadError, StrategyUnavailable, load_pair
 
     from .config import PRESETS, ConfigError, SamplingConfig

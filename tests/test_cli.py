@@ -122,7 +122,7 @@ def test_bench_times_every_method_side_by_side_and_its_figures_agree():
 
 def test_bench_strategies_lists_every_strategy_of_the_pair(pair):
     from specdemo import SamplingConfig, SpecConfig
-    from specdemo.engine.drafters import run_tree_shape
+    from specdemo.engine.tree_drafter import run_tree_shape
 
     table = bench("--strategies", "--no-k-search", "--no-hf", "--k", "2")
     rows = {line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")}

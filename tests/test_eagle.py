@@ -15,8 +15,9 @@ from test_exactness import PASS_P, chi2_pvalue, drop_k, exact_joint, speculative
 
 from specdemo import SamplingConfig, SpecConfig, baseline_generate, speculative_generate
 from specdemo.config import PRESETS
-from specdemo.engine.drafters import EagleDrafter, make_drafter
+from specdemo.engine.drafters import EagleDrafter
 from specdemo.engine.speculative import speculative_rounds
+from specdemo.engine.strategy import make_drafter
 from specdemo.i18n import tr
 from specdemo.models import StrategyUnavailable
 from specdemo.models.devices import dtype_name
@@ -523,7 +524,7 @@ def test_eagle_drafts_after_a_head_timing_and_records_no_autograd_graph(pair32):
     head's fused weights and RoPE tables, built there, must serve later runs. Drafting records no autograd graph,
     although it reads the target's embedding, whose weights require grad."""
     from specdemo.bench.methods import head_step_ms
-    from specdemo.engine.drafters import make_drafter
+    from specdemo.engine.strategy import make_drafter
 
     head = pair32.head
     head.__dict__.pop("_fused", None)

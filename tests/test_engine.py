@@ -403,7 +403,7 @@ def test_drafters_read_nothing_back_but_their_stop_rules_confidence(pair32, monk
     one read of its confidence per draft position where the rule decides (adaptive: after every draft; eagle with
     stop_below: before every draft but the first). Lookup searches a host copy of the sequence (the prompt copied
     once, in the first round); it used to run nonzero() and int() on the device for every n-gram size tried."""
-    from specdemo.engine.drafters import make_drafter
+    from specdemo.engine.strategy import make_drafter
 
     cfg = SamplingConfig(temperature)
     spec = SpecConfig(k=4, max_new_tokens=40, strategy=strategy, top_candidates=0)
@@ -432,7 +432,7 @@ def test_on_a_gpu_drafters_sync_only_for_their_stop_rule(strategy):
     except once per drafted token for adaptive's stop rule (and lookup's one copy of the prompt in round one)."""
     import warnings
 
-    from specdemo.engine.drafters import make_drafter
+    from specdemo.engine.strategy import make_drafter
     from specdemo.models import load_pair
 
     gpu = load_pair("shakespeare", device="cuda", dtype="float32")

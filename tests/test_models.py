@@ -93,7 +93,7 @@ def test_a_slow_load_never_stalls_sessions_on_cached_pairs(monkeypatch):
     to look up and to insert, and a second request for the pair being loaded waits for that one load."""
     import threading
 
-    from specdemo import models
+    from specdemo.models import loading as models
 
     cached = models.load_pair("shakespeare")
     started, release, calls = threading.Event(), threading.Event(), []
@@ -135,7 +135,7 @@ PAIR_C = (str(EMBEDDED_DRAFT), str(EMBEDDED_DRAFT))
 
 
 def in_use() -> int:
-    from specdemo import models
+    from specdemo.models import loading as models
 
     with models._CACHE_LOCK:
         return models.memory_in_use(ALONE)
@@ -154,7 +154,8 @@ def test_a_pair_that_a_run_still_holds_counts_against_the_memory_budget(monkeypa
     the run is over. (Before, the LRU's count alone was checked, and the load went ahead.)"""
     import gc
 
-    from specdemo import SamplingConfig, SpecConfig, models
+    from specdemo import SamplingConfig, SpecConfig
+    from specdemo.models import loading as models
     from specdemo.engine.speculative import speculative_rounds
 
     monkeypatch.setenv("SPECDEMO_MAX_PAIRS", "1")
@@ -181,7 +182,7 @@ def test_loads_in_progress_count_against_the_memory_budget(monkeypatch):
     two would not fit; the first load goes on and succeeds. (Before, both loads went ahead.)"""
     import threading
 
-    from specdemo import models
+    from specdemo.models import loading as models
 
     monkeypatch.setenv("SPECDEMO_MAX_PAIRS", "4")
     dev, f32 = torch.device(ALONE), (torch.float32, torch.float32)  # float32: pairs no other test has loaded

@@ -25,16 +25,15 @@ from test_exactness import BUG_P, PASS_P, chi2_pvalue
 
 import specdemo.engine.speculative as speculative
 from specdemo import SamplingConfig, SpecConfig, baseline_generate, speculative_generate
-from specdemo.app import render, tree_view
+from specdemo.app import tree_view
 from specdemo.config import ConfigError
 from specdemo.engine import captions
-from specdemo.engine.drafters import TreeDrafter, make_drafter, tree_shape
 from specdemo.engine.sampling import residual, sample, warp
 from specdemo.engine.speculative import speculative_rounds
+from specdemo.engine.strategy import make_drafter
 from specdemo.engine.tree import (
     DraftTree,
     Drawn,
-    TreeVerdict,
     ancestors,
     first_draws,
     graft,
@@ -43,9 +42,9 @@ from specdemo.engine.tree import (
     gumbel_top,
     sampled_plan,
     tree_attention,
-    walk,
-    walk_sampled,
 )
+from specdemo.engine.tree_drafter import TreeDrafter, tree_shape
+from specdemo.engine.walk import TreeVerdict, walk, walk_sampled
 from specdemo.models import CachedLM, StrategyUnavailable
 
 GREEDY = SamplingConfig(temperature=0.0)
@@ -665,13 +664,13 @@ def test_a_sampled_walk_without_the_residual_is_caught(toy_pair, monkeypatch, on
     """PLANTED BUG: test every sampled sibling against p itself and draw the round's end from p, not from the
     residual norm(max(0, r - q)) (the mistake of forgetting that a refused child changes what is left). The same
     chi-square test catches it."""
-    import specdemo.engine.tree as tree
+    import specdemo.engine.walk as walk_module
 
     cfg = SamplingConfig(1.0)
     prompt = [0, 1]
     head = random_head(toy_pair, torch.arange(toy_pair.vocab_size), scale=0.5)
     shape = (2, 2, 4)
-    monkeypatch.setattr(tree, "refused", lambda r, q: r)
+    monkeypatch.setattr(walk_module, "refused", lambda r, q: r)
     n = 1000
     counts, _ = tree_samples(toy_pair, prompt, cfg, shape, n, tree_drafter(toy_pair, head, cfg, shape, "sampled"),
                              children="sampled")
@@ -699,7 +698,7 @@ def test_the_sampled_tree_is_exact_on_the_shakespeare_pair(pair32, cfg, one_thre
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_a_tree_of_top_k_1_is_the_chain(pair32, temperature):
     """A tree with one child a node is drafted by the chain's own loop and walked by the chain's own test (at T > 0
-    tree.chain_walk, sampling.verify), so with the same seed it keeps exactly the tokens of `eagle` with K = depth,
+    walk.chain_walk, sampling.verify), so with the same seed it keeps exactly the tokens of `eagle` with K = depth,
     round for round (the Shakespeare head has no confidence stop)."""
     assert pair32.head.cfg.stop_below == 0
     cfg = SamplingConfig(temperature)
@@ -904,8 +903,8 @@ def test_auto_children_and_sizes_follow_the_rules_each_head_records(pair32):
     head records neither. T = 0 is top everywhere, an explicit choice or size is kept, and a run's settings and its
     rounds say what it drafted with."""
     from specdemo.bench.strategies import tree_methods
-    from specdemo.engine.drafters import run_tree_shape, tree_children
     from specdemo.engine.speculative import run_settings
+    from specdemo.engine.tree_drafter import run_tree_shape, tree_children
     from specdemo.models import load_pair_uncached
 
     smol16 = load_pair_uncached("smollm2-135m", target_dtype="bfloat16")

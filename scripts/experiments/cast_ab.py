@@ -9,8 +9,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from specdemo.bench.prompts import HELD_OUT  # noqa: E402
 from specdemo.engine.speculative import encode_prompt  # noqa: E402

@@ -7,12 +7,11 @@ import random
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from specdemo import SamplingConfig, SpecConfig, load_pair, speculative_generate  # noqa: E402
 from specdemo.bench.methods import bench_prompts  # noqa: E402
-from specdemo.engine.drafters import TreeDrafter  # noqa: E402
+from specdemo.engine.tree_drafter import TreeDrafter  # noqa: E402
 
 RUNS = {"eagle": {"strategy": "eagle"}, "tree sampled": {"strategy": "tree", "tree_children": "sampled"},
         "tree top": {"strategy": "tree", "tree_children": "top"}}

@@ -12,18 +12,19 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import NamedTuple
 
 import torch
 
 from specdemo.config import SpecConfig
 from specdemo.engine.autoregressive import baseline_steps
-from specdemo.engine.drafters import make_drafter, max_drafts, run_tree_shape
 from specdemo.engine.events import Trace
-from specdemo.engine.sampling import sample, verify, warp
-from specdemo.engine.speculative import encode_prompt, finish, run_settings, speculative_rounds
+from specdemo.engine.sampling import sample, verify
+from specdemo.engine.speculative import encode_prompt, finish, run_settings, speculative_rounds, verify_forward
+from specdemo.engine.strategy import make_drafter, max_drafts
 from specdemo.engine.theory import best_k, measure
 from specdemo.engine.ties import divergence_steps
-from specdemo.engine.tree import tree_attention
+from specdemo.engine.tree_drafter import run_tree_shape
 from specdemo.i18n import Msg
 from specdemo.limits import Limits
 from specdemo.models import CachedLM, ModelPair
@@ -205,76 +206,102 @@ def first_token_distribution(pair: ModelPair, req: Request, n: int, limits: Limi
        at once for the draft model; after the first round for the EAGLE head (a plain target step: the head needs
        the target's features), and after the rounds where prompt lookup finds nothing to copy.
     2. That round's proposal gives q at its first position (the distribution the drafter drew from), and the loop's
-       own verify forward over it (float32 logits from the target's dtype, warped the same way) gives p there.
+       own verify forward over it (speculative.verify_forward: float32 logits, warped the same way) gives p there.
     3. N independent trials of that position, each one round of one draft: x ~ q, then the loop's `verify` keeps x
-       or draws from the residual (a tree's first token is the target's own draw at the root, tree.walk's row 0).
+       or draws from the residual (a tree's first token is the target's own draw at the root, walk.py's row 0).
     Exact sampling gives p itself: `chi2` tests the samples against p (pooled where fewer than 5 are expected)."""
     chat = pair.chat if req.chat is None else req.chat
     ids = encode_prompt(pair, req.prompt, 1, chat)
     deadline = time.monotonic() + limits.time_limit_s
+    gen = torch.Generator(device=pair.device).manual_seed(req.spec.seed)
+    found = yield from round_that_drafts(pair, req, ids, gen, deadline, limits)
+    if found is None:
+        return
+    draws = yield from position_trials(pair, req, found, n, gen, deadline)
+    if draws is not None:
+        yield distribution_result(pair, req, found, draws, n, gen, len(ids))
+
+
+class Drafted(NamedTuple):
+    """The distribution check's drafted position: the proposal, the target's p over it, the tokens fixed before."""
+
+    proposal: object
+    p: torch.Tensor  # [2, V]: p at the drafted position (the next row is never read here)
+    fixed: list[int]
+
+
+def round_that_drafts(pair: ModelPair, req: Request, ids: list[int], gen: torch.Generator, deadline: float,
+                      limits: Limits) -> Iterator:
+    """Steps 1 and 2: the loop's rounds, one per device turn, until a proposal drafts; then the verify forward
+    over it, as the loop makes it. A proposal that drafts nothing changes no drafter (lookup, eagle's first round).
+    Returns a Drafted, or None after yielding TIME_LIMIT; raises UserError where no round drafts."""
     budget = max(1, min(limits.max_new_tokens, pair.context_window - len(ids)))
     spec = replace(req.spec, max_new_tokens=budget, top_candidates=0)
     target, drafter = CachedLM(pair.target, pair.vocab_size), make_drafter(spec, req.sampling, pair)
     loop = speculative_rounds(pair, ids, req.sampling, spec, target_lm=target, drafter=drafter)
-    gen = torch.Generator(device=pair.device).manual_seed(req.spec.seed)
-    fixed, proposal, tree = list(ids), None, None
-    # 1. rounds until one drafts: a proposal that drafts nothing changes no drafter (lookup, eagle's first round)
+    fixed, proposal = list(ids), None
     for _ in range(DIST_SEARCH_ROUNDS):
         with pair.lock:
             seq = torch.tensor(fixed, device=pair.device)
             proposal = drafter.propose(seq, min(max_drafts(spec), budget - (len(fixed) - len(ids)) - 1), gen)
-            if proposal.k:  # 2. the verify forward of that round, as the loop makes it
-                fed_from = target.length
-                tree = getattr(proposal, "tree", None)
-                attention = None if tree is None else tree_attention(tree, fed_from, len(fixed) - fed_from,
-                                                                     pair.dtype)
-                logits, _ = target.feed_features(torch.cat([seq[fed_from:], proposal.tokens]),
-                                                 keep_logits=proposal.k + 1, layers=drafter.feature_layers,
-                                                 tree=attention)
-                p = warp(logits, req.sampling)[:2]  # p at the drafted position (the next row is never read here)
-                break
+            if proposal.k:
+                p, *_ = verify_forward(target, seq, proposal, drafter, req.sampling, pair.dtype)
+                return Drafted(proposal, p[:2], fixed)
             rnd = next(loop)  # the loop's own round, which drafts nothing either
         fixed += [t.token_id for t in rnd.output]
         if rnd.stop_reason or time.monotonic() > deadline:
             break
         yield None
-    if proposal is None or not proposal.k:
-        if time.monotonic() > deadline:
-            yield TIME_LIMIT
-            return
-        raise UserError("err.dist_no_draft", rounds=DIST_SEARCH_ROUNDS, who=Msg(f"strategy.{req.spec.strategy}"))
-    q = proposal.q[:1]  # [1, V]
-    # 3. n trials of the drafted position, DIST_CHUNK per turn of the device lock
+    if time.monotonic() > deadline:
+        yield TIME_LIMIT
+        return None
+    raise UserError("err.dist_no_draft", rounds=DIST_SEARCH_ROUNDS, who=Msg(f"strategy.{req.spec.strategy}"))
+
+
+def position_trials(pair: ModelPair, req: Request, found: Drafted, n: int, gen: torch.Generator,
+                    deadline: float) -> Iterator:
+    """Step 3: n trials of the drafted position, DIST_CHUNK per turn of the device lock. Returns the drawn tokens,
+    or None after yielding TIME_LIMIT."""
+    q, p, greedy = found.proposal.q[:1], found.p, req.sampling.greedy  # q: [1, V]
+    tree = getattr(found.proposal, "tree", None)
     draws = []
     while len(draws) < n:
         yield None
         if time.monotonic() > deadline:
             yield TIME_LIMIT
-            return
+            return None
         with pair.lock, torch.inference_mode():
             m = min(DIST_CHUNK, n - len(draws))
             if tree is not None:  # the walk draws the target's token at the root, and it is the round's first
-                draws += list(sample(p[:1].expand(m, -1), gen, greedy=req.sampling.greedy))
+                draws += list(sample(p[:1].expand(m, -1), gen, greedy=greedy))
                 continue
-            xs = q.argmax(-1).expand(m) if req.sampling.greedy else torch.multinomial(q[0], m, True, generator=gen)
+            xs = q.argmax(-1).expand(m) if greedy else torch.multinomial(q[0], m, True, generator=gen)
             for x in xs:
-                v = verify(x.view(1), q, p, gen, greedy=req.sampling.greedy, lenience=req.spec.lenience)
+                v = verify(x.view(1), q, p, gen, greedy=greedy, lenience=req.spec.lenience)
                 draws.append(torch.where(v.n_accepted > 0, x, v.next_token))
+    return draws
+
+
+def distribution_result(pair: ModelPair, req: Request, found: Drafted, draws: list, n: int, gen: torch.Generator,
+                        prompt_len: int) -> dict:
+    """The samples against p: χ², total variation (and that of n samples of p itself, for scale), the top tokens."""
+    proposal, fixed = found.proposal, found.fixed
+    tree = getattr(proposal, "tree", None)
     with torch.inference_mode():
-        p1, q1 = p[0], (None if tree is not None else q[0])  # a tree's children are not drawn from a q
+        p1, q1 = found.p[0], (None if tree is not None else proposal.q[0])  # a tree's children are not drawn from q
         got = torch.bincount(torch.stack(draws), minlength=pair.vocab_size).double()
         exact = torch.multinomial(p1, n, replacement=True, generator=gen)  # n samples of p itself, for scale
         ref = torch.bincount(exact, minlength=pair.vocab_size).double() / n
         stat, dof, pvalue = chi2(got, p1.double(), n)
         freq = got / n
         top = torch.topk(torch.maximum(p1.double(), freq), min(15, pair.vocab_size)).indices.tolist()
-        yield {"n": n, "lenience": req.spec.lenience, "tokens": [pair.token_text(i) for i in top],
-               "p": p1[top].tolist(), "freq": freq[top].tolist(), "q": None if q1 is None else q1[top].tolist(),
-               "tv": 0.5 * (freq - p1).abs().sum().item(), "tv_ref": 0.5 * (ref - p1).abs().sum().item(),
-               "tv_pq": None if q1 is None else 0.5 * (p1 - q1).abs().sum().item(),
-               "chi2": stat, "dof": dof, "pvalue": pvalue,
-               "strategy": req.spec.strategy, "source": proposal.source, "position": len(fixed) - len(ids) + 1,
-               "before": pair.decode(fixed[len(ids):]), "token_ids": top}
+        return {"n": n, "lenience": req.spec.lenience, "tokens": [pair.token_text(i) for i in top],
+                "p": p1[top].tolist(), "freq": freq[top].tolist(), "q": None if q1 is None else q1[top].tolist(),
+                "tv": 0.5 * (freq - p1).abs().sum().item(), "tv_ref": 0.5 * (ref - p1).abs().sum().item(),
+                "tv_pq": None if q1 is None else 0.5 * (p1 - q1).abs().sum().item(),
+                "chi2": stat, "dof": dof, "pvalue": pvalue,
+                "strategy": req.spec.strategy, "source": proposal.source, "position": len(fixed) - prompt_len + 1,
+                "before": pair.decode(fixed[prompt_len:]), "token_ids": top}
 
 
 def chi2(counts: torch.Tensor, p: torch.Tensor, n: int) -> tuple[float, int, float]:

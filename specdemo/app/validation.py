@@ -26,7 +26,7 @@ from specdemo.config import (
     SamplingConfig,
     SpecConfig,
 )
-from specdemo.engine.drafters import HEAD_STRATEGIES, check_head, has_head  # noqa: F401 (one rule; handlers and views ask here)
+from specdemo.engine.strategy import HEAD_STRATEGIES, check_head, has_head  # noqa: F401 (one rule; handlers and views ask here)
 from specdemo.i18n import Msg, Translatable, tr
 from specdemo.limits import Limits
 from specdemo.models import ModelLoadError, ModelPair, StrategyUnavailable, estimate_parameters, load_config, load_pair

@@ -17,11 +17,11 @@ import torch
 
 from specdemo.config import SamplingConfig, SpecConfig
 from specdemo.engine.autoregressive import baseline_generate
-from specdemo.engine.drafters import run_tree_shape, tree_children, tree_prune, tree_shape
 from specdemo.engine.events import acceptance
 from specdemo.engine.speculative import device_sync, encode_prompt, speculative_generate
 from specdemo.engine.theory import expected_tokens_per_round, measure, predicted_speedup
 from specdemo.engine.tree import sampled_plan
+from specdemo.engine.tree_drafter import run_tree_shape, tree_children, tree_prune, tree_shape
 from specdemo.models import CachedLM, ModelPair, load_pair_uncached
 from specdemo.models.devices import cpu_has_bf16, dtype_name
 

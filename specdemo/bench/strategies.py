@@ -12,9 +12,9 @@ import torch
 
 from specdemo.config import SamplingConfig, SpecConfig
 from specdemo.engine.autoregressive import baseline_generate
-from specdemo.engine.drafters import run_tree_shape, tree_prune
 from specdemo.engine.events import acceptance
 from specdemo.engine.speculative import speculative_generate
+from specdemo.engine.tree_drafter import run_tree_shape, tree_prune
 from specdemo.models import ModelPair
 from specdemo.models.devices import dtype_name
 

@@ -1,8 +1,11 @@
-"""Drafters: who proposes the tokens that the target verifies in a round.
+"""Drafters: who proposes the tokens that the target verifies in a round, as a chain.
 
-Owns the drafting strategies and nothing else. A drafter proposes up to k_max tokens together with the rows of q
-it drew them from; the speculative loop (speculative.py) verifies them, rolls the caches back and emits the events,
-with no branch per strategy. Letters as in sampling.py: p is the TARGET, q is the DRAFT.
+Owns the drafter protocol (`Drafter`, what it proposes: `Proposal`, what it hears back: `RoundOutcome`) and the
+chain drafters. A drafter proposes up to k_max tokens together with the rows of q it drew them from; the
+speculative loop (speculative.py) verifies them, rolls the caches back and emits the events, with no branch per
+strategy. It does not own the tree drafter and its sizes (tree_drafter.py), which drafter a run's strategy names
+(strategy.make_drafter) or the head itself (models/eagle.py). Letters as in sampling.py: p is the TARGET, q is the
+DRAFT.
 
   fixed    - the draft model drafts exactly k_max tokens (the algorithm of Leviathan et al. 2023 / Chen et al. 2023).
   adaptive - the draft model drafts until its own confidence says the next draft would probably be rejected:
@@ -20,9 +23,9 @@ with no branch per strategy. Letters as in sampling.py: p is the TARGET, q is th
              q is one-hot on each proposed token, so the ratio test accepts x with probability p(x) and the
              residual norm(max(0, p - q)) is p without x: exact at every temperature. With nothing to match it
              proposes nothing, and the round is one plain target step (source "fallback").
-  eagle    - a feature-level draft head (EAGLE, Li et al. 2024, arXiv:2401.15077; specdemo/eagle.py): one decoder
-             layer that reads the target's own last hidden states for the fixed prefix and the embedding of the
-             next token, predicts the next hidden state, and turns it into q through the target's LM head rows
+  eagle    - a feature-level draft head (EAGLE, Li et al. 2024, arXiv:2401.15077; specdemo/models/eagle.py): one
+             decoder layer that reads the target's own last hidden states for the fixed prefix and the embedding of
+             the next token, predicts the next hidden state, and turns it into q through the target's LM head rows
              for a draft vocabulary (FR-Spec, arXiv:2502.14856). q is zero outside that vocabulary; the residual
              norm(max(0, p - q)) covers those tokens, so the output stays exact. It drafts up to K tokens a
              round: from the second draft on, it stops where its top probability (`confidence`, as adaptive's) is
@@ -30,6 +33,7 @@ with no branch per strategy. Letters as in sampling.py: p is the TARGET, q is th
              SpecDec++, arXiv:2405.19715; EAGLE-2 shows a head's confidence tracks its acceptance). The first
              round has no target features yet: it is one plain target step that reads the prompt
              (source "prefill").
+  tree     - the EAGLE head drafts a tree instead of a chain: tree_drafter.TreeDrafter, an EagleDrafter.
 
 The loop tells every drafter the outcome of each round (`observe`, a `RoundOutcome`): the tokens kept and, for a
 drafter that asks for them (`wants_features`), the target's features at the positions it kept (its last hidden
@@ -47,14 +51,12 @@ from typing import NamedTuple
 
 import torch
 
-from specdemo.config import PRESETS, TREE_DEPTH_RANGE, SamplingConfig, SpecConfig
-from specdemo.i18n import Msg
-from specdemo.limits import Limits
-from specdemo.models import CachedLM, ModelPair, StrategyUnavailable
-from specdemo.models.eagle import SAMPLED_BF16_CPU, HeadCache
+from specdemo.config import SamplingConfig
+from specdemo.models import CachedLM
+from specdemo.models.eagle import HeadCache
 
 from .sampling import sample, warp
-from .tree import DraftTree, Drawn, graft, grow, grow_sampled, sampled_plan
+from .tree import DraftTree
 
 ADAPTIVE_MAX_K = 12  # the adaptive drafter's cap (it chooses K per round), lowered to the server's K limit
 ADAPTIVE_THRESHOLD = 0.3  # stop once the estimated chance that all drafts so far survive falls below this
@@ -72,7 +74,7 @@ class Proposal:
     ngram: int | None = None  # lookup: the size of the n-gram that matched
     unsure: tuple[float, float] | None = None  # eagle: its confidence stop ended the round early, at (the head's
     #                                            top probability for the next position, its stop_below)
-    tree: DraftTree | None = None  # a draft tree (tree.py): the tokens are its nodes, verified by the walk; None: a
+    tree: DraftTree | None = None  # a draft tree (tree.py): the tokens are its nodes, verified by walk.py; None: a
     #                                chain, verified by the modified rejection test with q
 
     @property
@@ -286,7 +288,7 @@ class DraftedChain(NamedTuple):
 
 
 class EagleDrafter(Drafter):
-    """Draft with the EAGLE head from the target's features (see specdemo/eagle.py for what the head computes).
+    """Draft with the EAGLE head from the target's features (models/eagle.py says what the head computes).
 
     The head keeps its own KV cache, one position j per pair (target feature f_j, token x_{j+1}). Positions of the
     fixed sequence carry the target's TRUE features, handed over by `observe`; a round's drafts continue from
@@ -366,231 +368,3 @@ class EagleDrafter(Drafter):
         if outcome.features is not None and outcome.features.shape[0]:
             assert outcome.start == self.true_len + sum(f.shape[0] for f in self.pending), outcome.start
             self.pending.append(outcome.features)
-
-
-DEFAULT_TREE = {"topk": 2, "depth": 4, "budget": 8}  # a head whose config names no tree shape drafts this one
-
-
-def head_tree(head) -> dict:
-    """What a head's config says of its trees (its "tree": sizes, prune_below, auto_top_to_t_bf16_cpu,
-    sampled_bf16_cpu); {} without a head."""
-    return head.cfg.tree if head is not None else {}
-
-
-def bf16_cpu(pair: ModelPair | None) -> bool:
-    """Whether the pair's target runs in bf16 on a CPU, where a head's config may record other tree defaults. It
-    reads the target's dtype, not the CPU, so a run asked in float32 on a CPU with bf16 units chooses as a CPU
-    without them would."""
-    return pair is not None and pair.device.type == "cpu" and pair.dtype == torch.bfloat16
-
-
-def tree_shape(spec: SpecConfig, head, limits: Limits | None = None, sampled_bf16_cpu: bool = False
-               ) -> tuple[int, int, int]:
-    """(topk, depth, budget) for a tree run: spec's sizes, 0 taking the head's default (its config's "tree"), the
-    budget never above what the tree can hold nor the server's SPECDEMO_MAX_TREE. sampled_bf16_cpu: the run's
-    children are sampled and its target runs in bf16 on a CPU, where the head's config may name other defaults
-    (tree["sampled_bf16_cpu"]); run_tree_shape says when."""
-    own = DEFAULT_TREE | head_tree(head)
-    if sampled_bf16_cpu:
-        own |= own.get(SAMPLED_BF16_CPU, {})
-    topk = spec.tree_topk or own["topk"]
-    depth = spec.tree_depth or own["depth"]
-    budget = spec.tree_budget or own["budget"]
-    cap = (limits or Limits.from_env()).max_tree
-    return topk, depth, max(1, min(budget, topk + (depth - 1) * topk * topk, cap))
-
-
-def run_tree_shape(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, limits: Limits | None = None
-                   ) -> tuple[int, int, int]:
-    """The sizes a tree run drafts with (tree_shape): those for its children, on its target's device and dtype."""
-    sampled = tree_children(spec, sampling, pair) == "sampled"
-    return tree_shape(spec, pair.head, limits, sampled and bf16_cpu(pair))
-
-
-def tree_prune(head, spec: SpecConfig | None = None) -> float:
-    """The cumulative head probability below which a tree leaves a node out (tree.grow's prune_below): the run's
-    spec.tree_prune where it names one, else the head's config's "prune_below", 0 (no pruning) for a head that
-    names none."""
-    if spec is not None and spec.tree_prune is not None:
-        return float(spec.tree_prune)
-    return float(head_tree(head).get("prune_below", 0.0))
-
-
-# What tree_children="auto" means at T > 0. Chosen by rules written before measuring: by tokens per target call
-# (select_tree.py --children sampled), then by speed on SELECTION at T = 0.3, 0.7 and 1 for the pruned tree
-# (tree_vs_chain.py --selection; top-k children lost at 0.3 on a CPU without bf16 units, in float32). Where the
-# target runs in bf16 on a CPU, a head's config may record the temperature up to which top-k children were faster
-# there (tree["auto_top_to_t_bf16_cpu"]) and the smaller tree that sampled children are faster in above it
-# (tree["sampled_bf16_cpu"]): for SmolLM2 on a Zen 4 CPU, top-k (3, 5, 15) up to T = 0.3, sampled (2, 4, 5) above.
-# README, "Pruned draft trees" and "A small sampled tree on a bf16 CPU".
-AUTO_TREE_CHILDREN = "sampled"
-
-
-def tree_children(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair | None = None) -> str:
-    """"top" or "sampled": how a tree run's children are chosen. At T = 0 always "top" (sampling from a one-hot
-    head has one child; the argmax walk is the T -> 0 limit of both). "auto" at T > 0 is AUTO_TREE_CHILDREN,
-    except where the pair's target runs in bf16 on a CPU and its head's config names a temperature up to which
-    top-k children were measured faster there (tree["auto_top_to_t_bf16_cpu"])."""
-    if sampling.greedy:
-        return "top"
-    if spec.tree_children != "auto":
-        return spec.tree_children
-    top_to = head_tree(pair.head if pair is not None else None).get("auto_top_to_t_bf16_cpu")
-    if top_to is not None and bf16_cpu(pair) and sampling.temperature <= top_to:
-        return "top"
-    return AUTO_TREE_CHILDREN
-
-
-class TreeDrafter(EagleDrafter):
-    """The EAGLE head drafts a tree (EAGLE-2; tree.grow): per depth, one head call over the frontier's topk nodes
-    with a tree mask in the head's own cache; then the best `budget` nodes by cumulative head probability. The
-    children are the head's top-k, not samples, so the loop verifies the tree with the exact walk (tree.walk) at
-    every temperature. With sampled children (T > 0), the same head calls draw each expanded node's children
-    from the head's warped q without replacement (tree.grow_sampled), and the loop verifies them by recursive
-    rejection sampling (tree.walk_sampled). The drafted positions are cropped from the head's cache after the
-    round, and the kept path is re-read from the target's true features, as for the chain."""
-
-    name = "tree"
-    prune_children = False  # sampled children: also stop a row's draws by prune_below (tree.grow_sampled)
-    sampled_stop = False  # sampled children: no children below a node whose q's top is below the head's stop_below
-    warped_scores = False  # top-k children at T > 0: choose and score them by the head's warped q (tree.grow)
-
-    def __init__(self, head, target, sampling: SamplingConfig, vocab_size: int, capacity: int,
-                 shape: tuple[int, int, int], children: str = "top", prune_below: float = 0.0, lookup: int = 0,
-                 max_nodes: int | None = None):
-        self.topk, self.depth, self.budget = shape
-        super().__init__(head, target, sampling, vocab_size, capacity + (self.depth - 1) * self.topk)
-        self.stop_below = 0.0  # a tree hedges instead of stopping
-        self.prune_below = prune_below  # nodes below this cumulative head probability are left out (tree.grow)
-        self.sampled = children == "sampled" and not sampling.greedy
-        # lookup > 0 (top-k children only): graft up to that many copied tokens onto each tree (tree.graft), found
-        # by prompt lookup over the fixed tokens, which it keeps on the host as LookupDrafter does
-        self.lookup = LookupDrafter(vocab_size, 3) if lookup and not self.sampled else None
-        self.lookup_k, self.max_nodes = lookup, max_nodes or self.budget + lookup
-
-    @torch.inference_mode()
-    def propose(self, seq: torch.Tensor, k_max: int, gen: torch.Generator) -> Proposal:
-        empty = torch.empty(0, self.vocab_size, device=seq.device)
-        if self.lookup is not None:
-            self.lookup.sync(seq)
-        if not self.pending and self.cache.length == 0:  # round one: the target has not read the prompt yet
-            return Proposal(seq.new_empty(0), empty, "prefill")
-        if k_max <= 0:
-            return Proposal(seq.new_empty(0), empty, "tree")
-        # 1. read the true features of the newly fixed positions, as the chain does
-        g_root = self.read_pending(seq)
-        depth, topk = min(self.depth, k_max), self.topk
-        dev, true_len = seq.device, self.true_len
-        if topk == 1:  # a tree of one child per node is a chain: drafted by the chain's own loop, no tree mask
-            chain = self.draft_chain(g_root, depth, gen, not self.sampled, head_p=True)
-            k = chain.tokens.shape[0]
-            drawn = None if chain.q is None else Drawn(chain.q, torch.arange(k, device=dev), chain.picks,
-                                                       self.head.d2t, 1)
-            return Proposal(chain.tokens, empty, "tree", tree=DraftTree.chain(k, dev, chain.head_p, drawn))
-        outputs = {"g": g_root}  # the predicted features of the nodes the head read last (the root's at first)
-
-        def expand(parent_slots, draft_ids, visible, d):
-            # the frontier's nodes at depth d, each read as (its parent's predicted feature, its token), in one call
-            m = draft_ids.shape[0]
-            feat = outputs["g"].expand(m, -1) if parent_slots is None else outputs["g"][parent_slots]
-            positions = torch.full((m,), true_len + d - 1, device=dev)  # where a chain's node would sit
-            prefix_seen = torch.ones(m, true_len, dtype=torch.bool, device=dev)
-            g = self.step_at(feat, self.head.d2t[draft_ids], positions, torch.cat([prefix_seen, visible], dim=1))
-            outputs["g"] = g
-            return self.head.logits(g)
-
-        # 2. grow the tree from the root's logits: the head's top-k children, reranked to the best `budget` nodes;
-        #    or children drawn from the head, in the shape sampled_plan fixes
-        root = self.head.logits(g_root)[0]
-        if not self.sampled:
-            log_q = None
-            if self.warped_scores and not self.sampling.greedy:
-                def log_q(logits):
-                    return warp(logits, self.sampling).log()
-            grown = grow(root, expand, topk, depth, self.budget, self.prune_below, log_q)
-            tokens, tree = self.head.d2t[grown.draft_ids], grown.tree
-            if self.lookup is not None:
-                tokens, tree = self.graft_lookup(tokens, tree, k_max)
-            return Proposal(tokens, empty, "tree", tree=tree)
-        grown = grow_sampled(root, expand, sampled_plan(topk, depth, self.budget),
-                             lambda logits: warp(logits, self.sampling), gen, self.head.d2t, self.prune_below,
-                             self.prune_children, self.head.cfg.stop_below if self.sampled_stop else 0.0)
-        return Proposal(self.head.d2t[grown.draft_ids], empty, "tree", tree=grown.tree)
-
-    def step_at(self, feat, tokens, positions, mask) -> torch.Tensor:
-        return self.head.step(feat.to(self.dtype), self.embed(tokens).to(self.dtype), self.cache, positions, mask)
-
-    def graft_lookup(self, tokens: torch.Tensor, tree: DraftTree, k_max: int) -> tuple[torch.Tensor, DraftTree]:
-        """The tree with what followed the latest earlier occurrence of the last (up to 3) fixed tokens grafted on
-        (tree.graft): at most lookup_k tokens deep and k_max deep, within max_nodes nodes. Reads the tree's tokens
-        on the host: one more device-to-host copy a round (free on a CPU)."""
-        found = self.lookup.find(self.lookup.host)
-        if found is None:
-            return tokens, tree
-        copy = self.lookup.host[found[0]: found[0] + min(self.lookup_k, k_max)]
-        ids, parents, depths, head_p = (x.tolist() for x in (tokens, tree.parents, tree.depths, tree.head_p))
-        if not graft(ids, parents, depths, head_p, copy, max(0, self.max_nodes - len(ids))):
-            return tokens, tree
-        dev = tokens.device
-        return torch.tensor(ids, device=dev), DraftTree(
-            torch.tensor(parents, device=dev), torch.tensor(depths, device=dev),
-            torch.tensor(head_p, device=dev, dtype=tree.head_p.dtype), max(tree.max_depth, max(depths)),
-            copied_from=tokens.shape[0])
-
-    def observe(self, outcome: RoundOutcome) -> None:
-        super().observe(outcome)
-        if self.lookup is not None:
-            self.lookup.observe(outcome)
-
-
-HEAD_STRATEGIES = ("eagle", "tree")  # the strategies that draft with the pair's EAGLE head
-
-
-def has_head(pair_name) -> bool:
-    """Whether a pair offers HEAD_STRATEGIES: only presets that ship an EAGLE head do."""
-    return pair_name in PRESETS and bool(PRESETS[pair_name].eagle_head)
-
-
-def check_head(strategy: str, pair_name, pair: ModelPair | None = None) -> None:
-    """The one rule for the strategies that draft with an EAGLE head (the page, the API, the CLI and make_drafter
-    all ask here): refuse one, in one sentence (StrategyUnavailable), for a pair without a head. Before anything
-    loads (pair None) by the pair's name: a custom or hub pair, or a preset that ships none. Once loaded, by the
-    pair itself: its head is there, or it says why not (missing, damaged, made for another target)."""
-    if strategy not in HEAD_STRATEGIES:
-        return
-    if pair is not None:
-        if pair.head is None:
-            raise StrategyUnavailable("err.no_head", name=repr(pair.name), why=pair.head_error or Msg("head.none"))
-        return
-    if pair_name not in PRESETS:
-        raise StrategyUnavailable("err.no_head_custom")
-    if not has_head(pair_name):
-        raise StrategyUnavailable("err.no_head", name=repr(pair_name), why=Msg("head.none"))
-
-
-def make_drafter(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, draft_lm: CachedLM | None = None
-                 ) -> Drafter:
-    """The drafter for spec.strategy, made from the pair (its draft model, or its EAGLE head)."""
-    if spec.strategy == "lookup":
-        return LookupDrafter(pair.vocab_size, spec.ngram)
-    check_head(spec.strategy, pair.name, pair)
-    if spec.strategy == "eagle":
-        return EagleDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1)
-    if spec.strategy == "tree":
-        return TreeDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1,
-                           run_tree_shape(spec, sampling, pair), tree_children(spec, sampling, pair),
-                           tree_prune(pair.head, spec), spec.tree_lookup, Limits.from_env().max_tree)
-    draft_lm = draft_lm or CachedLM(pair.draft, pair.vocab_size)
-    if spec.strategy == "adaptive":
-        return AdaptiveDrafter(draft_lm, sampling)
-    return ModelDrafter(draft_lm, sampling)
-
-
-def max_drafts(spec: SpecConfig, limits: Limits | None = None) -> int:
-    """The most tokens a round may propose under spec: K, except for adaptive, which picks K itself, up to
-    ADAPTIVE_MAX_K and never above the server's K limit (SPECDEMO_MAX_K)."""
-    if spec.strategy == "tree":  # the tree's depth bounds a round; TreeDrafter takes the smaller of the two
-        return TREE_DEPTH_RANGE[1]
-    if spec.strategy != "adaptive":
-        return spec.k
-    return max(1, min(ADAPTIVE_MAX_K, (limits or Limits.from_env()).max_k))
