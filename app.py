@@ -1,7 +1,7 @@
 """specdemo's entry point: `python app.py` serves the demo; Hugging Face Spaces runs this file too.
 
 `demo` is importable at module level (the Spaces convention). Host and port follow gradio's settings
-(GRADIO_SERVER_NAME, GRADIO_SERVER_PORT); the limits and switches are listed in the README.
+(GRADIO_SERVER_NAME, GRADIO_SERVER_PORT); the limits and switches are listed in docs/deploy.md.
 """
 
 from specdemo import SamplingConfig, SpecConfig, speculative_generate

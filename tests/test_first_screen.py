@@ -190,7 +190,7 @@ def test_each_preset_names_its_page_defaults_and_the_page_takes_them():
         assert views.preset_defaults(name, limits) == {"k": min(p.k, limits.max_k), "temperature": p.temperature,
                                                        "max_new": min(p.max_new_tokens, limits.max_new_tokens)}
     smol = PRESETS[SHIPPED_DEFAULT]
-    assert smol.temperature < 0.8  # garbled at 0.8 (issue 25); README lists what was read at its defaults
+    assert smol.temperature < 0.8  # garbled at 0.8 (issue 25); docs/models.md lists what was read at its defaults
     out = handlers.change_pair("shakespeare", "", "", "en", progress=lambda *a, **k: None)
     assert (out["k"], out["temperature"], out["max_new"]) == (PRESETS["shakespeare"].k,
                                                               PRESETS["shakespeare"].temperature,

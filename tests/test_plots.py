@@ -1,4 +1,4 @@
-"""The figures (specdemo/plots.py) show model text as text: plotly reads `<b>`, `<br>`, `<a href>` ... in every
+"""The figures (specdemo/app/plots.py) show model text as text: plotly reads `<b>`, `<br>`, `<a href>` ... in every
 title, tick label, legend entry, hover label and annotation as markup, so a token carrying them must reach the
 figure escaped (`&lt;b&gt;`), which plotly draws as the characters `<b>`. Every figure function is fed real events
 from a run of the toy pair whose token texts are rewritten to hostile ones; one test draws them in Chromium."""

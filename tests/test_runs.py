@@ -1,4 +1,4 @@
-"""The runs behind the app's buttons (specdemo/runs.py) share the device: each target forward takes the device lock
+"""The runs behind the app's buttons (specdemo/app/runs.py) share the device: each target forward takes the device lock
 on its own, and a deadline ends a run between two forwards. Real models, the embedded pair."""
 
 from __future__ import annotations

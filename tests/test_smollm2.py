@@ -258,7 +258,7 @@ def test_eagle_on_the_readable_pair_is_greedy_exact_in_float32():
 def test_no_training_prompt_is_a_held_out_prompt_or_close_to_one():
     """The bench's prompts (HELD_OUT) and those heads are chosen on (SELECTION) are held out: no templated training
     prompt is one of them (nor, for SELECTION, close to one), and no prompt the target wrote itself
-    (scripts/smollm2_prompts.py's third family) shares half its words with one. The filter that kept them
+    (specdemo/bench/prompts.py's third family) shares half its words with one. The filter that kept them
     refuses a held-out prompt, a light rewording of it, a repeat and a fragment, and keeps an ordinary message."""
     sys.path.insert(0, str(ROOT / "scripts"))
     from specdemo.bench.prompts import (

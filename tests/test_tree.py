@@ -898,7 +898,7 @@ def test_a_pair_without_a_head_refuses_tree_as_it_refuses_eagle(toy_pair):
 def test_auto_children_and_sizes_follow_the_rules_each_head_records(pair32):
     """`auto` at T > 0. Where the target runs in bf16 on a CPU, SmolLM2's head records the temperature up to which
     top-k children were the faster choice (0.3) and the smaller tree that sampled children were faster in above it
-    ((2, 4, 5)), by the rules in the README ("A small sampled tree on a bf16 CPU"; Zen 4): top-k (3, 5, 15) at
+    ((2, 4, 5)), by the rules in docs/decisions.md ("a small sampled tree above T = 0.3 on a bf16 CPU"; Zen 4): top-k (3, 5, 15) at
     T 0.3, sampled (2, 4, 5) above it, and sampled (3, 5, 15) wherever the target runs in float32. The Shakespeare
     head records neither. T = 0 is top everywhere, an explicit choice or size is kept, and a run's settings and its
     rounds say what it drafted with."""

@@ -3,7 +3,7 @@
 Owns the measurement protocol: one process, one pair, the same prompts and settings for every method, a warm-up
 run of each method that is not counted, and the methods interleaved prompt by prompt so that a slow moment of a
 shared machine hits all of them alike. It reports tokens/s, speedups, alpha, the cost ratio c and the verify cost
-measured in the same run, and the theoretical ceiling those imply. strategies_bench.py (bench --strategies) does
+measured in the same run, and the theoretical ceiling those imply. strategies.py (bench --strategies) does
 the same for every drafting strategy, target-only decoding in each dtype, and transformers' equivalents. No UI.
 """
 

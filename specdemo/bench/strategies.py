@@ -3,7 +3,7 @@ dtype the machine offers and transformers' assisted generation, on the same prom
 
 Owns the comparison table of drafting strategies: tokens/s, speedups against the pair's own and the fastest
 target-only decoding, target calls, acceptance, c in the loop against c in isolation, the verify cost, and the share
-of the ceiling E / (cK + v) each run reached. The protocol it shares with the main benchmark lives in bench.py.
+of the ceiling E / (cK + v) each run reached. The protocol it shares with the main benchmark lives in methods.py.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def tree_methods(pair: ModelPair, sampling: SamplingConfig, sizes: tuple[int, in
                  prune_below: float | None = None) -> dict[str, dict]:
     """The head's trees in the race, by row name (tree_method): the SpecConfig fields each runs with. One with
     top-k children and, at T > 0, one with sampled children, each of the sizes `sizes` (0 = what a run with those
-    children drafts with here, drafters.run_tree_shape), pruned below `prune_below` (None = the head's own)."""
+    children drafts with here, tree_drafter.run_tree_shape), pruned below `prune_below` (None = the head's own)."""
     if pair.head is None:
         return {}
     out = {}
@@ -116,7 +116,7 @@ def tree_methods(pair: ModelPair, sampling: SamplingConfig, sizes: tuple[int, in
 
 def tree_method(shape: tuple[int, int, int], children: str = "top", prune_below: float = 0.0) -> str:
     """A tree's row name: 'tree 2x4 N=8' (top-k, depth, budget) with top-k children, 'tree 2x4 N=8 sampled' with
-    children drawn from the head; ' prune 0.02' where the head prunes (drafters.tree_prune)."""
+    children drawn from the head; ' prune 0.02' where the head prunes (tree_drafter.tree_prune)."""
     return (f"tree {shape[0]}x{shape[1]} N={shape[2]}" + (f" prune {prune_below:g}" if prune_below else "")
             + (" sampled" if children == "sampled" else ""))
 

@@ -87,7 +87,7 @@ class TreeNode:
     head_p: float  # the head's probability of this token given its parent (its unwarped softmax)
     p: float  # the target's warped p of this token at its parent
     on_path: bool  # the target's walk went through this node (its token is kept)
-    q: float | None = None  # a sampled child (tree.walk_sampled): the draft probability it was tested with, the
+    q: float | None = None  # a sampled child (walk.walk_sampled): the draft probability it was tested with, the
     #                         head's warped q at its parent without the siblings drawn before it; None for a top-k
     #                         child, which was chosen, not drawn
     accept_prob: float = 0.0  # its chance to be kept when tested: p for a top-k child, min(1, r/q) for a sampled

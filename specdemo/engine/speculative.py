@@ -50,7 +50,7 @@ from .walk import walk, walk_sampled
 
 class PromptError(Translatable, ValueError):
     """The prompt cannot be generated from (empty, or too long for the context window). The message is a catalogue
-    key (i18n.py): English in str(err), the visitor's language in the app."""
+    key (specdemo/i18n): English in str(err), the visitor's language in the app."""
 
 
 def encode_prompt(pair: ModelPair, prompt: str, max_new_tokens: int, chat: bool | None = None) -> list[int]:

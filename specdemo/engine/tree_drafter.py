@@ -74,7 +74,7 @@ def tree_prune(head, spec: SpecConfig | None = None) -> float:
 # target runs in bf16 on a CPU, a head's config may record the temperature up to which top-k children were faster
 # there (tree["auto_top_to_t_bf16_cpu"]) and the smaller tree that sampled children are faster in above it
 # (tree["sampled_bf16_cpu"]): for SmolLM2 on a Zen 4 CPU, top-k (3, 5, 15) up to T = 0.3, sampled (2, 4, 5) above.
-# README, "Pruned draft trees" and "A small sampled tree on a bf16 CPU".
+# docs/decisions.md, "pruned trees, (3, 5, 15) below 0.02" and "a small sampled tree above T = 0.3 on a bf16 CPU".
 AUTO_TREE_CHILDREN = "sampled"
 
 

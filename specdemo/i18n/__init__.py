@@ -4,7 +4,8 @@ Owns the words, not the layout. One dict per language (`MESSAGES[lang][key]`), r
 language beside this one (en.json, zh-CN.json), and the lookups:
 
 - `tr(key, lang, **params)`: the text for server-built things (render.py's HTML, plots.py's figures, handlers.py's
-  messages, and through `Translatable` the errors of speculative.py and models.py). Params fill `{name}` slots with `str.format`; a param that is itself a `Msg` is translated too.
+  messages, and through `Translatable` the errors of the engine and the models). Params fill `{name}` slots with `str.format`; a param that
+  is itself a `Msg` is translated too.
   A key missing in a language falls back to English; a key missing in English raises KeyError (a bug, which
   tests/test_i18n.py catches by scanning the source for lookups).
 - `template(key, lang)`: the raw text, for callers that escape it before filling the slots (render.trh).

@@ -3,7 +3,7 @@
 Owns the device choice (SPECDEMO_DEVICE, else cuda, then mps, then cpu), the dtype names the CLI and the environment
 accept, the CPU's bf16 check, the rule that picks a model's dtype by its role in the pair (`pick_dtype`), whether
 bf16 weights are packed once for AMX (`packs_bf16`, with the two oneDNN calls that pack and multiply), and the
-memory budget that model pairs share (`model_budget_bytes`). It loads nothing: models.py asks it before it loads.
+memory budget that model pairs share (`model_budget_bytes`). It loads nothing: loading.py asks it before it loads.
 """
 
 from __future__ import annotations

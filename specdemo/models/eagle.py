@@ -66,8 +66,8 @@ class HeadConfig:
     #                                             and "prune_below" (a float, tree.grow's pruning; 0 or absent: none);
     #                                             where the target runs in bf16 on a CPU, "auto_top_to_t_bf16_cpu"
     #                                             (auto children are top-k up to this T) and "sampled_bf16_cpu"
-    #                                             (sizes for sampled children there): drafters.tree_children,
-    #                                             drafters.run_tree_shape
+    #                                             (sizes for sampled children there): tree_drafter.tree_children,
+    #                                             tree_drafter.run_tree_shape
     target: dict = field(default_factory=dict)  # model_type, hidden_size, vocab_size, vocab_sha256, name
     training: dict = field(default_factory=dict)  # the recipe and the learning curve (the card reads it)
 
@@ -289,7 +289,7 @@ SIZE_RANGES = {"topk": TREE_TOPK_RANGE, "depth": TREE_DEPTH_RANGE, "budget": (1,
 
 def sizes_ok(sizes) -> bool:
     """Whether `sizes` is a dict of tree sizes only, each a whole number in its range: top-k and depth in the
-    ranges a run may ask for (SpecConfig), the budget in [1, 256] (a run caps it again: drafters.tree_shape)."""
+    ranges a run may ask for (SpecConfig), the budget in [1, 256] (a run caps it again: tree_drafter.tree_shape)."""
     return isinstance(sizes, dict) and set(sizes) <= set(TREE_SIZES) and all(
         type(v) is int and SIZE_RANGES[k][0] <= v <= SIZE_RANGES[k][1] for k, v in sizes.items())
 

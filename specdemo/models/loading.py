@@ -75,7 +75,7 @@ def cast_model(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
 
     A plain `.to(torch.bfloat16)` rounds inv_freq to 8 bits of mantissa, which moves every rotary angle by up to
     0.2% of itself (SmolLM2: 0.4 rad at position 300 for its second frequency), so the outputs drift from those of
-    the same weights loaded in bf16 (tests/test_models.py; scripts/cast_ab.py). A known trap:
+    the same weights loaded in bf16 (tests/test_models.py; scripts/experiments/cast_ab.py). A known trap:
     huggingface/transformers#25681, NVIDIA-NeMo/Automodel#2549."""
     saved = set(model.state_dict())
     computed = {name: buf for name, buf in model.named_buffers()

@@ -1,11 +1,11 @@
 """Where weights come from: hub ids and folders, their public names, the hub probe, and the checked cache of folders
 built on this machine (a packaged GGUF file's conversion, a split folder's join).
 
-Owns `ModelLoadError` (the loading stack's one error, raised here and in models.py), `is_local`/`display_id`/`labels`
+Owns `ModelLoadError` (the loading stack's one error, raised here and in loading.py), `is_local`/`display_id`/`labels`
 (no server path ever leaves the process), `hub_offline`/`hub_reachable`/`offline_for`, the cache folder with its
 manifest of sizes and SHA-256 digests (`checked_folder`, `cache_is_valid`), a wheel's data file
 (`find_packaged_file`), and split folders (`save_split`, `join_split_folder`). It never calls `from_pretrained`:
-models.py reads models, here only files are moved, hashed and joined.
+loading.py reads models, here only files are moved, hashed and joined.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from specdemo.i18n import Msg, Translatable
 
 class ModelLoadError(Translatable, RuntimeError):
     """A model or tokenizer could not be loaded, or the pair cannot work together. The message is for people: a
-    catalogue key (i18n.py) with its params, so str(err) is English (the CLI, logs) and the app shows it translated."""
+    catalogue key (specdemo/i18n) with its params, so str(err) is English (the CLI, logs) and the app shows it translated."""
 
 
 def role_name(role: str) -> Msg:
