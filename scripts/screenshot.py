@@ -3,7 +3,8 @@
   assets/screenshot-first-screen.png  English, 1280x720, as the page opens: no click, its recorded run
   assets/screenshot.png               English, 1500 px wide, the whole page after Generate (a live run), the full
                                       story on (rejected drafts struck through), a round open in the inspector
-  assets/screenshot-presenter-zh.png  简体中文 in presenter mode, 1280x720 (a projector), stepped to round 3
+  assets/screenshot-presenter-zh.png  简体中文 in presenter mode, 1280x720 (a projector), stepped to round 3 from the
+                                      keyboard: the round's sentence, its tree and the text so far on one screen
   assets/screenshot-tree.png          English, 1280x800, the EAGLE tree: stepped to a round whose path left the tree
 
 Run: .venv/bin/python scripts/screenshot.py [--out-dir assets]. Needs Debian's chromium and a CJK font
@@ -82,9 +83,7 @@ def presenter_zh(browser, url: str, out: Path, prompt: str) -> None:
         page.keyboard.press("ArrowRight")
     page.wait_for_function("(document.querySelector('#sd-step-caption')?.innerText || '').includes('第 3 轮')")
     page.wait_for_timeout(500)
-    # the charts, the step-through's caption and its text: what the projector shows while stepping
-    page.evaluate("window.scrollTo(0, window.scrollY + document.querySelector('#sd-charts-row')"
-                  ".getBoundingClientRect().top - 4)")
+    # the keys scrolled the tabs to the top: the projector shows what a speaker steps through, as it is
     page.screenshot(path=str(out))
     context.close()
 

@@ -93,7 +93,7 @@ def test_strategy_race_times_every_strategy_and_keeps_the_text_at_t0(client, pai
     assert len(tables) == 6, "one new table after each run"
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
     from specdemo import SamplingConfig, SpecConfig
-    from specdemo.engine.drafters import run_tree_shape
+    from specdemo.engine.tree_drafter import run_tree_shape
 
     topk, depth, budget = run_tree_shape(SpecConfig(strategy="tree"), SamplingConfig(0.0), pair)  # the head's own shape at T = 0
     names = ["target only", "fixed K = 3", "adaptive", "prompt lookup n = 3", "EAGLE head = 3",
@@ -116,7 +116,7 @@ def test_stream_endpoint_streams_rounds(client):
     assert 'class="sd-tok sd-' in html and "JULIET:" in html
     trace = final[8]
     assert trace["speculative"]["text"] and trace["speculative"]["settings"]["draft"] == "shakespeare:draft"
-    assert not any(isinstance(v, str) and os.path.isabs(v) for v in final)  # no server file (see ui.DOWNLOAD_JS)
+    assert not any(isinstance(v, str) and os.path.isabs(v) for v in final)  # no server file (see page_js.DOWNLOAD_JS)
 
 
 @pytest.mark.parametrize("lang,message", [("zh-CN", "提示词是空的"), ("en", "The prompt is empty")])

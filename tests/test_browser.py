@@ -84,9 +84,9 @@ def test_generate_shows_tokens_charts_and_film_strip(page, tmp_path):
     print(f"\ntime from pressing Generate to the first streamed round: {first_round_s:.3f} s")
     # the run ends when the baseline's stats card is there
     page.wait_for_function("document.querySelector('#sd-stats').innerText.includes('done')", timeout=120000)
-    spans = page.locator("#sd-token-view .sd-tok")
+    spans = page.locator("#sd-token-view .sd-tokens .sd-tok")  # the full story: every token, in order
     assert spans.count() > 10
-    labels = set(page.eval_on_selector_all("#sd-token-view .sd-tok", "els => els.map(e => e.className)"))
+    labels = set(page.eval_on_selector_all("#sd-token-view .sd-tokens .sd-tok", "els => els.map(e => e.className)"))
     assert any("sd-accepted" in c for c in labels)
     title = spans.first.get_attribute("title")
     assert "p(x) target" in title and "q(x) draft" in title and "min(1, p/q)" in title
@@ -117,7 +117,7 @@ def test_hostile_prompt_renders_as_inert_text(page):
     page.wait_for_function("document.querySelector('#sd-stats').innerText.includes('done')", timeout=120000)
     view = page.locator("#sd-token-view")
     view.hover()
-    page.locator("#sd-token-view .sd-prompt").hover()
+    page.locator("#sd-token-view .sd-reply .sd-prompt").hover()  # the reading view's (the one on screen)
     assert page.dialogs == []
     assert page.locator("#sd-token-view img, #sd-token-view script, #sd-token-view b").count() == 0
     text = view.inner_text()
@@ -203,7 +203,7 @@ def test_switching_language_keeps_the_page_and_the_run(page):
         assert page.get_by_role("tab", name=tab).count() == 1, tab
     page.get_by_role("tab", name="逐轮演示").click()  # a tab opened after the switch is in Chinese too
     page.wait_for_selector("#sd-next-round")
-    assert "下一轮" in page.inner_text("#sd-next-round") and "高级：宽松系数（有损）" in visible_text(page)
+    assert "下一轮" in page.inner_text("#sd-next-round") and "高级：宽松系数（有损" in visible_text(page)
     # and back
     page.get_by_text("English", exact=True).click()
     page.wait_for_function("document.querySelector('#sd-stats').innerText.includes('measured speedup')")
@@ -249,7 +249,7 @@ def font_px(page, selector: str) -> float:
 
 def test_presenter_mode_enlarges_tokens_captions_and_charts(page):
     generate(page)
-    before = {s: font_px(page, s) for s in ("#sd-token-view .sd-tokens", "#sd-race .gtitle", "#sd-stats .sd-card b")}
+    before = {s: font_px(page, s) for s in ("#sd-token-view .sd-text", "#sd-race .gtitle", "#sd-stats .sd-card b")}
     height = page.eval_on_selector("#sd-race .js-plotly-plot", "el => el.getBoundingClientRect().height")
     page.locator("#sd-presenter input").check()
     page.wait_for_function("document.querySelector('#sd-app').classList.contains('sd-present')")
@@ -261,7 +261,7 @@ def test_presenter_mode_enlarges_tokens_captions_and_charts(page):
     assert page.locator("#sd-token-view .sd-tok").count() > 10  # the run is still on screen
     page.locator("#sd-presenter input").uncheck()
     page.wait_for_function("!document.querySelector('#sd-app').classList.contains('sd-present')")
-    assert font_px(page, "#sd-token-view .sd-tokens") == before["#sd-token-view .sd-tokens"]
+    assert font_px(page, "#sd-token-view .sd-text") == before["#sd-token-view .sd-text"]
 
 
 # ------------------------------------------------------------------------------------ experiments, Stop, controls
@@ -310,12 +310,17 @@ def test_stop_mid_run_leaves_the_inspector_and_step_through_on_the_stopped_run(p
     set_slider(page, "sd-max-new", 256)
     set_slider(page, "sd-k", 1)
     set_prompt(page, "ROMEO:\n")
+    assert buttons(page) == IDLE
     page.click("#sd-generate")
     page.wait_for_function("document.querySelector('#sd-token-view').innerText.startsWith('ROMEO')"
                            " && document.querySelectorAll('#sd-token-view .sd-tok').length > 4", timeout=60000)
+    assert buttons(page) == RUNNING, "Generate is disabled while a run goes on, and Stop is not"
+    page.locator("#sd-prompt textarea").press("Shift+Enter")  # a second Generate, from the prompt: refused
+    page.get_by_text("A run is going: wait for it to end, or press Stop first.").wait_for(timeout=30000)
     page.click("#sd-stop")
-    page.wait_for_timeout(1500)
+    wait_buttons(page, IDLE)
     assert "done" not in page.inner_text("#sd-stats"), "the run ended before Stop: nothing was tested"
+    assert page.inner_text("#sd-token-view").startswith("ROMEO"), "the refused Generate started no run"
     n_rounds = page.locator("#sd-film .sd-row").count()
     assert n_rounds >= 2
     reason = page.inner_text("#sd-reason")
@@ -327,6 +332,104 @@ def test_stop_mid_run_leaves_the_inspector_and_step_through_on_the_stopped_run(p
     wait_caption(page, "Round 1 of")
     assert caption(page).startswith(f"Round 1 of {n_rounds}"), (caption(page), n_rounds)
     assert page.inner_text("#sd-step-tokens").startswith("ROMEO")
+
+
+# ------------------------------------------------------------------------------------ buttons (issue 38)
+IDLE, RUNNING = {"generate": True, "stop": False}, {"generate": False, "stop": True}  # enabled or not
+
+
+def buttons(page) -> dict:
+    return {"generate": page.is_enabled("#sd-generate"), "stop": page.is_enabled("#sd-stop")}
+
+
+def wait_buttons(page, state: dict) -> None:
+    page.wait_for_function(f"!document.querySelector('#sd-generate').disabled === {str(state['generate']).lower()}"
+                           f" && !document.querySelector('#sd-stop').disabled === {str(state['stop']).lower()}",
+                           timeout=180000)
+
+
+def generate_watching_the_buttons(page, done: str) -> None:
+    """Press Generate: idle before, Generate disabled and Stop enabled while it runs, idle again once `done` (JS).
+    While the baseline runs, the speed-up card waits (no figure) above gradio's progress bar; then the figure."""
+    assert buttons(page) == IDLE
+    page.click("#sd-generate")
+    wait_buttons(page, RUNNING)
+    page.wait_for_selector("#sd-stats .sd-pending", timeout=180000)
+    page.wait_for_selector("#sd-stats [role=progressbar]", timeout=180000)
+    page.wait_for_function(done, timeout=180000)
+    wait_buttons(page, IDLE)
+    assert page.locator("#sd-stats .sd-pending").count() == 0 and "\u00d7" in page.inner_text("#sd-stats")
+
+
+# ------------------------------------------------------------------------------------ the page on a projector
+# no element in these is wider than its box: what does not fit wraps (issue 38, item 1)
+OVERFLOW_JS = """sels => sels.flatMap(sel => [...document.querySelectorAll(sel + ', ' + sel + ' *')])
+  .filter(e => e.clientWidth > 0 && e.scrollWidth > e.clientWidth)
+  .map(e => e.tagName + '.' + (e.getAttribute('class') || '') + ' ' + e.scrollWidth + '>' + e.clientWidth)"""
+# the dropdown's text ends before its arrow starts (the input's content box; its text is clipped there)
+ARROW_JS = """() => { const i = document.querySelector('#sd-pair input'), s = getComputedStyle(i);
+  return [i.getBoundingClientRect().right - parseFloat(s.paddingRight) - parseFloat(s.borderRightWidth),
+          document.querySelector('#sd-pair .icon-wrap').getBoundingClientRect().left]; }"""
+# scrolled to its end, the token view keeps its frame: the border is the scrolling box's own, not its content's (the
+# box made short enough to scroll whatever the reply's length, then put back)
+FRAME_JS = """() => { const box = document.querySelector('#sd-token-view .html-container');
+  box.style.setProperty('height', '120px');
+  box.scrollTop = box.scrollHeight;
+  const inner = [...box.querySelectorAll('*')].filter(e => !e.closest('.sd-tok')
+    && parseFloat(getComputedStyle(e).borderTopWidth) > 0);
+  const out = [box.scrollTop, getComputedStyle(box).overflowY, parseFloat(getComputedStyle(box).borderTopWidth),
+               inner.length];
+  box.style.removeProperty('height');
+  box.scrollTop = 0;
+  return out; }"""
+# the inspector is open on the first round that has a tree, its film-strip row marked (item 7)
+TREE_OPEN = """(() => { const row = document.querySelector('#sd-film .sd-row-tree');
+  const tree = document.querySelector('#sd-reason .sd-tree');
+  return row && tree && row.dataset.round === tree.dataset.round && row.classList.contains('sd-selected'); })()"""
+ROUND = {"en-US": "Round {n} of", "zh-CN": "第 {n} 轮"}
+
+
+def rect(page, selector: str) -> dict:
+    return page.eval_on_selector(selector, "e => e.getBoundingClientRect().toJSON()")
+
+
+def check_projector_page(page, locale: str) -> None:
+    """Issue 38 at 1280x720, on the recorded tree run the page opens on: nothing in the film strip, the stats or
+    the settings runs out of its box; the pair's name ends before the dropdown's arrow; the token view keeps its
+    frame when it scrolls; the reading view draws the reply's Markdown (a list, no `**`), the full story keeps the
+    marks; the inspector is open on the first tree round; and in presenter mode the arrow keys bring round 2's
+    sentence, its tree and the text so far onto one screen, under the tabs."""
+    open_settings(page)
+    assert page.evaluate(OVERFLOW_JS, ["#sd-film", "#sd-stats", "#sd-settings"]) == []
+    text_end, arrow = page.evaluate(ARROW_JS)
+    assert text_end <= arrow + 0.5, (text_end, arrow)
+    scrolled, overflow, border, inner = page.evaluate(FRAME_JS)
+    assert scrolled > 0 and overflow == "auto" and border > 0 and inner == 0, (scrolled, overflow, border, inner)
+    assert page.locator("#sd-token-view .sd-reply ol > li").count() == 3
+    assert "**" not in page.inner_text("#sd-token-view")
+    page.wait_for_function(TREE_OPEN)
+    page.locator("#sd-presenter input").check()
+    page.wait_for_function("document.querySelector('#sd-app').classList.contains('sd-present')")
+    page.wait_for_function("(document.querySelector('#sd-race .gtitle')?.style.fontSize || '') === '24px'",
+                           timeout=60000)  # the switch's redraw is on the page before the keys move the cursor
+    axis, chart = rect(page, "#sd-acc-round .ytitle"), rect(page, "#sd-acc-round .main-svg")
+    assert axis["top"] >= chart["top"] and axis["bottom"] <= chart["bottom"], (axis, chart)  # its title whole
+    page.locator("#sd-stats").click()
+    for n in (1, 2):
+        page.keyboard.press("ArrowRight")
+        wait_caption(page, ROUND[locale].format(n=n))
+    page.locator("#sd-step-tokens .sd-tree svg").wait_for()
+    tabs, said = rect(page, "#sd-tabs"), rect(page, "#sd-step-caption")
+    tree, text = rect(page, "#sd-step-tokens .sd-tree-scroll"), rect(page, "#sd-step-tokens .sd-text")
+    assert abs(tabs["top"]) <= 1, tabs  # the keys scrolled the tabs to the top of the screen, no chart above them
+    assert 0 <= said["top"] and said["bottom"] <= tree["top"] < text["top"] and text["bottom"] <= 720, (said, tree,
+                                                                                                         text)
+    page.locator("#sd-view").get_by_text({"en-US": "the full story", "zh-CN": "完整过程"}[locale], exact=True).click()
+    page.wait_for_function("document.querySelector('#sd-token-view .sd-tokens').offsetParent !== null")
+    assert "**" in page.inner_text("#sd-token-view")  # the full story: every token as it came
+    page.locator("#sd-view").get_by_text({"en-US": "the reply", "zh-CN": "回复"}[locale], exact=True).click()
+    page.locator("#sd-presenter input").uncheck()
+    page.wait_for_function("!document.querySelector('#sd-app').classList.contains('sd-present')")
 
 
 # ------------------------------------------------------------------------------------ the first screen
@@ -357,7 +460,7 @@ def check_first_screen(page, width: int, height: int, locale: str, pair_name: st
              else [f"K = {s['k']}"])
     assert RECORDED[locale] in stats and pair_name in stats and all(x in stats for x in sizes), (sizes, stats)
     assert (s["strategy"] == "tree") == ("K = " not in stats)
-    tokens = page.locator("#sd-token-view .sd-tok")
+    tokens = page.locator("#sd-token-view .sd-tokens .sd-tok")  # the full story (hidden): every token
     assert tokens.count() == sum(len(r.tokens) for r in spec.rounds)
     rejected = sum(t.label == "rejected" for r in spec.rounds for t in r.tokens)
     assert page.locator("#sd-token-view .sd-rejected").count() == rejected
@@ -419,9 +522,11 @@ def test_the_shipped_default_opens_as_its_preset_says_and_runs(browser):
     try:
         zh_context, zh_page = open_page(browser, url, "zh-CN", 1280, 720)  # its recorded run, at a projector's size
         check_first_screen(zh_page, 1280, 720, "zh-CN", SHIPPED_DEFAULT)
+        check_projector_page(zh_page, "zh-CN")
         zh_context.close()
         context, page = open_page(browser, url, "en-US", 1280, 720)
         check_first_screen(page, 1280, 720, "en-US", SHIPPED_DEFAULT)
+        check_projector_page(page, "en-US")
         assert page.input_value("#sd-pair input").startswith(SHIPPED_DEFAULT + ":")
         assert page.input_value("#sd-prompt textarea") == preset.examples[0]
         open_settings(page)
@@ -431,9 +536,10 @@ def test_the_shipped_default_opens_as_its_preset_says_and_runs(browser):
                                ("sd-max-new", preset.max_new_tokens)):  # the preset's page defaults
             assert float(page.input_value(f"#{elem_id} input[type=number]")) == value, elem_id
         set_slider(page, "sd-max-new", 32)  # a short reply: SmolLM2 and its baseline run at 10 tok/s on a CPU in fp32
-        page.click("#sd-generate")
-        page.wait_for_function("document.querySelector('#sd-stats').innerText.includes('done')", timeout=180000)
+        generate_watching_the_buttons(page, "document.querySelector('#sd-stats').innerText.includes('done')")
         assert "speedup" in page.inner_text("#sd-stats")
+        if preset.strategy == "tree":
+            page.wait_for_function(TREE_OPEN)  # the new run's first tree round, in the inspector
         reply = page.inner_text("#sd-token-view")
         assert len(reply.split()) >= 3 and "<|im_start|>" not in reply  # a chat pair shows the reply, not the template
         film = page.inner_text("#sd-film")
@@ -446,18 +552,19 @@ def test_the_shipped_default_opens_as_its_preset_says_and_runs(browser):
         # text, each piece a coloured box with a dot and a tooltip that says what it is, and nothing shows U+FFFD
         context, page = open_page(browser, url, "zh-CN", 1280, 720)
         page.wait_for_selector("#sd-token-view .sd-tok")
-        # gradio has redrawn the page in Chinese (ui.LOCALE_JS, once the browser's language came back) before a
+        # gradio has redrawn the page in Chinese (page_js.LOCALE_JS, once the browser's language came back) before a
         # setting is changed: the redraw puts the sliders back to their first values, and a greedy run asked for
         # before it ran at the preset's T = 0.3 (in 2 of 4 runs here, 2026-11-26)
         page.wait_for_function("document.body.dataset.sdLocaleDone === 'zh-CN'")
         set_slider(page, "sd-temperature", 0)  # greedy: the target's own reply, "你好！" and then emoji
         set_slider(page, "sd-max-new", 12)
         set_prompt(page, "请用中文回答：你好吗？")
-        page.click("#sd-generate")
-        page.wait_for_function("[...document.querySelectorAll('#sd-token-view .sd-tok:not(.sd-rejected)')]"
-                               ".map(e => e.innerText).join('').includes('你好') && "
-                               "document.querySelector('#sd-stats').innerText.includes('完成')", timeout=180000)
-        reply = page.inner_text("#sd-token-view .sd-tokens")
+        generate_watching_the_buttons(page, "[...document.querySelectorAll('#sd-token-view .sd-reply .sd-tok')]"
+                                      ".map(e => e.innerText).join('').includes('你好') && "
+                                      "document.querySelector('#sd-stats').innerText.includes('完成')")
+        if preset.strategy == "tree":
+            page.wait_for_function(TREE_OPEN)
+        reply = page.inner_text("#sd-token-view .sd-reply")
         assert "你好！" in reply and "\ufffd" not in reply and "<0x" not in reply, reply
         pieces = page.locator("#sd-token-view .sd-piece")
         assert pieces.count() >= 2 and "一个字符的一部分" in pieces.first.get_attribute("title")

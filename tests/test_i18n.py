@@ -5,6 +5,7 @@ out in the language asked for, escaped. The page itself is tested in tests/test_
 from __future__ import annotations
 
 import ast
+import html
 import re
 import string
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from specdemo import SamplingConfig, SpecConfig, i18n, speculative_generate
-from specdemo.app import handlers, plots, render, views
+from specdemo.app import handlers, plots, render, style, views
 from specdemo.i18n import EN, ZH, Msg, tr
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,12 +157,13 @@ def test_a_kept_piece_of_a_character_shows_a_dot_and_says_so_in_both_languages(r
         html = render.tokens_html(run.prompt, [rnd], lang=lang)
         piece = re.search(r'<span class="sd-tok sd-bonus sd-piece" title="([^"]*)"[^>]*></span>', html)
         assert piece and tip in piece.group(1), html
-        assert html.count("sd-piece") == 1  # only the piece: every other kept token has text
+        assert html.count("sd-piece") == 2  # only the piece (in the reply and in the full story): every other kept
+        # token has text
         assert said in render.reason(rnd, rnd.k + 1, lang)
         assert "''" not in render.reason(rnd, rnd.k + 1, lang)
         film = render.filmstrip_html([rnd], lang=lang)
         assert ">你</span>" in film and "0xA0" not in film and film.count("sd-piece") == 1, film
-    assert ".sd-piece::after" in render.CSS
+    assert ".sd-piece::after" in style.CSS
 
 
 def test_step_captions_in_both_languages(run):
@@ -303,8 +305,43 @@ def test_load_failures_are_translated_and_stay_english_in_str():
 
 
 def test_gradios_toast_titles_are_replaced_on_the_chinese_page():
-    """gradio 6 draws "Warning"/"Error" above a toast in English whatever the locale; render.CSS draws the
-    catalogue's word instead on a page whose language is not English (body[data-sd-lang], set by ui.LOCALE_JS)."""
-    for level, key in render.TOAST_KEY.items():
-        assert f'body[data-sd-lang="zh-CN"] .toast-title.{level}::before {{ content: "{ZH[key]}";' in render.CSS
-    assert 'data-sd-lang="en"' not in render.CSS
+    """gradio 6 draws "Warning"/"Error" above a toast in English whatever the locale; style.CSS draws the
+    catalogue's word instead on a page whose language is not English (body[data-sd-lang], set by page_js.LOCALE_JS)."""
+    for level, key in style.TOAST_KEY.items():
+        assert f'body[data-sd-lang="zh-CN"] .toast-title.{level}::before {{ content: "{ZH[key]}";' in style.CSS
+    assert 'data-sd-lang="en"' not in style.CSS
+
+
+PLAIN = {  # issue 38: each term on the first screen, and the plain words beside it, in both languages
+    "en": {"alpha (accepted / judged)": "share of the drafter's guesses", "target calls used / saved": "how many runs",
+           "r = ": "a random number in [0, 1)", "pruned below": "guesses that the head finds less likely",
+           "head p = ": "how likely the EAGLE head found it", "lenience (lossy": "faster, but no longer exactly"},
+    "zh-CN": {"接受率 α（接受 / 检验）": "被保留的比例", "目标模型调用：实际 / 节省": "省下了几次",
+              "r = ": "中的随机数", "剪去累计概率低于": "可能性低于该值的猜测", "草稿头概率": "草稿头认为它有多可能",
+              "宽松系数（有损": "更快，但不再严格"},
+}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh-CN"])
+def test_the_first_screen_says_its_terms_in_plain_words_too(lang, run):
+    """The stats cards, the recorded note, the token tooltips, the tree's tooltips and the lenience box keep their
+    exact terms (for experts) and give each in plain words, in a tooltip or beside it (issue 38, item 10). The
+    subtitle says nothing about K, which a tree or prompt lookup does not have (item 9); the key hint says that the
+    keys work on any run on the page, the recorded one too (item 11)."""
+    from specdemo.app import recorded, tree_view
+
+    spec, base = recorded.load("smollm2-135m")
+    stats = html.unescape(render.stats_html(spec, base, lang=lang))
+    tips = dict(re.findall(r'title="([^"]+)"><b>[^<]*</b><span>([^<]+)</span>', stats))
+    assert len(tips) == 6 and all(tip not in label for tip, label in tips.items())
+    tree = next(r for r in spec.rounds if r.tree)
+    tokens = html.unescape(render.tokens_html(run.prompt, run.rounds, lang=lang))
+    shown = {"stats": stats, "tokens": tokens, "tree": html.unescape(tree_view.tree_html(tree, lang)),
+             "lenience": tr("ui.lenience_box", lang)}
+    for term, plain in PLAIN[lang].items():
+        holder = next(text for text in shown.values() if term in text)  # the exact term is kept...
+        assert plain in holder, (term, plain)  # ...and said plainly where it is
+    recorded_tip = re.search(r'class="sd-recorded" title="([^"]+)"', stats).group(1)
+    assert {"en": "top-k", "zh-CN": "top-k"}[lang] in recorded_tip and "T" in recorded_tip
+    assert "K" not in tr("app.intro", lang).split("\n", 1)[1]
+    assert "生成之后" not in ZH["keys.hint"] and "录制" in ZH["keys.hint"]

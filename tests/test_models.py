@@ -155,8 +155,8 @@ def test_a_pair_that_a_run_still_holds_counts_against_the_memory_budget(monkeypa
     import gc
 
     from specdemo import SamplingConfig, SpecConfig
-    from specdemo.models import loading as models
     from specdemo.engine.speculative import speculative_rounds
+    from specdemo.models import loading as models
 
     monkeypatch.setenv("SPECDEMO_MAX_PAIRS", "1")
     held = load_pair(PAIR_A, device=ALONE)

@@ -17,7 +17,7 @@ from conftest import CHROMIUM
 from test_browser import open_settings, set_slider
 
 from specdemo import SamplingConfig, SpecConfig, speculative_generate
-from specdemo.app import render, tree_view, views
+from specdemo.app import render, style, tree_view, views
 from specdemo.app.validation import UserError, validate
 from specdemo.engine.events import Round, Trace
 from specdemo.limits import Limits
@@ -107,7 +107,8 @@ def test_the_drawing_marks_the_path_the_refused_children_and_the_unused_branches
         assert sorted(by_id) == [nd.id for nd in rnd.tree]
         for nd in rnd.tree:  # hovering a node shows the head's probability and the target's p
             tip = by_id[nd.id].find(f"{SVG}title").text
-            assert f"head p = {nd.head_p:.3g}, target p = {nd.p:.3g}" in tip and f"depth {nd.depth}" in tip
+            assert f"head p = {nd.head_p:.3g} (" in tip and f"target p = {nd.p:.3g} (" in tip
+            assert f"depth {nd.depth}" in tip
             # a sampled child (T > 0) also says what it was drawn from and its chance to be kept when tested
             assert nd.q is not None and f"(q = {nd.q:.3g} once" in tip and f"min(1, r/q) = {nd.accept_prob:.3g}" in tip
         # the shade follows the head's probability
@@ -148,7 +149,8 @@ def test_a_tree_rounds_bar_stacks_its_kept_path_on_its_depth_not_its_node_count(
     for r in tree_trace.rounds:
         deepest = max((nd.depth for nd in r.tree), default=0) if r.tree else r.k
         assert (kept[r.index], kept[r.index] + rest[r.index]) == (r.n_accepted, deepest)
-    assert "of depth" in fig.layout.yaxis.title.text and "树深" in plots.acceptance_per_round(tree_trace, "zh-CN").layout.yaxis.title.text
+    assert "of tree depth" in fig.layout.yaxis.title.text
+    assert "树深" in plots.acceptance_per_round(tree_trace, "zh-CN").layout.yaxis.title.text
     hist = plots.accepted_length_histogram(tree_trace, lang="en")
     assert list(hist.data[0].x) == list(range(1, max(plots.most_kept(r) for r in tree_trace.rounds) + 2))
 
@@ -326,7 +328,7 @@ def test_the_drawing_keeps_hostile_text_inert_in_chromium(tree_trace, tmp_path):
     from playwright.sync_api import sync_playwright
 
     page_file = tmp_path / "tree.html"
-    page_file.write_text(f"<!doctype html><meta charset=utf-8><style>{render.CSS + tree_view.TREE_CSS}</style>"
+    page_file.write_text(f"<!doctype html><meta charset=utf-8><style>{style.CSS + tree_view.TREE_CSS}</style>"
                          f"{tree_view.tree_html(hostile_round(tree_trace), 'en', root=HOSTILE)}")
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
@@ -442,3 +444,16 @@ def test_the_inspector_reaches_the_end_of_a_deep_tree_round(pair, app_url):
                if c.get("type") == "slider" and ("ui.position" in label(c) or "Position in the round" in label(c))]
     assert len(sliders) == 1, sliders
     assert sliders[0]["maximum"] >= max(TREE_DEPTH_RANGE[1] + 1, deepest, Limits().max_k + 1), sliders[0]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh-CN"])
+def test_the_acceptance_chart_names_the_depth_for_a_tree_and_k_for_a_chain(tree_trace, pair, lang):
+    """One short axis title, the one the run has (a title that named both was cut off in presenter mode)."""
+    from specdemo.app import plots
+    from specdemo.i18n import tr
+
+    chain = speculative_generate(pair, "ROMEO:\n", SamplingConfig(0.8), SpecConfig(k=3, max_new_tokens=8))
+    tree_axis = plots.acceptance_per_round(tree_trace, lang).layout.yaxis.title.text
+    chain_axis = plots.acceptance_per_round(chain, lang).layout.yaxis.title.text
+    assert tree_axis == tr("chart.accepted_of_depth", lang) and chain_axis == tr("chart.accepted_of_k", lang)
+    assert max(len(tree_axis), len(chain_axis)) <= 20

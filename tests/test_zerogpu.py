@@ -14,8 +14,8 @@ import pytest
 
 spaces = pytest.importorskip("spaces")  # in requirements.txt; a missing package skips instead of erroring
 
-from specdemo.models import loading as models  # noqa: E402
 from specdemo.app import handlers, zerogpu
+from specdemo.models import loading as models  # noqa: E402
 
 ARGS = ("shakespeare", "", "", "ROMEO:\n", 4, 0.8, 0, 1.0, 10, 3, True, 1.0)
 

@@ -11,9 +11,7 @@ what is on screen at every yield, so that Stop or an error never leaves the insp
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
-import weakref
 
 import gradio as gr
 import torch
@@ -27,6 +25,7 @@ from specdemo.limits import Limits
 from specdemo.models import ModelLoadError
 
 from . import plots, render, runs, views
+from .session_locks import session_lock
 from .validation import CUSTOM, UserError, as_number, error_text, get_pair, has_head, pair_key, validate
 from .zerogpu import gpu
 
@@ -110,10 +109,12 @@ def on_screen(spec, base, first: bool, lang=None, presenter=False) -> dict:
 @user_errors
 def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
                 run_baseline, lenience, chat=None, strategy="fixed", lang=None, presenter=False, ngram=3, tree_topk=0,
-                tree_depth=0, tree_budget=0):
+                tree_depth=0, tree_budget=0, progress=gr.Progress()):
     """The Generate button: streams RUN_OUTPUTS. The text, stats and state change every round; the charts every
-    CHART_EVERY_S. The trace is downloaded in the browser from the trace JSON (ui.DOWNLOAD_JS, after `trace_of`):
-    a server file would put its path (gradio's cache folder) into the page and the API's answer."""
+    CHART_EVERY_S. While the baseline runs, its cards wait and a progress bar counts its tokens (a speed-up from
+    part of it would move); the finished run opens the inspector on its first tree round (views.finished). The
+    trace is downloaded in the browser from the trace JSON (page_js.DOWNLOAD_JS, after `trace_of`): a server file would
+    put its path (gradio's cache folder) into the page and the API's answer."""
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
                    run_baseline, lenience, limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget)
@@ -134,14 +135,35 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
             elif first:  # nothing shows the previous run's charts, even if this run stops before the next redraw
                 out |= views.empty_charts(lang, presenter)
         else:
-            out = {"stats": render.stats_html(spec, base, tr("status.baseline", lang, n=len(base.steps)), lang)}
+            progress((len(base.steps), req.spec.max_new_tokens), desc=tr("status.baseline_bar", lang), unit="tokens")
+            out = {"stats": render.stats_html(spec, None, tr("status.baseline", lang, n=len(base.steps)), lang,
+                                              pending=True)}
             if redraw:
                 out["race"] = plots.present(plots.race(spec, base, lang), presenter)
         yield out | on_screen(spec, base, first, lang, presenter)
     if spec.stop_reason == runs.TIME_LIMIT:
         gr.Warning(tr("warn.time_limit", lang, s=limits.time_limit_s))
-    yield (views.run_view(spec, base, lang=lang) | views.charts(spec, base, lang, presenter)
-           | on_screen(spec, base, True, lang, presenter) | {"trace_json": views.trace_payload(spec, base)})
+    state = on_screen(spec, base, False)["state"]
+    yield (views.finished(spec, base, state, lang, presenter)
+           | {"state": state, "trace_json": views.trace_payload(spec, base)})
+
+
+BUTTON_OUTPUTS = (*views.RUN_BUTTONS, "stop_btn")
+
+
+def run_started() -> dict:
+    return views.run_buttons(True)
+
+
+def run_ended() -> dict:
+    return views.run_buttons(False)
+
+
+def refuse_busy(busy: bool, lang=None) -> None:
+    """A Generate asked for from the prompt (Shift+Enter) while a run is going: page_js.SUBMIT_JS found the button
+    disabled, and this says so in one sentence (the running run goes on)."""
+    if busy:
+        gr.Warning(tr("warn.busy", lang))
 
 
 def trace_of(state) -> dict:
@@ -209,30 +231,6 @@ def film_click(state, lang, evt: gr.EventData) -> dict:
     return {"round_sl": idx + 1, "film": render.filmstrip_html(rounds, selected=idx, lang=lang)}
 
 
-class _SessionLock:
-    """A lock that can be weakly referenced (a bare threading.Lock cannot)."""
-
-    __slots__ = ("lock", "__weakref__")
-
-    def __init__(self):
-        self.lock = threading.Lock()
-
-
-_SESSION_LOCKS: weakref.WeakValueDictionary[str, _SessionLock] = weakref.WeakValueDictionary()
-_SESSION_LOCKS_GUARD = threading.Lock()
-
-
-def session_lock(request: gr.Request | None) -> _SessionLock:
-    """The lock of one browser session (gradio's session hash); it lives while a handler holds it, so the table
-    never grows with the visitors a server has seen."""
-    key = getattr(request, "session_hash", None) or ""
-    with _SESSION_LOCKS_GUARD:
-        held = _SESSION_LOCKS.get(key)
-        if held is None:
-            held = _SESSION_LOCKS[key] = _SessionLock()
-    return held
-
-
 def step_round(state, direction: int, lang=None, request: gr.Request = None) -> dict:
     """Step-through for talks: show the text up to the current round and say what happened, in plain words.
     direction: 0 = back to before round 1, -1 = previous round, +1 = next round.
@@ -261,7 +259,7 @@ STEP_NAMES = {0: "step_first", -1: "step_prev", 1: "step_next"}  # the step butt
 
 
 def step_key(state, lang, evt: gr.EventData, request: gr.Request = None) -> dict:
-    """A step key on the page (ui.KEYS_JS sends {step: 1, -1 or 0}): step, and show the Step through tab."""
+    """A step key on the page (page_js.KEYS_JS sends {step: 1, -1 or 0}): step, and show the Step through tab."""
     data = getattr(evt, "_data", None) or {}
     if data.get("step") not in (0, 1, -1) or not views.rounds_of(state):
         return {}
@@ -399,14 +397,14 @@ def open_pair(pair_name, draft_id, target_id, lang=None, loaded=None, progress=g
 
 
 def initial_lang(browser_lang: str | None, request: gr.Request):
-    """The page's first language: the browser's (navigator.language, sent by ui.DETECT_JS), else its
+    """The page's first language: the browser's (navigator.language, sent by page_js.DETECT_JS), else its
     Accept-Language header, else English."""
     header = request.headers.get("accept-language") if request is not None else None
     return i18n.pick(browser_lang, header)
 
 
 def presenter_layout(on) -> gr.Column:
-    """Presenter mode: the page's outer column gets the class that render.CSS enlarges (the charts follow in redraw)."""
+    """Presenter mode: the page's outer column gets the class that style.CSS enlarges (the charts follow in redraw)."""
     return gr.Column(elem_classes=["sd-present"] if on else [])
 
 

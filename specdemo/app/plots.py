@@ -88,9 +88,14 @@ def most_kept(rnd: Round) -> int:
     return max((nd.depth for nd in rnd.tree), default=0) if rnd.tree else rnd.k
 
 
+ACCEPTED_OF_KEY = {False: "chart.accepted_of_k", True: "chart.accepted_of_depth"}
+
+
 def acceptance_per_round(spec: Trace | None, lang: str | None = None) -> go.Figure:
-    """Each round's kept drafts, stacked on the rest of what it could have kept (K, or a tree's depth)."""
-    fig = _fig(tr("chart.acc_round", lang), tr("chart.round", lang), tr("chart.accepted_of_k", lang))
+    """Each round's kept drafts, stacked on the rest of what it could have kept (K, or a tree's depth). The axis
+    names the one the run has: a long title that named both was cut off in presenter mode."""
+    tree = spec is not None and any(r.tree for r in spec.rounds)
+    fig = _fig(tr("chart.acc_round", lang), tr("chart.round", lang), tr(ACCEPTED_OF_KEY[tree], lang))
     if spec is not None and spec.rounds:
         rs = spec.rounds
         fig.add_bar(x=[r.index + 1 for r in rs], y=[r.n_accepted for r in rs], name=tr("chart.accepted", lang),

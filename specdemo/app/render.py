@@ -12,11 +12,12 @@ dotted outline on yellow.
 from __future__ import annotations
 
 import html
-import json
 
 from specdemo.engine.captions import round_caption, said, stop_text, tree_end
 from specdemo.engine.events import Round, Step, Trace
-from specdemo.i18n import CHOICES, DEFAULT, EN, template, tr
+from specdemo.i18n import EN, template, tr
+
+from .reply import markdown_html
 
 PALETTE = {  # Okabe-Ito colours (Okabe & Ito 2008, "Color Universal Design")
     "accepted": "#009E73",
@@ -38,95 +39,6 @@ LEGEND_KEY = {"accepted": "legend.accepted", "rejected": "legend.rejected", "res
               "bonus": "legend.bonus"}
 # the step-through keys (ui.py's KEYS_JS listens for the same names)
 KEYS = {"next": ("\u2192", "PageDown"), "prev": ("\u2190", "PageUp"), "first": ("Home",)}
-
-CSS = """
-.sd-tokens { white-space: pre-wrap; word-break: break-word; font-family: ui-monospace, SFMono-Regular, Menlo,
-  monospace; font-size: 15px; line-height: 1.9; padding: 10px 12px; border-radius: 8px; min-height: 6em;
-  background: var(--block-background-fill, #fff); border: 1px solid var(--border-color-primary, #ddd); }
-.sd-prompt { color: var(--body-text-color-subdued, #666); }
-.sd-tok { border-radius: 3px; padding: 1px 0; cursor: help; color: #111; }
-.sd-accepted { background: #009E7333; border-bottom: 2px solid #009E73; }
-.sd-rejected { background: #D55E0026; text-decoration: line-through; text-decoration-thickness: 2px;
-  text-decoration-color: #D55E00; color: #7a2e00; }
-.sd-resampled { background: #0072B233; text-decoration: underline; text-decoration-thickness: 2px;
-  text-decoration-color: #0072B2; }
-.sd-bonus { background: #E69F0040; font-weight: 700; outline: 1px dotted #9a6a00; }
-.sd-piece::after { content: "\\00b7"; opacity: 0.6; }  /* a piece of a character: render.PIECE */
-.sd-legend { display: flex; flex-wrap: wrap; gap: 10px; font-size: 13px; margin: 6px 0; }
-.sd-legend .sd-tok { padding: 1px 6px; }
-.sd-leg { white-space: nowrap; }
-/* the reply as text (ui.VIEW_JS): the rejected drafts, and their legend entry, show only in the full story */
-body:not(.sd-story) .sd-tokens .sd-rejected, body:not(.sd-story) .sd-legend .sd-leg-rejected { display: none; }
-body:not(.sd-story) .sd-tokens .sd-eos { display: none; }  /* the end-of-text token is no part of the reply */
-/* the first screen (1280x720): a compact header, and a token view that ends above the fold */
-#sd-intro h1 { font-size: 1.6em; margin: 0 0 2px; }
-#sd-lang, #sd-view { display: flex; flex-direction: row; align-items: center; gap: 10px; padding-top: 4px;
-  padding-bottom: 4px; }
-#sd-lang > [data-testid="block-info"], #sd-view > [data-testid="block-info"] { margin: 0; }
-#sd-token-view .html-container { max-height: max(220px, min(420px, calc(100vh - 380px))) !important; }
-body:has(#sd-notice) #sd-token-view .html-container {  /* the sentence on a missing default pair takes room */
-  max-height: max(200px, min(420px, calc(100vh - 440px))) !important; }
-#sd-intro p { margin: 0; }
-#sd-notice { border-left: 4px solid #E69F00; padding-left: 8px; }
-.sd-cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(118px, 1fr)); gap: 8px; }
-.sd-card { border: 1px solid var(--border-color-primary, #ddd); border-radius: 8px; padding: 4px 10px; }
-.sd-card b { display: block; font-size: 19px; }
-.sd-card span { font-size: 12px; color: var(--body-text-color-subdued, #666); }
-.sd-film { font-family: ui-monospace, monospace; font-size: 13px; max-height: 420px; overflow-y: auto; }
-.sd-row { display: grid; grid-template-columns: 4.5em 1fr 14em; gap: 8px; align-items: center;
-  padding: 3px 6px; border-bottom: 1px solid #8882; cursor: pointer; white-space: pre; overflow: hidden; }
-.sd-row:hover, .sd-row.sd-selected { background: #0072B21a; }
-.sd-row .sd-unchecked { color: #999; font-style: italic; }
-.sd-cell { border: 1px solid #8886; border-radius: 3px; margin-right: 2px; padding: 0 3px; }
-.sd-caption { font-size: 15px; padding: 4px 0; }
-.sd-lossy { color: #D55E00; font-weight: 700; }
-.sd-recorded { font-size: 13px; border-left: 4px solid #0072B2; background: #0072B214; padding: 4px 8px;
-  margin-bottom: 6px; border-radius: 4px; }
-.sd-keys { font-size: 13px; color: var(--body-text-color-subdued, #666); margin: 2px 0 6px; }
-.sd-keys kbd { font-family: ui-monospace, monospace; font-size: 12px; border: 1px solid #8888; border-bottom-width: 2px;
-  border-radius: 4px; padding: 0 5px; background: var(--block-background-fill, #fff); }
-/* presenter mode: .sd-present on the page's outer column (the toggle in ui.py); sized for a 1280x720 projector */
-.sd-present .sd-tokens { font-size: 26px; line-height: 1.8; }
-.sd-present .sd-legend { font-size: 18px; }
-.sd-present .sd-card b { font-size: 30px; }
-.sd-present .sd-card span { font-size: 16px; }
-.sd-present .sd-film { font-size: 18px; }
-.sd-present .sd-row { grid-template-columns: 4.5em 1fr 12em; }
-.sd-present .sd-caption, .sd-present #sd-step-caption, .sd-present #sd-step-caption p { font-size: 24px;
-  line-height: 1.5; }
-.sd-present .sd-keys { font-size: 16px; }
-.sd-present #sd-intro { display: none; }
-.sd-present #sd-main { flex-direction: column; }
-.sd-present #sd-controls { min-width: 0 !important; width: 100%; max-width: none; flex-direction: row !important;
-  flex-wrap: wrap; align-items: center; }
-.sd-present #sd-run-row { flex: 0 0 340px; }
-.sd-present #sd-switches { flex-direction: row !important; flex-wrap: nowrap; align-items: center; flex-grow: 1; }
-.sd-present #sd-switches > * { flex: 0 0 auto; width: auto; }
-.sd-present #sd-header > :not(#sd-switches):not(:has(#sd-notice:not(.hidden))) { display: none; }
-.sd-present #sd-controls > :has(#sd-view) { flex: 0 1 auto !important; width: auto !important; min-width: 0; }
-.sd-present #sd-results { width: 100%; max-width: none; }
-.sd-present #sd-controls > :not(#sd-run-row):not(:has(#sd-view)) { display: none; }
-"""
-
-# gradio's toasts name their level in English ("Warning", "Error"): gradio 6 draws neither a translation nor the
-# title that gr.Warning and gr.Error take. On a page in another language (ui.LOCALE_JS sets body[data-sd-lang]) the
-# catalogue's word is drawn in its place.
-TOAST_KEY = {"warning": "toast.warning", "error": "toast.error"}
-
-
-def toast_css() -> str:
-    rules = []
-    for _, code in CHOICES:
-        if code == DEFAULT:
-            continue
-        for level, key in TOAST_KEY.items():
-            sel = f'body[data-sd-lang="{code}"] .toast-title.{level}'
-            word = json.dumps(tr(key, code), ensure_ascii=False)
-            rules.append(f"{sel} {{ font-size: 0; }}\n{sel}::before {{ content: {word}; font-size: var(--text-lg); }}")
-    return "\n".join(rules) + "\n"
-
-
-CSS += toast_css()
 
 
 def esc(text: str) -> str:
@@ -163,7 +75,10 @@ def token_title(label: str, p, q, r, accept_prob, lang: str | None = None, own: 
                                               cue=tr(CUE_KEY[label], lang))
     lines = [head, tr("tip.p", lang, p=fmt(p, lang))]
     if q is not None:
-        lines += [tr("tip.q", lang, q=fmt(q, lang)), f"r = {fmt(r, lang)}", f"min(1, p/q) = {fmt(accept_prob, lang)}"]
+        lines.append(tr("tip.q", lang, q=fmt(q, lang)))
+        if r is not None:  # a tree's walk draws no r: it draws from p, and keeps a child the tree has
+            lines.append(tr("tip.r", lang, r=fmt(r, lang)))
+        lines.append(tr("tip.keep", lang, a=fmt(accept_prob, lang)))
     return "\n".join(lines)
 
 
@@ -202,19 +117,38 @@ def keys_hint(lang: str | None = None) -> str:
 
 def tokens_html(prompt: str, rounds: list[Round] | None = None, steps: list[Step] | None = None,
                 upto: int | None = None, lang: str | None = None) -> str:
-    """The streamed text: the prompt, then one span per token event. `upto` limits to the first rounds."""
-    parts = [f'<span class="sd-prompt" title="{esc(tr("tip.prompt", lang))}">{esc(prompt)}</span>']
+    """The streamed text, twice: the reply (its kept tokens read as Markdown, reply.py) and the full story (the
+    prompt, then one span per token event, the rejected drafts too); the page shows one (page_js.VIEW_JS). `upto` limits
+    to the first rounds."""
+    prompt_tip = esc(tr("tip.prompt", lang))
+    story = [f'<span class="sd-prompt" title="{prompt_tip}">{esc(prompt)}</span>']
+    chips: dict[int, tuple[str, str, str]] = {}  # a kept token's (label, title, attributes), by its place
+    kept: list[tuple[str, int]] = [(prompt, -1)]
     for rnd in (rounds or [])[:upto]:
         eos = rnd.output[-1] if rnd.stop_reason == "eos" and rnd.output else None  # the end-of-text token
         for t in rnd.tokens:
             where = tr("tip.where", lang, round=rnd.index + 1, position=t.position) + "\n"
             title = where + token_title(t.label, t.p, t.q, t.r, t.accept_prob, lang, own=rnd.k == 0)
             title += "" if t.text else "\n" + tr("tip.piece", lang)
-            parts.append(span(t.text, t.label, title, f' data-round="{rnd.index}"', " sd-eos" if t is eos else ""))
+            attrs = f' data-round="{rnd.index}"'
+            story.append(span(t.text, t.label, title, attrs, " sd-eos" if t is eos else ""))
+            if t.label != "rejected" and t is not eos:
+                chips[len(chips)] = (t.label, title, attrs)
+                kept.append((t.text, len(chips) - 1))
     for s in steps or []:
-        parts.append(span(s.token.text, "accepted",
+        story.append(span(s.token.text, "accepted",
                           tr("tip.baseline", lang, n=s.index + 1) + "\n" + tr("tip.p", lang, p=fmt(s.token.p, lang))))
-    return f'<div class="sd-tokens">{"".join(parts)}</div>'
+
+    def chip(key: int, text: str, styles: tuple[str, ...]) -> str:
+        if key == -1:
+            cls = "".join(" " + c for c in styles)
+            return f'<span class="sd-prompt{cls}" title="{prompt_tip}">{esc(text)}</span>'
+        label, title, attrs = chips[key]
+        return span(text, label, title, attrs, "".join(" " + c for c in styles))
+
+    entries = [(c, key) for text, key in kept for c in (text if text or key < 0 else [""])]
+    return (f'<div class="sd-text"><div class="sd-reply">{markdown_html(entries, chip)}</div>'
+            f'<div class="sd-tokens">{"".join(story)}</div></div>')
 
 
 def filmstrip_html(rounds: list[Round], selected: int | None = None, lang: str | None = None) -> str:
@@ -250,42 +184,60 @@ def filmstrip_html(rounds: list[Round], selected: int | None = None, lang: str |
         elif rnd.source in SOURCE_FILM_KEY:  # who proposed, where it is not the draft model
             verdict = tr(SOURCE_FILM_KEY[rnd.source], lang) + " \u00b7 " + verdict
         verdict += f" \u00b7 {rnd.draft_ms + rnd.verify_ms + rnd.overhead_ms:.0f} ms"
-        cls = "sd-row sd-selected" if selected == rnd.index else "sd-row"
+        cls = "sd-row" + (" sd-row-tree" if rnd.tree else "") + (" sd-selected" if selected == rnd.index else "")
         rows.append(f'<div class="{cls}" data-round="{rnd.index}" role="button" tabindex="0">'
                     f"<b>{trh('film.round', lang, n=rnd.index + 1)}</b><span>{''.join(cells)}</span>"
                     f"<span>{esc(verdict)}</span></div>")
     return f'<div class="sd-film">{"".join(rows)}</div>'
 
 
-def card(value: str, label: str) -> str:
-    return f'<div class="sd-card"><b>{esc(value)}</b><span>{esc(label)}</span></div>'
+# the stats cards: each one's label (the exact term), and its tooltip in plain words
+CARD_KEY = {"spec_tps": "stats.spec_tps", "calls": "stats.calls", "alpha": "stats.alpha", "per_call": "stats.per_call",
+            "base_tps": "stats.base_tps", "speedup": "stats.speedup", "not_measured": "stats.not_measured"}
+CARD_TIP_KEY = {"spec_tps": "tip.stat_spec_tps", "calls": "tip.stat_calls", "alpha": "tip.stat_alpha",
+                "per_call": "tip.stat_per_call", "base_tps": "tip.stat_base_tps", "speedup": "tip.stat_speedup",
+                "not_measured": "tip.stat_speedup"}
+RECORDED_TIP_KEY = {True: "tip.recorded_tree", False: "tip.recorded_chain"}  # the recorded note's terms, plainly
 
 
-def stats_html(spec: Trace | None, base: Trace | None = None, running: str = "", lang: str | None = None) -> str:
-    """The live numbers: tokens/s of both runs, the measured speedup, target calls, alpha, accepted length."""
+def card(value: str, name: str, lang: str | None = None, pending: bool = False) -> str:
+    """A stats card (CARD_KEY's `name`): its figure, its label, and a tooltip in plain words; a pending card (the
+    baseline still runs) shows no figure, and says what it waits for."""
+    tip = tr(CARD_TIP_KEY[name], lang) + ("\n" + tr("tip.pending", lang) if pending else "")
+    label = tr(CARD_KEY[name], lang) + (" \u00b7 " + tr("stats.pending", lang) if pending else "")
+    cls = "sd-card sd-pending" if pending else "sd-card"
+    return f'<div class="{cls}" title="{esc(tip)}"><b>{esc(value)}</b><span>{esc(label)}</span></div>'
+
+
+def stats_html(spec: Trace | None, base: Trace | None = None, running: str = "", lang: str | None = None,
+               pending: bool = False) -> str:
+    """The live numbers: tokens/s of both runs, the measured speedup, target calls, alpha, accepted length. pending:
+    the baseline is running, so its two cards wait (a speed-up from part of it would move as it runs)."""
     cards = []
     if spec is not None and spec.rounds:
         m = spec.metrics()
-        cards += [
-            card(f"{m['tokens_per_s']:.1f}", tr("stats.spec_tps", lang)),
-            card(f"{m['target_calls']} / {m['target_calls_saved']}", tr("stats.calls", lang)),
-            card(f"{m['alpha_empirical']:.2f}", tr("stats.alpha", lang)),
-            card(f"{m['mean_accepted_length']:.2f}", tr("stats.per_call", lang)),
-        ]
-    if base is not None and base.steps:
+        cards += [card(f"{m['tokens_per_s']:.1f}", "spec_tps", lang),
+                  card(f"{m['target_calls']} / {m['target_calls_saved']}", "calls", lang),
+                  card(f"{m['alpha_empirical']:.2f}", "alpha", lang),
+                  card(f"{m['mean_accepted_length']:.2f}", "per_call", lang)]
+    if pending:
+        cards += [card("\u2026", "base_tps", lang, pending=True), card("\u2026", "speedup", lang, True)]
+    elif base is not None and base.steps:
         bm = base.metrics()
-        cards.append(card(f"{bm['tokens_per_s']:.1f}", tr("stats.base_tps", lang)))
+        cards.append(card(f"{bm['tokens_per_s']:.1f}", "base_tps", lang))
         if spec is not None and spec.rounds and bm["tokens_per_s"] > 0:
-            cards.append(card(f"{spec.metrics()['tokens_per_s'] / bm['tokens_per_s']:.2f}\u00d7",
-                              tr("stats.speedup", lang)))
+            cards.append(card(f"{spec.metrics()['tokens_per_s'] / bm['tokens_per_s']:.2f}\u00d7", "speedup",
+                              lang))
     elif spec is not None and spec.settings.get("baseline") == "not measured":  # runs.run_stream: the time limit
-        cards.append(card("\u2014", tr("stats.not_measured", lang)))
+        cards.append(card("\u2014", "not_measured", lang))
     note = ""
     if spec is not None and spec.metrics()["lossy"]:
         note = f'<div class="sd-lossy">{esc(tr("stats.lossy", lang))}</div>'
     if spec is not None and spec.settings.get("recorded") is not None:  # recorded.py: the run the page opens on
         note += recorded_note(spec, lang)
     status = f"<div><small>{esc(running)}</small></div>" if running else ""
+    if pending:  # room for the baseline's progress bar, which gradio draws over the bottom of the stats (style.py)
+        status = f'<div class="sd-bar-room" title="{esc(running)}"></div>'
     return f'{note}<div class="sd-cards">{"".join(cards)}</div>{status}'
 
 
@@ -313,7 +265,8 @@ def recorded_note(spec: Trace, lang: str | None = None) -> str:
         size = f"K = {s.get('k', '?')}"  # a symbol in any language
     text = tr("stats.recorded", lang, pair=s.get("pair", "?"), strategy=name, size=size,
               t=f"{s.get('temperature', 0):g}", seed=s.get("seed", "?"), date=rec.get("date", "?"), machine=machine)
-    return f'<div class="sd-recorded">{esc(text)}</div>'
+    tip = tr(RECORDED_TIP_KEY[strategy == "tree"], lang)
+    return f'<div class="sd-recorded" title="{esc(tip)}">{esc(text)}</div>'
 
 
 def done_status(spec: Trace, lang: str | None = None) -> str:

@@ -1,11 +1,13 @@
 """The drawing of a tree round (strategy "tree"): every node the head proposed, the path the target's walk
 kept, the refused children and the branches it never visited, as an escaped SVG with a legend. Built from events
-only; the page's CSS for it is TREE_CSS, which ui.py adds beside render.CSS."""
+only; the page's CSS for it is TREE_CSS, which ui.py adds beside style.CSS."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from specdemo.engine.captions import round_caption, said, tree_end
-from specdemo.engine.events import Round
+from specdemo.engine.events import Round, Token
 from specdemo.i18n import tr
 
 from .render import PIECE, esc, fmt, kept_texts, visible
@@ -39,7 +41,7 @@ TREE_CSS = """
 .sd-edge-end { stroke: #0072B2; stroke-width: 3; }
 .sd-present .sd-tree-title, .sd-present .sd-tree-legend { font-size: 17px; }
 .sd-present .sd-tree svg { max-width: calc(var(--w) * 1.6); }
-.sd-present .sd-tree-scroll { max-height: none; }
+.sd-present .sd-tree-scroll { max-height: 60vh; }
 """
 
 TREE_COL, TREE_NODE_W, TREE_NODE_H, TREE_ROW, TREE_PAD = 124, 110, 26, 34, 6  # the drawing's grid, in SVG pixels
@@ -63,6 +65,21 @@ def tree_label(text: str) -> str:
     return shown if len(shown) <= TREE_CHARS else shown[: TREE_CHARS - 1] + "\u2026"
 
 
+@dataclass
+class TreeLayout:
+    """Where each node of a tree round is drawn. Node ids: the tree's own, -1 for the root (the last fixed token)
+    and "end" for the token that ended the round."""
+
+    rnd: Round
+    end_tok: Token | None  # the token that ended the round: the target's correction or its bonus at a leaf
+    kids: dict  # parent id -> its children's ids, in drawing order
+    kind: dict  # node id -> what the walk did with it (TREE_TIP_KEY's keys, or the end token's label)
+    xy: dict  # node id -> its top-left corner
+    path_text: dict  # a path node's id -> its text as the reply has it (kept_texts)
+    width: int = 0
+    height: int = 0
+
+
 def tree_html(rnd: Round, lang: str | None = None, root: str | None = None) -> str:
     """A tree round's draft tree as SVG (empty for other rounds). Depth runs left to right from the root, the last
     fixed token (`root`: its text, where the caller knows it). The target's path runs along the top row in the
@@ -72,18 +89,25 @@ def tree_html(rnd: Round, lang: str | None = None, root: str | None = None) -> s
     text is escaped."""
     if not rnd.tree:
         return ""
+    layout = tree_layout(rnd)
+    parts = tree_edges(layout) + [tree_node(layout, nid, lang, root) for nid in layout.xy]  # nodes over edges
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {layout.width} {layout.height}" '
+           f'width="{layout.width}" height="{layout.height}" style="--w: {layout.width}px" role="img" '
+           f'aria-label="{esc(round_caption(rnd, lang))}">{"".join(parts)}</svg>')
+    return (f'<div class="sd-tree" data-round="{rnd.index}"><div class="sd-tree-title">{esc(tr("tree.title", lang))}'
+            f"</div>{tree_legend(lang)}<div class=\"sd-tree-scroll\">{svg}</div></div>")
+
+
+def tree_layout(rnd: Round) -> TreeLayout:
+    """1. children in drawing order: the path first (so it runs straight along the top row), then by head p;
+    2. rows: each leaf gets its own, and a node sits on its first child's row; 3. what the walk did with each."""
     nodes, end_tok = rnd.tree, tree_end(rnd)
-    path = [nd.id for nd in nodes if nd.on_path]
-    path_text = dict(zip(path, kept_texts(rnd)))
-    end = path[-1] if path else -1
-    refused_at = end if end_tok is not None and end_tok.label == "resampled" else None
-    # 1. children in drawing order: the path first (so it runs straight along the top row), then by head p
-    kids: dict[int, list] = {}
+    end = next((nd.id for nd in reversed(nodes) if nd.on_path), -1)  # the path's last node
+    kids: dict = {}
     for nd in sorted(nodes, key=lambda nd: (not nd.on_path, -nd.head_p)):
         kids.setdefault(nd.parent, []).append(nd.id)
     if end_tok is not None:
         kids.setdefault(end, []).insert(0, "end")
-    # 2. rows: each leaf gets its own; a node sits on its first child's row
     rows: dict = {}
     leaves = iter(range(len(nodes) + 2))
 
@@ -96,59 +120,62 @@ def tree_html(rnd: Round, lang: str | None = None, root: str | None = None) -> s
     depth = {nd.id: nd.depth for nd in nodes} | {-1: 0}
     depth["end"] = depth[end] + 1
     xy = {nid: (TREE_PAD + depth[nid] * TREE_COL, TREE_PAD + rows[nid] * TREE_ROW) for nid in rows}
+    refused_at = end if end_tok is not None and end_tok.label == "resampled" else None
+    kind = {nid: "root" if nid == -1 else end_tok.label if nid == "end" else "path" if nodes[nid].on_path
+            else "refused" if nodes[nid].parent == refused_at else "unused" for nid in xy}
     width = max(x for x, _ in xy.values()) + TREE_NODE_W + 2 * TREE_PAD
     height = (max(rows.values()) + 1) * TREE_ROW - (TREE_ROW - TREE_NODE_H) + 2 * TREE_PAD
+    path_text = dict(zip([nd.id for nd in nodes if nd.on_path], kept_texts(rnd)))
+    return TreeLayout(rnd, end_tok, kids, kind, xy, path_text, width, height)
 
-    def status(nid) -> str:
-        if nid == -1:
-            return "root"
-        if nid == "end":
-            return end_tok.label
-        nd = nodes[nid]
-        return "path" if nd.on_path else "refused" if nd.parent == refused_at else "unused"
 
-    # 3. edges, then nodes (drawn over them)
+def tree_edges(layout: TreeLayout) -> list[str]:
+    """A curve from each parent's right side to each child's left side, styled by what the walk did with the
+    child (the end token's edge has a style of its own)."""
     parts = []
-    for parent, children in kids.items():
-        x1, y1 = xy[parent][0] + TREE_NODE_W, xy[parent][1] + TREE_NODE_H / 2
+    for parent, children in layout.kids.items():
+        x1, y1 = layout.xy[parent][0] + TREE_NODE_W, layout.xy[parent][1] + TREE_NODE_H / 2
         for kid in children:
-            x2, y2 = xy[kid][0], xy[kid][1] + TREE_NODE_H / 2
-            kind = {"path": "path", "refused": "refused", "unused": "unused"}.get(status(kid), "end")
+            x2, y2 = layout.xy[kid][0], layout.xy[kid][1] + TREE_NODE_H / 2
+            kind = {"path": "path", "refused": "refused", "unused": "unused"}.get(layout.kind[kid], "end")
             xm = (x1 + x2) / 2
             parts.append(f'<path class="sd-edge sd-edge-{kind}" d="M{x1:.0f},{y1:.0f} C{xm:.0f},{y1:.0f} '
                          f'{xm:.0f},{y2:.0f} {x2:.0f},{y2:.0f}"/>')
+    return parts
+
+
+def tree_node(layout: TreeLayout, nid, lang: str | None, root: str | None) -> str:
+    """One node: its box (shaded by the head's probability), its text (cut to TREE_CHARS) and its tooltip."""
+    kind, (x, y), end_tok = layout.kind[nid], layout.xy[nid], layout.end_tok
     y_end = said(end_tok.text, lang) if end_tok is not None else ""
-    for nid, (x, y) in xy.items():
-        kind = status(nid)
-        if nid == -1:
-            text = "\u2026" if root is None else root or PIECE
-            tip, shade = tr(TREE_TIP_KEY[kind], lang, x=text if root is None else said(root, lang)), None
-        elif nid == "end":
-            text = end_tok.text or PIECE
-            tip, shade = tr(TREE_TIP_KEY[kind], lang, y=y_end, p=fmt(end_tok.p, lang)), None
-        else:
-            nd = nodes[nid]
-            text = path_text.get(nid, nd.text) or PIECE  # a path node as the reply has it (kept_texts)
-            shade = 0.1 + 0.75 * min(max(nd.head_p, 0.0), 1.0) ** 0.5  # sqrt: small p stay apart
-            if nd.copied:  # grafted by prompt lookup (tree.graft): the head has no probability for it to show
-                tip = tr("tree.tip_copied", lang, x=said(nd.text, lang), p=f"{nd.p:.3g}", d=nd.depth)
-            else:
-                tip = tr("tree.tip_node", lang, x=said(nd.text, lang), hp=f"{nd.head_p:.3g}", p=f"{nd.p:.3g}",
-                         d=nd.depth)
-            if nd.q is not None:  # a sampled child: what it was drawn from and tested with (tree.walk_sampled)
-                tip += "\n" + tr("tree.tip_drawn", lang, q=f"{nd.q:.3g}", a=f"{nd.accept_prob:.3g}")
-            tip += "\n" + tr(TREE_TIP_KEY[kind], lang, y=y_end)
-        style = f' style="fill-opacity: {shade:.2f}"' if shade is not None else ""
-        parts.append(f'<g class="sd-tree-node sd-tree-{kind}" data-node="{"root" if nid == -1 else nid}" '
-                     f'transform="translate({x},{y})">'
-                     f"<title>{esc(tip)}</title>"
-                     f'<rect width="{TREE_NODE_W}" height="{TREE_NODE_H}" rx="5"{style}/>'
-                     f'<text x="7" y="{TREE_NODE_H - 8}">{esc(tree_label(text))}</text></g>')
-    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
-           f'height="{height}" style="--w: {width}px" role="img" aria-label="{esc(round_caption(rnd, lang))}">'
-           f'{"".join(parts)}</svg>')
-    return (f'<div class="sd-tree" data-round="{rnd.index}"><div class="sd-tree-title">{esc(tr("tree.title", lang))}'
-            f"</div>{tree_legend(lang)}<div class=\"sd-tree-scroll\">{svg}</div></div>")
+    if nid == -1:
+        text = "\u2026" if root is None else root or PIECE
+        tip, shade = tr(TREE_TIP_KEY[kind], lang, x=text if root is None else said(root, lang)), None
+    elif nid == "end":
+        text = end_tok.text or PIECE
+        tip, shade = tr(TREE_TIP_KEY[kind], lang, y=y_end, p=fmt(end_tok.p, lang)), None
+    else:
+        nd = layout.rnd.tree[nid]
+        text = layout.path_text.get(nid, nd.text) or PIECE  # a path node as the reply has it (kept_texts)
+        shade = 0.1 + 0.75 * min(max(nd.head_p, 0.0), 1.0) ** 0.5  # sqrt: small p stay apart
+        tip = node_tip(nd, lang) + "\n" + tr(TREE_TIP_KEY[kind], lang, y=y_end)
+    style = f' style="fill-opacity: {shade:.2f}"' if shade is not None else ""
+    return (f'<g class="sd-tree-node sd-tree-{kind}" data-node="{"root" if nid == -1 else nid}" '
+            f'transform="translate({x},{y})"><title>{esc(tip)}</title>'
+            f'<rect width="{TREE_NODE_W}" height="{TREE_NODE_H}" rx="5"{style}/>'
+            f'<text x="7" y="{TREE_NODE_H - 8}">{esc(tree_label(text))}</text></g>')
+
+
+def node_tip(nd, lang: str | None) -> str:
+    """A drafted node's tooltip: who proposed it, its head p and target p, its depth; a sampled child also says what
+    it was drawn from and tested with (tree.walk_sampled)."""
+    if nd.copied:  # grafted by prompt lookup (tree.graft): the head has no probability for it to show
+        tip = tr("tree.tip_copied", lang, x=said(nd.text, lang), p=f"{nd.p:.3g}", d=nd.depth)
+    else:
+        tip = tr("tree.tip_node", lang, x=said(nd.text, lang), hp=f"{nd.head_p:.3g}", p=f"{nd.p:.3g}", d=nd.depth)
+    if nd.q is not None:
+        tip += "\n" + tr("tree.tip_drawn", lang, q=f"{nd.q:.3g}", a=f"{nd.accept_prob:.3g}")
+    return tip
 
 
 def tree_legend(lang: str | None = None) -> str:

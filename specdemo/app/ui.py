@@ -1,20 +1,20 @@
 """The Gradio Blocks: layout and event wiring only.
 
 Owns where every component sits and which handler each event calls (handlers.py), with the queue's concurrency
-settings. It computes nothing: HTML comes from render.py, figures from plots.py, runs from runs.py. Handlers name
-the outputs they update; `named` maps those names to the components registered here under the same names.
+settings. It computes nothing: HTML comes from render.py, figures from plots.py, runs from runs.py, the page's CSS
+from style.py and its JavaScript from page_js.py. Handlers name the outputs they update; `named` maps those names to
+the components registered here under the same names.
 
-Adding a control: create it in `build_demo` as `c["name"]`; add its name to GENERATE_INPUTS (or to the inputs of
-the events that read it) and a parameter of the same meaning to the handler, after the existing ones, with a
-default; put its label (and info) under `ui.<name>` in both catalogues of i18n.py, and its field name under
-`field.<name>` if validation.py checks it.
+Adding a control: create it where it sits (`talk_controls`, `drafting`, `sampling`) as `c["name"]`; add its name to
+GENERATE_INPUTS (or to the inputs of the events that read it) and a parameter of the same meaning to the handler,
+after the existing ones, with a default; put its label (and info) under `ui.<name>` in both catalogues of i18n.py,
+and its field name under `field.<name>` if validation.py checks it.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import json
 from types import SimpleNamespace
 
 import gradio as gr
@@ -23,86 +23,8 @@ from specdemo import i18n
 from specdemo.config import DEFAULT_PRESET, NGRAM_RANGE, PRESETS, TREE_DEPTH_RANGE, TREE_TOPK_RANGE, env_int
 from specdemo.limits import Limits
 
-from . import handlers, plots, recorded, render, tree_view, views
-
-# Delegated click: any element with data-round inside the component selects that round (film strip rows, tokens).
-CLICK_JS = """
-const pick = (e) => {
-  const el = e.target.closest('[data-round]');
-  if (el) trigger('click', {round: Number(el.dataset.round)});
-};
-element.addEventListener('click', pick);
-element.addEventListener('keydown', (e) => { if (e.key === 'Enter' || e.key === ' ') pick(e); });
-"""
-
-# Step-through keys, on the whole page (render.KEYS shows the same names): next, previous, first round. Keys typed into
-# a field, a slider, a tab list or a dropdown keep their usual meaning, and so do all keys before a run is on screen.
-KEYS_JS = """
-window.sdStepTrigger = trigger;
-if (!window.sdKeysBound) {
-  window.sdKeysBound = true;
-  const steps = {ArrowRight: 1, PageDown: 1, ArrowLeft: -1, PageUp: -1, Home: 0};
-  const typing = 'input, textarea, select, [contenteditable], [role="slider"], [role="tab"], [role="listbox"], '
-    + '[role="option"], [role="combobox"]';
-  document.addEventListener('keydown', (e) => {
-    if (!Object.hasOwn(steps, e.key) || e.ctrlKey || e.metaKey || e.altKey || e.shiftKey) return;
-    if (e.target && e.target.closest && e.target.closest(typing)) return;
-    if (!document.querySelector('#sd-token-view .sd-tok')) return;
-    e.preventDefault();
-    window.sdStepTrigger('click', {step: steps[e.key]});
-    document.querySelector('#sd-tabs')?.scrollIntoView({block: 'start'});  // the step-through opens there
-  });
-}
-"""
-
-# On load: define the client-side locale switch, and send the browser's language to handlers.initial_lang (in place
-# of the hidden textbox's value).
-# gradio translates the i18n labels with svelte-i18n; its `changeLocale` lives in the frontend's core module, which
-# the page has already loaded (an ES module is one instance per URL, so importing it again returns the same store).
-DETECT_JS = """
-(_) => {
-  window.sdSetLocale = async (code) => {
-    const url = performance.getEntriesByType('resource').map((e) => e.name)
-      .find((n) => /\\/assets\\/core-[^/]*\\.js(\\?|$)/.test(n));
-    if (!url) return false;
-    const core = await import(url);
-    if (typeof core.changeLocale !== 'function') return false;
-    core.changeLocale(code);
-    return true;
-  };
-  return navigator.language || (navigator.languages || [])[0] || '';
-}
-"""
-
-# On a language change: switch gradio's own labels (no reload) and the page title; the server redraws the rest.
-LOCALE_JS = """
-async (lang) => {
-  document.title = TITLES[lang] || TITLES.en;
-  document.body.dataset.sdLang = lang;
-  if (window.sdSetLocale) await window.sdSetLocale(lang);
-  document.body.dataset.sdLocaleDone = lang;  // gradio has redrawn the page in it (tests wait for this)
-}
-""".replace("TITLES", json.dumps({code: i18n.MESSAGES[code]["app.title"] for _, code in i18n.CHOICES}))
-
-# The reply as text (kept tokens only) or the full story (the rejected drafts too): a class on the page that render.CSS
-# reads, so the switch is instant and holds for every token view, live or recorded, without a server call.
-VIEW_JS = "(view) => { document.body.classList.toggle('sd-story', view === 'story'); }"
-
-# The trace downloads from the JSON already on the page, built in the browser: a server-side file would put the
-# server's cache path into the page and into the API's answer (see handlers.generate_ui).
-DOWNLOAD_JS = """
-(trace) => {
-  if (!trace || !trace.speculative) return;
-  const url = URL.createObjectURL(new Blob([JSON.stringify(trace, null, 1)], {type: 'application/json'}));
-  const a = document.createElement('a');
-  a.href = url;
-  a.download = 'specdemo-trace.json';
-  document.body.appendChild(a);
-  a.click();
-  a.remove();
-  setTimeout(() => URL.revokeObjectURL(url), 1000);
-}
-"""
+from . import handlers, plots, recorded, render, style, tree_view, views
+from .page_js import CLICK_JS, DETECT_JS, DOWNLOAD_JS, KEYS_JS, LOCALE_JS, SUBMIT_JS, VIEW_JS
 
 GENERATE_INPUTS = ("pair", "draft", "target", "prompt", "k", "temperature", "top_k", "top_p", "max_new", "seed",
                    "baseline", "lenience", "chat", "strategy")  # then lang, presenter, ngram and TREE_INPUTS
@@ -137,14 +59,28 @@ def controls(u, limits: Limits, pair_name: str) -> None:
     uses: the prompt, Generate / Stop, the reply-or-story switch, the example prompts and the pair; below, folded,
     the settings a speaker rarely changes (who drafts, K, sampling, the token budget, the seed), whose values are
     the pair's page defaults."""
-    preset = PRESETS[pair_name]
-    first = views.preset_defaults(pair_name, limits)
     L = i18n.label
-    c = u.c = {}
+    u.c = {}
+    talk_controls(u, pair_name)
+    with gr.Accordion(L("ui.settings"), open=False, elem_id="sd-settings"):
+        u.c["chat"] = gr.Checkbox(PRESETS[pair_name].chat, label=L("ui.chat"), elem_id="sd-chat")
+        drafting(u, limits, pair_name)
+        sampling(u.c, limits, views.preset_defaults(pair_name, limits))
+    with gr.Accordion(L("ui.lenience_box"), open=False):
+        gr.Markdown(L("ui.lenience_note"))
+        u.c["lenience"] = gr.Slider(0.05, 1, value=1, step=0.05, label=L("ui.lenience"))
+    with gr.Accordion(L("app.how_box"), open=False, elem_id="sd-how"):
+        gr.Markdown(L("app.how"))
+
+
+def talk_controls(u, pair_name: str) -> None:
+    """The prompt, Generate and Stop (Stop idle until a run starts), the reply-or-story switch, the example
+    prompts, and the pair with its custom ids and its status."""
+    preset, L, c = PRESETS[pair_name], i18n.label, u.c
     c["prompt"] = gr.Textbox(label=L("ui.prompt"), lines=3, value=preset.examples[0], elem_id="sd-prompt")
     with gr.Row(elem_id="sd-run-row"):
         u.go_btn = gr.Button(L("ui.generate"), variant="primary", elem_id="sd-generate")
-        u.stop_btn = gr.Button(L("ui.stop"), variant="stop", elem_id="sd-stop")
+        u.stop_btn = gr.Button(L("ui.stop"), variant="stop", elem_id="sd-stop", interactive=False)
     # the token views show the reply as text (kept tokens, coloured by how they came) or the full story
     u.view = gr.Radio([(L("ui.view_kept"), "kept"), (L("ui.view_story"), "story")], value="kept",
                       label=L("ui.view"), elem_id="sd-view")
@@ -161,40 +97,45 @@ def controls(u, limits: Limits, pair_name: str) -> None:
                                  elem_id="sd-target-id")
         u.load_btn = gr.Button(L("ui.load_pair"), size="sm", elem_id="sd-load")
     u.pair_status = gr.Markdown(elem_id="sd-pair-status")
-    with gr.Accordion(L("ui.settings"), open=False, elem_id="sd-settings"):
-        c["chat"] = gr.Checkbox(preset.chat, label=L("ui.chat"), elem_id="sd-chat")
-        with gr.Group(elem_id="sd-drafting"):  # K and who drafts, side by side in one box
-            c["k"] = gr.Slider(1, limits.max_k, value=first["k"], step=1, label=L("ui.k"), elem_id="sd-k")
-            c["strategy"] = gr.Radio(
-                views.strategy_choices(pair_name), value=preset.strategy, label=L("ui.strategy"),
-                info=L("ui.strategy_info"), elem_id="sd-strategy")
-            c["ngram"] = gr.Slider(*NGRAM_RANGE, value=3, step=1, label=L("ui.ngram"),
-                                   info=L("ui.ngram_info"), visible=preset.strategy == "lookup",
-                                   elem_id="sd-ngram")
-            with gr.Column(visible=preset.strategy == "tree", elem_id="sd-tree-sizes") as u.tree_box:
-                # 0 takes the head's own size (drafters.run_tree_shape); the budget stops at the server's limit
-                c["tree_topk"] = gr.Slider(0, TREE_TOPK_RANGE[1], value=0, step=1, label=L("ui.tree_topk"),
-                                           elem_id="sd-tree-topk")
-                c["tree_depth"] = gr.Slider(0, TREE_DEPTH_RANGE[1], value=0, step=1, label=L("ui.tree_depth"),
-                                            elem_id="sd-tree-depth")
-                c["tree_budget"] = gr.Slider(0, limits.max_tree, value=0, step=1, label=L("ui.tree_budget"),
-                                             elem_id="sd-tree-budget")
-        c["temperature"] = gr.Slider(0, 2, value=first["temperature"], step=0.05, label=L("ui.temperature"),
-                                     elem_id="sd-temperature")
-        with gr.Row():
-            c["top_k"] = gr.Number(0, label=L("ui.top_k"), precision=0, minimum=0)
-            # a slider under 240 px squeezes its label beside its number box: below that the row wraps instead
-            c["top_p"] = gr.Slider(0.01, 1, value=1, step=0.01, label=L("ui.top_p"), min_width=240)
-        with gr.Row():
-            c["max_new"] = gr.Slider(1, limits.max_new_tokens, value=first["max_new"], step=1,
-                                     label=L("ui.max_new"), elem_id="sd-max-new")
-            c["seed"] = gr.Number(0, label=L("ui.seed"), precision=0, minimum=0, elem_id="sd-seed")
-        c["baseline"] = gr.Checkbox(True, label=L("ui.baseline"))
-    with gr.Accordion(L("ui.lenience_box"), open=False):
-        gr.Markdown(L("ui.lenience_note"))
-        c["lenience"] = gr.Slider(0.05, 1, value=1, step=0.05, label=L("ui.lenience"))
-    with gr.Accordion(L("app.how_box"), open=False, elem_id="sd-how"):
-        gr.Markdown(L("app.how"))
+
+
+def drafting(u, limits: Limits, pair_name: str) -> None:
+    """K and who drafts, side by side in one box: the strategy, the lookup n-gram size (for prompt lookup) and the
+    tree's sizes (for the EAGLE tree), each shown only with its strategy."""
+    preset, L, c = PRESETS[pair_name], i18n.label, u.c
+    with gr.Group(elem_id="sd-drafting"):
+        c["k"] = gr.Slider(1, limits.max_k, value=views.preset_defaults(pair_name, limits)["k"], step=1,
+                           label=L("ui.k"), elem_id="sd-k")
+        c["strategy"] = gr.Radio(
+            views.strategy_choices(pair_name), value=preset.strategy, label=L("ui.strategy"),
+            info=L("ui.strategy_info"), elem_id="sd-strategy")
+        c["ngram"] = gr.Slider(*NGRAM_RANGE, value=3, step=1, label=L("ui.ngram"), info=L("ui.ngram_info"),
+                               visible=preset.strategy == "lookup", elem_id="sd-ngram")
+        with gr.Column(visible=preset.strategy == "tree", elem_id="sd-tree-sizes") as u.tree_box:
+            # 0 takes the head's own size (drafters.run_tree_shape); the budget stops at the server's limit
+            c["tree_topk"] = gr.Slider(0, TREE_TOPK_RANGE[1], value=0, step=1, label=L("ui.tree_topk"),
+                                       elem_id="sd-tree-topk")
+            c["tree_depth"] = gr.Slider(0, TREE_DEPTH_RANGE[1], value=0, step=1, label=L("ui.tree_depth"),
+                                        elem_id="sd-tree-depth")
+            c["tree_budget"] = gr.Slider(0, limits.max_tree, value=0, step=1, label=L("ui.tree_budget"),
+                                         elem_id="sd-tree-budget")
+
+
+def sampling(c: dict, limits: Limits, first: dict) -> None:
+    """The temperature, top-k and top-p, the token budget, the seed and the baseline switch (`first`: the pair's
+    page defaults)."""
+    L = i18n.label
+    c["temperature"] = gr.Slider(0, 2, value=first["temperature"], step=0.05, label=L("ui.temperature"),
+                                 elem_id="sd-temperature")
+    with gr.Row():
+        c["top_k"] = gr.Number(0, label=L("ui.top_k"), precision=0, minimum=0)
+        # a slider under 240 px squeezes its label beside its number box: below that the row wraps instead
+        c["top_p"] = gr.Slider(0.01, 1, value=1, step=0.01, label=L("ui.top_p"), min_width=240)
+    with gr.Row():
+        c["max_new"] = gr.Slider(1, limits.max_new_tokens, value=first["max_new"], step=1, label=L("ui.max_new"),
+                                 elem_id="sd-max-new")
+        c["seed"] = gr.Number(0, label=L("ui.seed"), precision=0, minimum=0, elem_id="sd-seed")
+    c["baseline"] = gr.Checkbox(True, label=L("ui.baseline"))
 
 
 def results(u, limits: Limits, first: dict, n_rounds: int) -> None:
@@ -212,38 +153,13 @@ def results(u, limits: Limits, first: dict, n_rounds: int) -> None:
         u.acc_round = gr.Plot(first["acc_round"], elem_id="sd-acc-round", show_label=False)
     with gr.Tabs(elem_id="sd-tabs") as u.tabs:
         with gr.Tab(L("tab.film"), id="film") as u.tab_film:
-            u.film = gr.HTML(first["film"], elem_id="sd-film", js_on_load=CLICK_JS)
-            with gr.Row():
-                u.round_sl = gr.Slider(1, max(2, n_rounds), value=1, step=1, label=L("ui.round"),
-                                       interactive=n_rounds > 1)
-                # a chain keeps at most K + 1 tokens a round, a tree at most its depth + 1
-                u.pos_sl = gr.Slider(1, max(limits.max_k, TREE_DEPTH_RANGE[1]) + 1, value=first["pos_sl"], step=1,
-                                     label=L("ui.position"))
-            u.insp_plot = gr.Plot(first["insp_plot"], elem_id="sd-inspector", show_label=False)
-            u.insp_reason = gr.HTML(first["insp_reason"], elem_id="sd-reason")
+            film_tab(u, limits, first, n_rounds)
         with gr.Tab(L("tab.charts"), id="charts") as u.tab_charts:
             with gr.Row():
                 u.hist = gr.Plot(first["hist"], show_label=False)
                 u.by_pos = gr.Plot(first["by_pos"], show_label=False)
             u.theory = gr.Plot(first["theory"], show_label=False)
-        with gr.Tab(L("tab.sweep"), id="sweep") as u.tab_sweep:
-            with gr.Row():
-                u.k_from = gr.Slider(1, limits.max_k, value=1, step=1, label=L("ui.k_from"))
-                u.k_to = gr.Slider(1, limits.max_k, value=min(8, limits.max_k), step=1, label=L("ui.k_to"))
-            u.sweep_btn = gr.Button(L("ui.sweep_run"))
-            u.sweep_plot = gr.Plot(plots.k_sweep([], None, None), show_label=False)
-            u.sweep_md = gr.Markdown()
-        with gr.Tab(L("tab.race"), id="race") as u.tab_race:
-            gr.Markdown(L("race.intro"))
-            u.race_btn = gr.Button(L("race.run"), elem_id="sd-race-run")
-            u.race_plot = gr.Plot(plots.strategy_race({}), show_label=False, elem_id="sd-race-plot")
-            u.race_md = gr.Markdown(elem_id="sd-race-table")
-        with gr.Tab(L("tab.dist"), id="dist") as u.tab_dist:
-            u.n_samples = gr.Slider(100, limits.max_samples, value=min(2000, limits.max_samples), step=100,
-                                    label=L("ui.samples"))
-            u.dist_btn = gr.Button(L("ui.draw"))
-            u.dist_plot = gr.Plot(show_label=False)
-            u.dist_md = gr.Markdown()
+        experiment_tabs(u, limits)
         with gr.Tab(L("tab.step"), id=handlers.STEP_TAB) as u.tab_step:
             with gr.Row():
                 u.reset_btn = gr.Button(L("ui.step_first"), elem_id="sd-first-round")
@@ -257,6 +173,44 @@ def results(u, limits: Limits, first: dict, n_rounds: int) -> None:
             # carries a finished run's trace (also the last output of /generate_stream) to DOWNLOAD_JS, undrawn: as a
             # visible JSON tree (17,000 elements for 128 tokens) it froze the page for 11 s when the tab first opened
             u.trace_json = gr.JSON(visible=False)
+
+
+def film_tab(u, limits: Limits, first: dict, n_rounds: int) -> None:
+    """The film strip, the round and position sliders, and the round inspector (its chart, then its reason with
+    the round's tree below), opened on first["round_sl"]."""
+    L = i18n.label
+    u.film = gr.HTML(first["film"], elem_id="sd-film", js_on_load=CLICK_JS)
+    with gr.Row():
+        u.round_sl = gr.Slider(1, max(2, n_rounds), value=first["round_sl"], step=1, label=L("ui.round"),
+                               interactive=n_rounds > 1)
+        # a chain keeps at most K + 1 tokens a round, a tree at most its depth + 1
+        u.pos_sl = gr.Slider(1, max(limits.max_k, TREE_DEPTH_RANGE[1]) + 1, value=first["pos_sl"], step=1,
+                             label=L("ui.position"))
+    u.insp_plot = gr.Plot(first["insp_plot"], elem_id="sd-inspector", show_label=False)
+    u.insp_reason = gr.HTML(first["insp_reason"], elem_id="sd-reason")
+
+
+def experiment_tabs(u, limits: Limits) -> None:
+    """The K sweep, the strategy race and the distribution check: each its own button, chart and table."""
+    L = i18n.label
+    with gr.Tab(L("tab.sweep"), id="sweep") as u.tab_sweep:
+        with gr.Row():
+            u.k_from = gr.Slider(1, limits.max_k, value=1, step=1, label=L("ui.k_from"))
+            u.k_to = gr.Slider(1, limits.max_k, value=min(8, limits.max_k), step=1, label=L("ui.k_to"))
+        u.sweep_btn = gr.Button(L("ui.sweep_run"))
+        u.sweep_plot = gr.Plot(plots.k_sweep([], None, None), show_label=False)
+        u.sweep_md = gr.Markdown()
+    with gr.Tab(L("tab.race"), id="race") as u.tab_race:
+        gr.Markdown(L("race.intro"))
+        u.race_btn = gr.Button(L("race.run"), elem_id="sd-race-run")
+        u.race_plot = gr.Plot(plots.strategy_race({}), show_label=False, elem_id="sd-race-plot")
+        u.race_md = gr.Markdown(elem_id="sd-race-table")
+    with gr.Tab(L("tab.dist"), id="dist") as u.tab_dist:
+        u.n_samples = gr.Slider(100, limits.max_samples, value=min(2000, limits.max_samples), step=100,
+                                label=L("ui.samples"))
+        u.dist_btn = gr.Button(L("ui.draw"))
+        u.dist_plot = gr.Plot(show_label=False)
+        u.dist_md = gr.Markdown()
 
 
 def wire_events(demo: gr.Blocks, u) -> None:
@@ -278,34 +232,41 @@ def wire_events(demo: gr.Blocks, u) -> None:
 def wire_runs(u, wire, view: list) -> None:
     """The model runs (Generate, the K sweep, the distribution check, the race), Stop, and the trace download."""
     c = u.c
+    buttons = dict(queue=False, api_visibility="private", show_progress="hidden")
+
+    def model_run(trigger, fn, outputs, **kwargs):
+        """A model run that `trigger` (a click) starts: the buttons say that a run is going, the run, and then they
+        say that none is (after an error or a Stop as well: a .then follows either)."""
+        started = trigger(**wire(handlers.run_started, handlers.BUTTON_OUTPUTS), **buttons)
+        run = started.then(**wire(fn, outputs), concurrency_id="models", **kwargs)
+        run.then(**wire(handlers.run_ended, handlers.BUTTON_OUTPUTS), **buttons)
+        return run
+
     inputs = [c[name] for name in GENERATE_INPUTS] + view + [c["ngram"]] + [c[name] for name in TREE_INPUTS]
-    run_args = dict(**wire(handlers.generate_ui, handlers.RUN_OUTPUTS), inputs=inputs, concurrency_id="models",
-                    api_visibility="undocumented", show_progress="minimal")
-    gen_click = u.go_btn.click(api_name="generate_stream", **run_args)
-    gen_submit = c["prompt"].submit(api_name=False, **run_args)
-    for event in (gen_click, gen_submit):
-        event.success(**wire(handlers.select_round, handlers.INSPECT_OUTPUTS), inputs=[u.state, u.round_sl] + view,
-                      api_visibility="private")
+    # the progress shows on the stats only: the baseline's bar (handlers.generate_ui) where its cards wait
+    gen = model_run(u.go_btn.click, handlers.generate_ui, handlers.RUN_OUTPUTS, inputs=inputs,
+                    api_name="generate_stream", api_visibility="undocumented", show_progress="full",
+                    show_progress_on=[u.stats])
+    gen.success(**wire(handlers.select_round, handlers.INSPECT_OUTPUTS), inputs=[u.state, u.round_sl] + view,
+                api_visibility="private")
+    u.busy = gr.Checkbox(visible=False)  # carries SUBMIT_JS's finding (Generate disabled: a run is going)
+    c["prompt"].submit(handlers.refuse_busy, [u.busy, u.lang], None, js=SUBMIT_JS, api_visibility="private",
+                       concurrency_id="notices", concurrency_limit=None, show_progress="hidden")
     c["strategy"].change(lambda s: (gr.update(visible=s == "lookup"), gr.update(visible=s == "tree")), c["strategy"],
                          [c["ngram"], u.tree_box], api_visibility="private", queue=False, show_progress="hidden")
 
     common = [c["pair"], c["draft"], c["target"], c["prompt"]]
-    sweep_event = u.sweep_btn.click(
-        **wire(handlers.k_sweep_ui, handlers.SWEEP_OUTPUTS),
-        inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"], u.k_from, u.k_to,
-                         c["chat"]] + view, api_name="k_sweep", concurrency_id="models")
-    dist_event = u.dist_btn.click(
-        **wire(handlers.distribution_ui, handlers.DIST_OUTPUTS),
-        inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["lenience"], u.n_samples, c["seed"],
-                         c["chat"]] + view + [c["strategy"], c["k"], c["ngram"]] + [c[n] for n in TREE_INPUTS],
-        api_name="distribution_check",
-        concurrency_id="models")
-    race_event = u.race_btn.click(
-        **wire(handlers.strategy_race_ui, handlers.RACE_OUTPUTS),
-        inputs=common + [c["k"], c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"],
-                         c["chat"]] + view + [c["ngram"]] + [c[n] for n in TREE_INPUTS], api_name="strategy_race",
-        concurrency_id="models")
-    u.stop_btn.click(None, None, None, cancels=[gen_click, gen_submit, sweep_event, dist_event, race_event])
+    sweep = model_run(u.sweep_btn.click, handlers.k_sweep_ui, handlers.SWEEP_OUTPUTS, api_name="k_sweep",
+                      inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"], u.k_from,
+                                       u.k_to, c["chat"]] + view)
+    dist = model_run(u.dist_btn.click, handlers.distribution_ui, handlers.DIST_OUTPUTS, api_name="distribution_check",
+                     inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["lenience"], u.n_samples, c["seed"],
+                                      c["chat"]] + view + [c["strategy"], c["k"], c["ngram"]]
+                     + [c[n] for n in TREE_INPUTS])
+    race = model_run(u.race_btn.click, handlers.strategy_race_ui, handlers.RACE_OUTPUTS, api_name="strategy_race",
+                     inputs=common + [c["k"], c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"],
+                                      c["chat"]] + view + [c["ngram"]] + [c[n] for n in TREE_INPUTS])
+    u.stop_btn.click(**wire(handlers.run_ended, handlers.BUTTON_OUTPUTS), cancels=[gen, sweep, dist, race], **buttons)
     u.download_btn.click(**wire(handlers.trace_of, ("trace_json",)), inputs=[u.state], api_visibility="private",
                          queue=False).then(None, [u.trace_json], None, js=DOWNLOAD_JS, api_visibility="private")
 
@@ -377,7 +338,7 @@ def build_demo(pair_name: str = DEFAULT_PRESET, missing: tuple[str, Exception] |
         u.state = gr.State(state)
         u.sweep_state, u.dist_state, u.race_state, u.pair_state = (gr.State(None) for _ in range(4))
         u.notice_state = gr.State(notices)
-        with gr.Column(elem_id="sd-app") as u.app_col:  # presenter mode sets a class here (render.CSS)
+        with gr.Column(elem_id="sd-app") as u.app_col:  # presenter mode sets a class here (style.CSS)
             with gr.Row(equal_height=False, elem_id="sd-header"):
                 with gr.Column(scale=3):
                     gr.Markdown(L("app.intro"), elem_id="sd-intro")
@@ -405,4 +366,4 @@ def launch(demo: gr.Blocks, **kwargs):
     # system fonts only: the page makes no request outside the server (works offline, no third-party font host)
     theme = gr.themes.Soft(font=["ui-sans-serif", "system-ui", "sans-serif"],
                            font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "monospace"])
-    return demo.launch(css=render.CSS + tree_view.TREE_CSS, theme=theme, i18n=i18n.gradio_i18n(), **kwargs)
+    return demo.launch(css=style.CSS + tree_view.TREE_CSS, theme=theme, i18n=i18n.gradio_i18n(), **kwargs)

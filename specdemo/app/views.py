@@ -54,30 +54,59 @@ def empty_charts(lang: str | None = None, presenter: bool = False) -> dict:
     return dict(_empty_charts(lang, bool(presenter)))
 
 
-def run_view(spec: Trace | None, base: Trace | None, status: str | None = None, lang: str | None = None) -> dict:
-    """The token view, the stats and the film strip of a run (`status` while it runs; the summary once done)."""
+def run_view(spec: Trace | None, base: Trace | None, status: str | None = None, lang: str | None = None,
+             selected: int | None = None) -> dict:
+    """The token view, the stats and the film strip of a run (`status` while it runs; the summary once done), with
+    round `selected` (1-based) marked in the film strip."""
     if spec is None:
         return {"tokens": render.tokens_html("", [], lang=lang), "stats": render.stats_html(None, lang=lang),
                 "film": render.filmstrip_html([], lang=lang)}
     if status is None:  # a recorded run says what it is instead (render.recorded_note)
         status = "" if spec.settings.get("recorded") is not None else render.done_status(spec, lang)
     return {"tokens": render.tokens_html(shown_prompt(spec), spec.rounds, lang=lang),
-            "stats": render.stats_html(spec, base, status, lang), "film": render.filmstrip_html(spec.rounds, lang=lang)}
+            "stats": render.stats_html(spec, base, status, lang),
+            "film": render.filmstrip_html(spec.rounds, None if selected is None else selected - 1, lang)}
 
 
-def round_slider(state, reset: bool = True) -> dict:
-    """The round slider for the run in `state`: as many stops as rounds (a slider needs max > min), back on round 1
-    unless reset is False."""
+def round_slider(state, reset: bool = True, value: int = 1) -> dict:
+    """The round slider for the run in `state`: as many stops as rounds (a slider needs max > min), on round
+    `value` unless reset is False."""
     n = len(rounds_of(state))
-    return gr.update(maximum=max(2, n), interactive=n > 1, **({"value": 1} if reset else {}))
+    return gr.update(maximum=max(2, n), interactive=n > 1, **({"value": value} if reset else {}))
+
+
+def first_shown_round(state) -> int:
+    """The round a finished run opens on (1-based): its first tree round, so that the drawing is on the page
+    without a search (the prefill before it has no tree), else round 1."""
+    return next((r.index + 1 for r in rounds_of(state) if r.tree), 1)
+
+
+def finished(spec: Trace | None, base: Trace | None, state, lang=None, presenter=False) -> dict:
+    """A finished run everywhere: the text, stats and film strip, its charts, and the inspector on the round it
+    opens on (first_shown_round), marked in the film strip."""
+    n = first_shown_round(state)
+    return (run_view(spec, base, lang=lang, selected=n if rounds_of(state) else None)
+            | charts(spec, base, lang, presenter) | opened_round(state, n, lang, presenter)
+            | {"round_sl": round_slider(state, value=n)})
 
 
 def opening(state, lang=None, presenter=False) -> dict:
     """What the page shows before any click: the run in `state` (the recorded run, recorded.py) drawn like any
-    finished run, on round 1, or the empty views where there is none. ui.py takes these as the components' values."""
+    finished run, or the empty views where there is none. ui.py takes these as the components' values (round_sl:
+    the round slider's value)."""
     spec, base = (state["spec"], state["base"]) if state else (None, None)
-    return (run_view(spec, base, lang=lang) | charts(spec, base, lang, presenter)
-            | opened_round(state, 1, lang, presenter) | step_view(state, lang))
+    return (finished(spec, base, state, lang, presenter) | step_view(state, lang)
+            | {"round_sl": first_shown_round(state)})
+
+
+RUN_BUTTONS = ("go_btn", "sweep_btn", "dist_btn", "race_btn")  # what starts a model run; Stop ends any of them
+
+
+def run_buttons(running: bool) -> dict:
+    """One model run at a time on a page: while one runs, what would start another is disabled and Stop is not;
+    when none runs, the other way round."""
+    return {name: gr.Button(interactive=not running) for name in RUN_BUTTONS} | {
+        "stop_btn": gr.Button(interactive=running)}
 
 
 # ------------------------------------------------------------------------------------------------ inspection
@@ -290,7 +319,9 @@ def everything(lang, presenter, state, round_no, position, sweep, dist, race, pa
     """Everything specdemo renders itself, again, in `lang` and presenter size: the results stay on screen."""
     spec = state.get("spec") if state else None
     base = state.get("base") if state else None
-    out = {"legend": render.legend(lang), "keys": render.keys_hint(lang)} | run_view(spec, base, lang=lang)
+    selected = int(round_no or 1) if rounds_of(state) else None  # the round the inspector shows, marked
+    out = {"legend": render.legend(lang), "keys": render.keys_hint(lang)} | run_view(spec, base, lang=lang,
+                                                                                       selected=selected)
     out |= charts(spec, base, lang, presenter) | inspector(state, round_no, position, lang, presenter)
     out |= step_view(state, lang) | sweep_view(sweep, lang, presenter) | dist_view(dist, lang, presenter)
     out |= race_view(race, lang, presenter)

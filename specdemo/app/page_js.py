@@ -1,0 +1,98 @@
+"""The page's JavaScript, by what it does: ui.py attaches each to its component or event. Each runs in the browser
+only; the server never reads it back."""
+
+from __future__ import annotations
+
+import json
+
+from specdemo import i18n
+
+# Delegated click: any element with data-round inside the component selects that round (film strip rows, tokens).
+CLICK_JS = """
+const pick = (e) => {
+  const el = e.target.closest('[data-round]');
+  if (el) trigger('click', {round: Number(el.dataset.round)});
+};
+element.addEventListener('click', pick);
+element.addEventListener('keydown', (e) => { if (e.key === 'Enter' || e.key === ' ') pick(e); });
+"""
+
+# Step-through keys, on the whole page (render.KEYS shows the same names): next, previous, first round. Keys typed into
+# a field, a slider, a tab list or a dropdown keep their usual meaning, and so do all keys before a run is on screen.
+KEYS_JS = """
+window.sdStepTrigger = trigger;
+if (!window.sdKeysBound) {
+  window.sdKeysBound = true;
+  const steps = {ArrowRight: 1, PageDown: 1, ArrowLeft: -1, PageUp: -1, Home: 0};
+  const typing = 'input, textarea, select, [contenteditable], [role="slider"], [role="tab"], [role="listbox"], '
+    + '[role="option"], [role="combobox"]';
+  document.addEventListener('keydown', (e) => {
+    if (!Object.hasOwn(steps, e.key) || e.ctrlKey || e.metaKey || e.altKey || e.shiftKey) return;
+    if (e.target && e.target.closest && e.target.closest(typing)) return;
+    if (!document.querySelector('#sd-token-view .sd-tok')) return;
+    e.preventDefault();
+    window.sdStepTrigger('click', {step: steps[e.key]});
+    document.querySelector('#sd-tabs')?.scrollIntoView({block: 'start'});  // the step-through opens there
+  });
+}
+"""
+
+# On load: define the client-side locale switch, and send the browser's language to handlers.initial_lang (in place
+# of the hidden textbox's value).
+# gradio translates the i18n labels with svelte-i18n; its `changeLocale` lives in the frontend's core module, which
+# the page has already loaded (an ES module is one instance per URL, so importing it again returns the same store).
+DETECT_JS = """
+(_) => {
+  window.sdSetLocale = async (code) => {
+    const url = performance.getEntriesByType('resource').map((e) => e.name)
+      .find((n) => /\\/assets\\/core-[^/]*\\.js(\\?|$)/.test(n));
+    if (!url) return false;
+    const core = await import(url);
+    if (typeof core.changeLocale !== 'function') return false;
+    core.changeLocale(code);
+    return true;
+  };
+  return navigator.language || (navigator.languages || [])[0] || '';
+}
+"""
+
+# On a language change: switch gradio's own labels (no reload) and the page title; the server redraws the rest.
+LOCALE_JS = """
+async (lang) => {
+  document.title = TITLES[lang] || TITLES.en;
+  document.body.dataset.sdLang = lang;
+  if (window.sdSetLocale) await window.sdSetLocale(lang);
+  document.body.dataset.sdLocaleDone = lang;  // gradio has redrawn the page in it (tests wait for this)
+}
+""".replace("TITLES", json.dumps({code: i18n.MESSAGES[code]["app.title"] for _, code in i18n.CHOICES}))
+
+# The reply as text (kept tokens only) or the full story (the rejected drafts too): a class on the page that style.CSS
+# reads, so the switch is instant and holds for every token view, live or recorded, without a server call.
+VIEW_JS = "(view) => { document.body.classList.toggle('sd-story', view === 'story'); }"
+
+# The trace downloads from the JSON already on the page, built in the browser: a server-side file would put the
+# server's cache path into the page and into the API's answer (see handlers.generate_ui).
+DOWNLOAD_JS = """
+(trace) => {
+  if (!trace || !trace.speculative) return;
+  const url = URL.createObjectURL(new Blob([JSON.stringify(trace, null, 1)], {type: 'application/json'}));
+  const a = document.createElement('a');
+  a.href = url;
+  a.download = 'specdemo-trace.json';
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+"""
+
+
+# Shift+Enter in the prompt does what the Generate button does, and only when it would: while a run goes on (the
+# button disabled, handlers.run_started) it starts nothing, and handlers.refuse_busy says so in one sentence.
+SUBMIT_JS = """
+(busy, lang) => {
+  const go = document.querySelector('#sd-generate');
+  if (go && !go.disabled) { go.click(); return [false, lang]; }
+  return [true, lang];
+}
+"""

@@ -1,0 +1,147 @@
+"""The page's CSS (what render.py's HTML and gradio's own blocks look like), with presenter mode's sizes; the tree
+drawing's own rules are tree_view.TREE_CSS. ui.launch passes both to gradio. No gradio import."""
+
+from __future__ import annotations
+
+import json
+
+from specdemo.i18n import CHOICES, DEFAULT, tr
+
+MONO = "ui-monospace, SFMono-Regular, Menlo, monospace"
+
+TOKENS = """
+.sd-text { font-size: 15px; line-height: 1.9; padding: 10px 12px; border-radius: 8px; min-height: 6em;
+  background: var(--block-background-fill, #fff); border: 1px solid var(--border-color-primary, #ddd);
+  overflow-wrap: anywhere; }
+.sd-tokens { white-space: pre-wrap; word-break: break-word; font-family: MONO; }
+.sd-prompt { color: var(--body-text-color-subdued, #666); }
+.sd-tok { border-radius: 3px; padding: 1px 0; cursor: help; color: #111; }
+.sd-accepted { background: #009E7333; border-bottom: 2px solid #009E73; }
+.sd-rejected { background: #D55E0026; text-decoration: line-through; text-decoration-thickness: 2px;
+  text-decoration-color: #D55E00; color: #7a2e00; }
+.sd-resampled { background: #0072B233; text-decoration: underline; text-decoration-thickness: 2px;
+  text-decoration-color: #0072B2; }
+.sd-bonus { background: #E69F0040; font-weight: 700; outline: 1px dotted #9a6a00; }
+.sd-piece::after { content: "\\00b7"; opacity: 0.6; }  /* a piece of a character: render.PIECE */
+.sd-legend { display: flex; flex-wrap: wrap; gap: 10px; font-size: 13px; margin: 6px 0; }
+.sd-legend .sd-tok { padding: 1px 6px; }
+.sd-leg { white-space: nowrap; }
+/* "the reply" (page_js.VIEW_JS): the kept text read as Markdown (reply.py), chips kept; "the full story": every
+   token as it came, the rejected drafts struck through. Both are on the page; a class on the body shows one. */
+body:not(.sd-story) .sd-text > .sd-tokens, body.sd-story .sd-text > .sd-reply { display: none; }
+body:not(.sd-story) .sd-tokens .sd-rejected, body:not(.sd-story) .sd-legend .sd-leg-rejected { display: none; }
+body:not(.sd-story) .sd-tokens .sd-eos { display: none; }  /* the end-of-text token is no part of the reply */
+.sd-reply p, .sd-reply li, .sd-reply blockquote { white-space: pre-wrap; }
+.sd-reply p, .sd-reply ol, .sd-reply ul, .sd-reply blockquote, .sd-reply .sd-md-pre { margin: 0 0 0.5em; }
+.sd-reply ol, .sd-reply ul { padding-left: 1.8em; }
+.sd-reply ol { list-style: decimal; } .sd-reply ul { list-style: disc; }
+.sd-reply li { margin: 0.1em 0; }
+.sd-reply blockquote { border-left: 3px solid #8886; padding-left: 10px; }
+.sd-md-b { font-weight: 700; }
+.sd-md-i { font-style: italic; }
+.sd-md-code, .sd-md-pre { font-family: MONO; }
+.sd-md-pre { white-space: pre-wrap; background: #8881; padding: 4px 8px; border-radius: 6px; }
+.sd-md-h { font-weight: 700; }
+.sd-md-h1 { font-size: 1.3em; } .sd-md-h2 { font-size: 1.2em; } .sd-md-h3 { font-size: 1.1em; }
+""".replace("MONO", MONO)
+
+PAGE = """
+/* the first screen (1280x720): a compact header, and a token view that ends above the fold */
+#sd-intro h1 { font-size: 1.6em; margin: 0 0 2px; }
+#sd-lang, #sd-view { display: flex; flex-direction: row; align-items: center; gap: 10px; padding-top: 4px;
+  padding-bottom: 4px; }
+#sd-lang > [data-testid="block-info"], #sd-view > [data-testid="block-info"] { margin: 0; }
+/* the token view scrolls inside gradio's container: the frame is the container's, so it stays while the text
+   scrolls under it */
+#sd-token-view .html-container { max-height: max(220px, min(420px, calc(100vh - 380px))) !important;
+  border: 1px solid var(--border-color-primary, #ddd); border-radius: 8px; padding: 0; margin: 0 12px;
+  background: var(--block-background-fill, #fff); }
+#sd-token-view .sd-text { border: none; border-radius: 0; background: none; }
+body:has(#sd-notice) #sd-token-view .html-container {  /* the sentence on a missing default pair takes room */
+  max-height: max(200px, min(420px, calc(100vh - 440px))) !important; }
+/* a long pair name ends before the dropdown's arrow (drawn over the input's right end) */
+#sd-pair input { padding-right: 26px; text-overflow: ellipsis; }
+/* an accordion's label wraps instead of running out of its box */
+.label-wrap > span:first-child { white-space: normal; overflow-wrap: anywhere; text-align: left; }
+.label-wrap > .icon { flex: none; width: 1.5em; text-align: center; transition: none; }  /* turned, in its box */
+#sd-intro p { margin: 0; }
+#sd-notice { border-left: 4px solid #E69F00; padding-left: 8px; }
+.sd-cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(118px, 1fr)); gap: 8px; }
+.sd-card { border: 1px solid var(--border-color-primary, #ddd); border-radius: 8px; padding: 4px 10px;
+  cursor: help; min-width: 0; overflow-wrap: anywhere; }
+.sd-card b { display: block; font-size: 19px; }
+.sd-card span { font-size: 12px; color: var(--body-text-color-subdued, #666); }
+.sd-pending b { color: var(--body-text-color-subdued, #888); }
+/* the baseline's progress bar (handlers.generate_ui, gr.Progress) sits in a strip under the cards, not over them */
+#sd-stats > [data-testid="status-tracker"] { top: auto !important; bottom: 0; height: 40px; }
+#sd-stats .html-container.pending { opacity: 1; }  /* the live numbers stay readable while the run streams */
+.sd-bar-room { height: 40px; }
+/* the film strip: the round, its tokens (they wrap), and its verdict (as wide as it needs, up to 45%; it wraps) */
+.sd-film { font-family: ui-monospace, monospace; font-size: 13px; max-height: 420px; overflow-y: auto; }
+.sd-row { display: grid; grid-template-columns: 4.5em minmax(0, 1fr) fit-content(45%); gap: 8px; align-items: center;
+  padding: 3px 6px; border-bottom: 1px solid #8882; cursor: pointer; }
+.sd-row > span { min-width: 0; overflow-wrap: anywhere; }
+.sd-row > span:nth-child(2) { white-space: pre-wrap; }
+.sd-row > span:last-child { text-align: right; }
+.sd-row:hover, .sd-row.sd-selected { background: #0072B21a; }
+.sd-row .sd-unchecked { color: #999; font-style: italic; }
+.sd-cell { border: 1px solid #8886; border-radius: 3px; margin-right: 2px; padding: 0 3px; }
+.sd-caption { font-size: 15px; padding: 4px 0; }
+.sd-lossy { color: #D55E00; font-weight: 700; }
+.sd-recorded { font-size: 13px; border-left: 4px solid #0072B2; background: #0072B214; padding: 4px 8px;
+  margin-bottom: 6px; border-radius: 4px; cursor: help; }
+.sd-keys { font-size: 13px; color: var(--body-text-color-subdued, #666); margin: 2px 0 6px; }
+.sd-keys kbd { font-family: ui-monospace, monospace; font-size: 12px; border: 1px solid #8888; border-bottom-width: 2px;
+  border-radius: 4px; padding: 0 5px; background: var(--block-background-fill, #fff); }
+"""
+
+PRESENTER = """
+/* presenter mode: .sd-present on the page's outer column (the toggle in ui.py); sized for a 1280x720 projector */
+.sd-present .sd-text { font-size: 26px; line-height: 1.8; }
+.sd-present .sd-legend { font-size: 18px; }
+.sd-present .sd-card b { font-size: 30px; }
+.sd-present .sd-card span { font-size: 16px; }
+.sd-present .sd-film { font-size: 18px; }
+.sd-present .sd-caption, .sd-present #sd-step-caption, .sd-present #sd-step-caption p { font-size: 24px;
+  line-height: 1.4; }
+.sd-present #sd-step-caption p { margin: 0; }
+.sd-present .sd-keys { font-size: 16px; }
+.sd-present #sd-intro { display: none; }
+.sd-present #sd-main { flex-direction: column; }
+.sd-present #sd-controls { min-width: 0 !important; width: 100%; max-width: none; flex-direction: row !important;
+  flex-wrap: wrap; align-items: center; }
+.sd-present #sd-run-row { flex: 0 0 340px; }
+.sd-present #sd-switches { flex-direction: row !important; flex-wrap: nowrap; align-items: center; flex-grow: 1; }
+.sd-present #sd-switches > * { flex: 0 0 auto; width: auto; }
+.sd-present #sd-header > :not(#sd-switches):not(:has(#sd-notice:not(.hidden))) { display: none; }
+.sd-present #sd-controls > :has(#sd-view) { flex: 0 1 auto !important; width: auto !important; min-width: 0; }
+.sd-present #sd-results { width: 100%; max-width: none; }
+.sd-present #sd-controls > :not(#sd-run-row):not(:has(#sd-view)) { display: none; }
+/* a step key scrolls the tabs to the top of the screen (page_js.KEYS_JS): they are a screen tall, so that it can; one
+   screen holds the round's sentence, its tree (scrolling in its own box) and the text so far (its end in view) */
+.sd-present #sd-tabs { min-height: 100vh; }
+.sd-present #sd-step-tokens .sd-tree-title { display: none; }
+.sd-present #sd-step-tokens .sd-tree-scroll { max-height: 34vh; }
+.sd-present #sd-step-tokens .sd-text { max-height: 22vh; overflow-y: auto; display: flex;
+  flex-direction: column-reverse; min-height: 0; }
+"""
+
+# gradio's toasts name their level in English ("Warning", "Error"): gradio 6 draws neither a translation nor the
+# title that gr.Warning and gr.Error take. On a page in another language (page_js.LOCALE_JS sets body[data-sd-lang]) the
+# catalogue's word is drawn in its place.
+TOAST_KEY = {"warning": "toast.warning", "error": "toast.error"}
+
+
+def toast_css() -> str:
+    rules = []
+    for _, code in CHOICES:
+        if code == DEFAULT:
+            continue
+        for level, key in TOAST_KEY.items():
+            sel = f'body[data-sd-lang="{code}"] .toast-title.{level}'
+            word = json.dumps(tr(key, code), ensure_ascii=False)
+            rules.append(f"{sel} {{ font-size: 0; }}\n{sel}::before {{ content: {word}; font-size: var(--text-lg); }}")
+    return "\n".join(rules) + "\n"
+
+
+CSS = TOKENS + PAGE + PRESENTER + toast_css()
