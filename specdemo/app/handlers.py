@@ -94,11 +94,16 @@ def snapshot(trace: Trace | None) -> Trace | None:
                                                           settings=dict(trace.settings))
 
 
+def run_state(spec, base) -> dict:
+    """The session's state for a run as far as it went: what clicks, the step-through and the download read."""
+    return {"spec": snapshot(spec), "base": snapshot(base), "cursor": 0}
+
+
 def on_screen(spec, base, first: bool, lang=None, presenter=False) -> dict:
     """The run as far as it went, everywhere the page keeps it apart from the text: the state that clicks, the
     step-through, the trace download and redraws read (every update), and with the first update the inspector on
     round 1 and no trace, so that nothing shows the previous run after a Stop or an error."""
-    state = {"spec": snapshot(spec), "base": snapshot(base), "cursor": 0}
+    state = run_state(spec, base)
     out = {"state": state, "round_sl": views.round_slider(state, reset=first)}
     if first:
         out |= {"trace_json": None} | views.opened_round(state, 1, lang, presenter)
@@ -143,7 +148,7 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
         yield out | on_screen(spec, base, first, lang, presenter)
     if spec.stop_reason == runs.TIME_LIMIT:
         gr.Warning(tr("warn.time_limit", lang, s=limits.time_limit_s))
-    state = on_screen(spec, base, False)["state"]
+    state = run_state(spec, base)
     yield (views.finished(spec, base, state, lang, presenter)
            | {"state": state, "trace_json": views.trace_payload(spec, base)})
 

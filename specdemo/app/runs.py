@@ -18,6 +18,7 @@ import torch
 
 from specdemo.config import SpecConfig
 from specdemo.engine.autoregressive import baseline_steps
+from specdemo.engine.drafters import Proposal
 from specdemo.engine.events import Trace
 from specdemo.engine.sampling import sample, verify
 from specdemo.engine.speculative import encode_prompt, finish, run_settings, speculative_rounds, verify_forward
@@ -225,7 +226,7 @@ def first_token_distribution(pair: ModelPair, req: Request, n: int, limits: Limi
 class Drafted(NamedTuple):
     """The distribution check's drafted position: the proposal, the target's p over it, the tokens fixed before."""
 
-    proposal: object
+    proposal: Proposal
     p: torch.Tensor  # [2, V]: p at the drafted position (the next row is never read here)
     fixed: list[int]
 
@@ -239,7 +240,7 @@ def round_that_drafts(pair: ModelPair, req: Request, ids: list[int], gen: torch.
     spec = replace(req.spec, max_new_tokens=budget, top_candidates=0)
     target, drafter = CachedLM(pair.target, pair.vocab_size), make_drafter(spec, req.sampling, pair)
     loop = speculative_rounds(pair, ids, req.sampling, spec, target_lm=target, drafter=drafter)
-    fixed, proposal = list(ids), None
+    fixed = list(ids)
     for _ in range(DIST_SEARCH_ROUNDS):
         with pair.lock:
             seq = torch.tensor(fixed, device=pair.device)
@@ -263,7 +264,7 @@ def position_trials(pair: ModelPair, req: Request, found: Drafted, n: int, gen: 
     """Step 3: n trials of the drafted position, DIST_CHUNK per turn of the device lock. Returns the drawn tokens,
     or None after yielding TIME_LIMIT."""
     q, p, greedy = found.proposal.q[:1], found.p, req.sampling.greedy  # q: [1, V]
-    tree = getattr(found.proposal, "tree", None)
+    tree = found.proposal.tree
     draws = []
     while len(draws) < n:
         yield None
@@ -286,7 +287,7 @@ def distribution_result(pair: ModelPair, req: Request, found: Drafted, draws: li
                         prompt_len: int) -> dict:
     """The samples against p: χ², total variation (and that of n samples of p itself, for scale), the top tokens."""
     proposal, fixed = found.proposal, found.fixed
-    tree = getattr(proposal, "tree", None)
+    tree = proposal.tree
     with torch.inference_mode():
         p1, q1 = found.p[0], (None if tree is not None else proposal.q[0])  # a tree's children are not drawn from q
         got = torch.bincount(torch.stack(draws), minlength=pair.vocab_size).double()

@@ -38,7 +38,7 @@ from specdemo.i18n import Translatable
 from specdemo.models import CachedLM, ModelPair, dtype_name
 from specdemo.models.devices import cpu_bf16_kind, packs_bf16
 
-from .drafters import Drafter, RoundOutcome
+from .drafters import Drafter, Proposal, RoundOutcome
 from .events import Round, Trace
 from .sampling import verify, warp
 from .story import Judged, round_story, tree_verdict_on_host, verdict_on_host
@@ -112,8 +112,8 @@ def kept_ids(draft_list: list[int], n_acc: int, next_tok: int, eos_ids: Collecti
     return new_ids, stop_reason
 
 
-def verify_forward(target: CachedLM, seq: torch.Tensor, proposal, drafter: Drafter, sampling: SamplingConfig,
-                   dtype: torch.dtype):
+def verify_forward(target: CachedLM, seq: torch.Tensor, proposal: Proposal, drafter: Drafter,
+                   sampling: SamplingConfig, dtype: torch.dtype):
     """Step 2: one target forward over its unseen fixed tokens and the k drafts. Returns p_1..p_{k+1} (warped as the
     draft's q were), the features a drafter reads, where the forward started and how many fixed tokens it fed. A
     tree's nodes attend to their ancestors only; a chain's mask is the causal one, so it needs none."""
@@ -126,7 +126,7 @@ def verify_forward(target: CachedLM, seq: torch.Tensor, proposal, drafter: Draft
     return warp(logits, sampling), features, fed_from, unseen
 
 
-def judge(pair: ModelPair, proposal, p: torch.Tensor, gen: torch.Generator, sampling: SamplingConfig,
+def judge(pair: ModelPair, proposal: Proposal, p: torch.Tensor, gen: torch.Generator, sampling: SamplingConfig,
           spec: SpecConfig) -> Judged:
     """Step 3: judge all k drafts at once, then copy the verdict (and the inspector's top candidates) to the host in
     one sync: a chain by the modified rejection test with its q, a tree by the exact walk (walk.py)."""
@@ -142,8 +142,8 @@ def judge(pair: ModelPair, proposal, p: torch.Tensor, gen: torch.Generator, samp
                   leaf=leaf)
 
 
-def roll_back(target: CachedLM, drafter: Drafter, seq: torch.Tensor, proposal, judged: Judged, new_ids: list[int],
-              features, fed_from: int, unseen: int) -> None:
+def roll_back(target: CachedLM, drafter: Drafter, seq: torch.Tensor, proposal: Proposal, judged: Judged,
+              new_ids: list[int], features, fed_from: int, unseen: int) -> None:
     """Step 4b: keep only the cached tokens that are still part of seq (its last token is fed next round): the fed
     fixed tokens, then the kept drafts (a tree's path moves up to sit right after them). The drafter rolls its own
     cache back, and a drafter that reads features gets the target's at the kept positions."""

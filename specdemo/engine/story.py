@@ -10,6 +10,7 @@ import torch
 
 from specdemo.models import ModelPair
 
+from .drafters import Proposal
 from .events import Candidate, DraftPosition, Token, TreeNode
 from .tree import DraftTree
 from .walk import TreeVerdict
@@ -174,7 +175,7 @@ def tree_round_tokens(pair: ModelPair, nodes: list[TreeNode], path: list[int], p
     return positions, tokens
 
 
-def round_story(pair: ModelPair, proposal, judged: Judged, new_ids: list[int], stream) -> tuple:
+def round_story(pair: ModelPair, proposal: Proposal, judged: Judged, new_ids: list[int], stream) -> tuple:
     """Step 5: what the page shows of the round: each drafted position's numbers, the tokens as accepted, rejected,
     resampled or bonus (the kept ones with the text they add to the output), and the bonus position's candidates."""
     j, k = judged, proposal.k
