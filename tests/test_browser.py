@@ -272,6 +272,19 @@ def set_slider(page, elem_id: str, value: int) -> None:
     box.press("Enter")
 
 
+def set_held(page, values: dict) -> None:
+    """Set sliders and make sure they hold: gradio's redraw of a page in its language can put a slider set in the
+    same moment back to its first value (seen on the Chinese page), so a value that the next frames undid is set
+    again, up to three times."""
+    for _ in range(3):
+        for elem_id, value in values.items():
+            set_slider(page, elem_id, value)
+        page.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        if all(float(page.input_value(f"#{e} input[type=number]")) == v for e, v in values.items()):
+            return
+    raise AssertionError(f"the page did not keep {values}")
+
+
 def race_rows(page) -> list[str]:
     return [r for r in page.inner_text("#sd-race-table").splitlines() if r.strip()]
 
@@ -365,9 +378,15 @@ def generate_watching_the_buttons(page, done: str, baseline_shown: bool = True) 
     a dozen tokens can end within the update that starts it."""
     assert buttons(page) == IDLE
     page.evaluate(WATCH_STATS_JS)
+    settings = {s: page.input_value(f"#{s} input[type=number]") for s in ("sd-temperature", "sd-max-new")}
     page.click("#sd-generate")
     wait_buttons(page, RUNNING)
-    page.wait_for_function(done, timeout=180000)
+    try:
+        page.wait_for_function(done, timeout=180000)
+    except Exception as err:  # say what the page showed, for a run that never reached `done`
+        raise AssertionError(f"not done: {done}\nsettings at Generate: {settings}\nstats: "
+                             f"{page.inner_text('#sd-stats')[:300]!r}\nreply: "
+                             f"{page.inner_text('#sd-token-view')[:300]!r}") from err
     wait_buttons(page, IDLE)
     if baseline_shown:
         assert page.evaluate("window.sdSeen") == {"pending": True, "progress": True}
@@ -569,8 +588,7 @@ def test_the_shipped_default_opens_as_its_preset_says_and_runs(browser):
         # setting is changed: the redraw puts the sliders back to their first values, and a greedy run asked for
         # before it ran at the preset's T = 0.3 (in 2 of 4 runs here, 2026-11-26)
         page.wait_for_function("document.body.dataset.sdLocaleDone === 'zh-CN'")
-        set_slider(page, "sd-temperature", 0)  # greedy: the target's own reply, "你好！" and then emoji
-        set_slider(page, "sd-max-new", 12)
+        set_held(page, {"sd-temperature": 0, "sd-max-new": 12})  # greedy: the target's own reply, "你好！", emoji
         set_prompt(page, "请用中文回答：你好吗？")
         generate_watching_the_buttons(page, "[...document.querySelectorAll('#sd-token-view .sd-reply .sd-tok')]"
                                       ".map(e => e.innerText).join('').includes('你好') && "
