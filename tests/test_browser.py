@@ -328,9 +328,12 @@ def test_stop_mid_run_leaves_the_inspector_and_step_through_on_the_stopped_run(p
     page.wait_for_function("document.querySelector('#sd-token-view').innerText.startsWith('ROMEO')"
                            " && document.querySelectorAll('#sd-token-view .sd-tok').length > 4", timeout=60000)
     assert buttons(page) == RUNNING, "Generate is disabled while a run goes on, and Stop is not"
-    page.locator("#sd-prompt textarea").press("Shift+Enter")  # a second Generate, from the prompt: refused
-    page.get_by_text("A run is going: wait for it to end, or press Stop first.").wait_for(timeout=30000)
+    # a second Generate, from the prompt: refused. The page decides it (SUBMIT_JS finds Generate disabled) and sends
+    # its finding with the request, so Stop can follow at once: waiting for the notice first left a loaded CI machine
+    # time to finish all 256 tokens and the baseline before Stop (CI at 01a12e5)
+    page.locator("#sd-prompt textarea").press("Shift+Enter")
     page.click("#sd-stop")
+    page.get_by_text("A run is going: wait for it to end, or press Stop first.").wait_for(timeout=30000)
     wait_buttons(page, IDLE)
     assert "done" not in page.inner_text("#sd-stats"), "the run ended before Stop: nothing was tested"
     assert page.inner_text("#sd-token-view").startswith("ROMEO"), "the refused Generate started no run"
