@@ -28,7 +28,7 @@ from specdemo.engine.ties import divergence_steps
 from specdemo.engine.tree_drafter import run_tree_shape
 from specdemo.i18n import Msg
 from specdemo.limits import Limits
-from specdemo.models import CachedLM, ModelPair
+from specdemo.models import ModelPair
 
 from .validation import Request, UserError
 
@@ -238,7 +238,7 @@ def round_that_drafts(pair: ModelPair, req: Request, ids: list[int], gen: torch.
     Returns a Drafted, or None after yielding TIME_LIMIT; raises UserError where no round drafts."""
     budget = max(1, min(limits.max_new_tokens, pair.context_window - len(ids)))
     spec = replace(req.spec, max_new_tokens=budget, top_candidates=0)
-    target, drafter = CachedLM(pair.target, pair.vocab_size), make_drafter(spec, req.sampling, pair)
+    target, drafter = pair.new_lm("target"), make_drafter(spec, req.sampling, pair)
     loop = speculative_rounds(pair, ids, req.sampling, spec, target_lm=target, drafter=drafter)
     fixed = list(ids)
     for _ in range(DIST_SEARCH_ROUNDS):

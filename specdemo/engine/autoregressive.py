@@ -32,7 +32,7 @@ def baseline_steps(
     """Yield one Step per generated token until max_new_tokens or EOS."""
     dev = pair.device
     gen = torch.Generator(device=dev).manual_seed(seed)
-    target = target_lm or CachedLM(pair.target, pair.vocab_size)
+    target = target_lm or pair.new_lm("target")
     target.reset()
     pending = torch.tensor(prompt_ids, dtype=torch.long, device=dev)
     eos = pair.eos_token_ids  # the generation config's EOS ids and the tokenizer's, as in the speculative loop

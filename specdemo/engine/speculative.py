@@ -176,7 +176,7 @@ def speculative_rounds(
     """
     dev = pair.device
     gen = torch.Generator(device=dev).manual_seed(spec.seed)
-    target = target_lm or CachedLM(pair.target, pair.vocab_size)
+    target = target_lm or pair.new_lm("target")
     target.reset()
     drafter = drafter or make_drafter(spec, sampling, pair, draft_lm)
     clock = PhaseClock(dev)

@@ -52,7 +52,7 @@ def make_drafter(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, dr
         return TreeDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1,
                            run_tree_shape(spec, sampling, pair), tree_children(spec, sampling, pair),
                            tree_prune(pair.head, spec), spec.tree_lookup, Limits.from_env().max_tree)
-    draft_lm = draft_lm or CachedLM(pair.draft, pair.vocab_size)
+    draft_lm = draft_lm or pair.new_lm("draft")
     if spec.strategy == "adaptive":
         return AdaptiveDrafter(draft_lm, sampling)
     return ModelDrafter(draft_lm, sampling)

@@ -93,21 +93,27 @@ class CachedLM:
                    **{cache_argument(type(base).forward): self.cache}, **extra)
         hidden = out.last_hidden_state[0]
         features = torch.cat([out.hidden_states[i + 1][0] for i in layers] + [hidden], -1) if layers else hidden
-        weight, bias = self.head32
-        h = hidden[-keep_logits:]
-        if weight.dtype == torch.float32:
-            logits = torch.nn.functional.linear(h.float(), weight, bias)
-        else:  # the full product in the model's dtype (packed where the head is), then the REFINE_TOP best
-            #     recomputed exactly in float32
-            head = self.model.get_output_embeddings()
-            packed = isinstance(head, PackedLinear)
-            logits = (head(h) if packed else torch.nn.functional.linear(h, weight, bias)).float()
-            top = logits.topk(REFINE_TOP, dim=-1).indices  # [keep, m]
-            exact = torch.einsum("kh,kmh->km", h.float(), weight[top].float())
-            if bias is not None:
-                exact = exact + bias[top].float()
-            logits.scatter_(1, top, exact)
-        return logits[:, : self.vocab_size], features
+        return head_logits(self.model, self.head32, hidden[-keep_logits:], self.vocab_size), features
+
+
+def head_logits(model, head32: tuple[torch.Tensor, torch.Tensor | None], h: torch.Tensor, vocab_size: int
+                ) -> torch.Tensor:
+    """Float32 logits [n, vocab_size] of last hidden states h [n, H] through the model's plain linear head (see
+    float32_head): a float32 head multiplies in float32; a bf16 one multiplies in bf16 (packed where the head is)
+    and then recomputes the REFINE_TOP best logits of each row exactly in float32."""
+    weight, bias = head32
+    if weight.dtype == torch.float32:
+        logits = torch.nn.functional.linear(h.float(), weight, bias)
+    else:
+        head = model.get_output_embeddings()
+        packed = isinstance(head, PackedLinear)
+        logits = (head(h) if packed else torch.nn.functional.linear(h, weight, bias)).float()
+        top = logits.topk(REFINE_TOP, dim=-1).indices  # [n, m]
+        exact = torch.einsum("kh,kmh->km", h.float(), weight[top].float())
+        if bias is not None:
+            exact = exact + bias[top].float()
+        logits.scatter_(1, top, exact)
+    return logits[:, :vocab_size]
 
 
 REFINE_TOP = 8  # logits recomputed in float32 per position: where argmax ties live, far beyond bf16 rounding

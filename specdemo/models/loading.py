@@ -18,6 +18,7 @@ import torch
 
 from specdemo.config import DEFAULT_PRESET, PRESETS, env_int
 
+from . import static
 from .devices import DTypeArg, model_budget_bytes, packs_bf16, pick_device, pick_dtype, requested_dtype
 from .lm import PackedLinear, pack_linears
 from .pair import ModelPair, check_tokenizers
@@ -193,6 +194,7 @@ def load_pair_uncached(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str
 
         attach_head(loaded, Path(PRESETS[name].eagle_head), want_d)  # a draft dtype asked for holds for the head
     loaded.token_text(0)  # build the token table now, not inside the first request
+    static.prepare(loaded)  # static caches and CUDA graphs where they run: captured now, not in the first request
     return loaded
 
 
@@ -230,7 +232,7 @@ def _cached(key: tuple) -> ModelPair | None:
 
 def pair_bytes(pair: ModelPair) -> int:
     """The bytes a loaded pair holds: the parameters and buffers of its two models and of its EAGLE head, and the
-    packed copies of bf16 weights (PackedLinear)."""
+    packed copies of bf16 weights (PackedLinear), and its static caches (static.StaticSlot)."""
     seen, total = set(), 0
     for module in (pair.draft, pair.target, pair.head):
         if isinstance(module, torch.nn.Module):
@@ -240,7 +242,7 @@ def pair_bytes(pair: ModelPair) -> int:
                 if id(t) not in seen:
                     seen.add(id(t))
                     total += t.numel() * t.element_size()
-    return total
+    return total + sum(slot.nbytes for slot in pair.static_slots.values())
 
 
 def load_bytes(draft_id: str, target_id: str, device: torch.device, want: tuple) -> int:

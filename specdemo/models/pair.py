@@ -15,7 +15,8 @@ import torch
 from specdemo.i18n import Msg, Translatable
 
 from .devices import dtype_name
-from .lm import device_lock
+from .lm import CachedLM, device_lock
+from .static import StaticLM
 from .weights import ModelLoadError, display_id
 
 
@@ -107,6 +108,10 @@ class ModelPair:
     draft_dtype: torch.dtype | None = None  # None: the same as the target's
     head: object | None = None  # the EAGLE head (eagle.EagleHead) that drafts from this target's features, if any
     head_error: Msg | None = None  # why a preset's head is not there (missing, damaged, mismatched)
+    decoding: str = "eager"  # how new_lm's caches run: eager, static or graphs (models.static.prepare)
+    decoding_note: str = ""  # why, in one line: the log and the page's device line say it
+    static_slots: dict = field(default_factory=dict, repr=False)  # role -> static.StaticSlot, where not eager
+    window_cap: int | None = None  # a GPU too small for the static caches of the largest request lowers the window
 
     def __post_init__(self) -> None:
         if self.draft_dtype is None:
@@ -127,7 +132,16 @@ class ModelPair:
     @property
     def context_window(self) -> int:
         """The longest sequence (prompt + new tokens) both models accept."""
-        return min(context_of(self.draft.config), context_of(self.target.config))
+        window = min(context_of(self.draft.config), context_of(self.target.config))
+        return window if self.window_cap is None else min(window, self.window_cap)
+
+    def new_lm(self, role: str = "target"):
+        """A fresh KV-cached view of the target or the draft model for one run: a StaticLM over the pair's static
+        slot where the pair decodes statically (static.prepare), a CachedLM otherwise."""
+        slot = self.static_slots.get(role)
+        if slot is not None:
+            return StaticLM(slot)
+        return CachedLM(self.target if role == "target" else self.draft, self.vocab_size)
 
     @property
     def eos_token_id(self) -> int | None:

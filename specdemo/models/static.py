@@ -1,0 +1,311 @@
+"""The static decoding path: one preallocated KV cache per model (transformers' StaticCache), forwards over it of a
+few fixed widths, and on CUDA each width captured once as a CUDA graph and replayed (torch.cuda.CUDAGraph).
+`StaticLM` has CachedLM's interface, so the loops never know which of the two they hold.
+
+Why: on a GPU a one-token forward of SmolLM2-135M costs about 20 ms of host time (211 kernel launches from Python)
+and the GPU idles; a replayed graph launches them all at once. docs/decisions.md ("the GPU path: own capture")
+says why this captures the eager forward with torch.cuda.CUDAGraph instead of compiling it.
+
+How a forward runs: the new ids go into the width's input buffer (padded up to the width), their positions and a
+float 4D mask over the whole static cache go beside them, and the layers' write counters are set to the run's
+length inside the forward; the model writes its keys and values at [length, length + width) and attends through the
+mask, which never shows a slot at or beyond a real row's own position (a padding row's slots stay hidden, and the
+next forward overwrites them). Rolling back is lowering `length`: no crop, no reallocation.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+
+from .lm import cache_argument, float32_head, head_logits
+
+log = logging.getLogger("specdemo")
+
+WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # the forward widths captured: a step, chain verifies of K + 1, tree verifies
+
+
+@dataclass
+class Captured:
+    """One width's graph and its static buffers: ids, positions and mask in; hidden state (and features) out."""
+
+    graph: object
+    ids: torch.Tensor  # [1, w]
+    positions: torch.Tensor  # [1, w]
+    mask: torch.Tensor  # [1, 1, w, max_len]
+    start: torch.Tensor  # [] the length that the forward writes after
+    out: tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass
+class StaticSlot:
+    """One model's static cache and its captured forwards, made once when the pair loads and shared by every run on
+    it. Runs take turns a round at a time (the device lock), so one cache serves them all: the run whose tokens it
+    holds is its `owner`, and a run that finds another's there first saves them into that run's own copy (`swap`).
+    With one visitor nothing is copied; with two alternating, each round copies two prefixes."""
+
+    model: torch.nn.Module
+    vocab_size: int
+    max_len: int
+    layers: tuple[int, ...] = ()  # the decoder layers whose outputs a head reads (features), fixed at capture
+    graphs: dict[int, Captured] = field(default_factory=dict)
+    owner: weakref.ref | None = None  # the run whose tokens the cache holds (weak: a run that ended owns nothing)
+    swaps: int = 0
+    capture_s: float = 0.0
+
+    def __post_init__(self):
+        from transformers import StaticCache
+
+        model, cfg = self.model, self.model.config
+        self.base = model.base_model
+        self.head32 = float32_head(model)
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self.cache = StaticCache(config=cfg, max_cache_len=self.max_len)
+        heads = cfg.num_attention_heads
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+        self.cache.early_initialization(1, kv_heads, head_dim, self.dtype, self.device)
+        self.kv = [(layer.keys, layer.values) for layer in self.cache.layers]
+        self.counters = [layer.cumulative_length for layer in self.cache.layers]
+        self.slots = torch.arange(self.max_len, device=self.device)
+        # a padding row's position may pass the last one a model knows (GPT-2's learned positions): clamped there
+        self.last_position = (getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+                              or self.max_len) - 1
+        self.minimum = torch.finfo(self.dtype).min
+        self._cache_kw = cache_argument(type(self.base).forward)
+
+    @property
+    def nbytes(self) -> int:
+        """The cache's bytes (the captured graphs' own pool is not counted)."""
+        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.kv)
+
+    # ------------------------------------------------------------------------------------------ the forward
+    def causal(self, start: int, width: int, positions: torch.Tensor, mask: torch.Tensor) -> None:
+        """Write a causal forward's positions [1, w] and mask [1, 1, w, max_len] in place: row i sits at start + i and
+        sees the slots up to its own."""
+        positions.copy_((self.slots[:width] + start).clamp_(max=self.last_position).view(1, width))
+        allowed = self.slots.view(1, -1) <= positions.view(-1, 1)
+        mask.copy_(torch.zeros((), dtype=self.dtype, device=self.device).masked_fill(~allowed, self.minimum)
+                   .view(1, 1, width, -1))
+
+    def given(self, start: int, n: int, tree: tuple[torch.Tensor, torch.Tensor], positions: torch.Tensor,
+              mask: torch.Tensor) -> None:
+        """A tree's mask [1, 1, n, start + n] and positions [1, n] written into a forward of width w >= n: its columns
+        first, every later slot hidden; the padding rows (n..w) are causal, so that no row sees nothing."""
+        width = positions.shape[1]
+        if width > n:
+            self.causal(start, width, positions, mask)
+        tree_mask, tree_pos = tree
+        mask[:, :, :n].fill_(self.minimum)
+        mask[:, :, :n, : tree_mask.shape[-1]].copy_(tree_mask)
+        positions[:, :n].copy_(tree_pos)
+
+    def _forward(self, ids, positions, mask, start) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model over the static cache: the layers' write counters set to `start` (a device scalar), then one
+        forward. Every tensor it reads is an argument or the cache, so it can be captured. Returns the last hidden
+        state and the features of `layers` (the hidden state again where there are none)."""
+        torch._foreach_copy_(self.counters, [start] * len(self.counters))
+        out = self.base(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
+                        output_hidden_states=bool(self.layers), **{self._cache_kw: self.cache})
+        hidden = out.last_hidden_state[0]
+        if not self.layers:
+            return hidden, hidden
+        return hidden, torch.cat([out.hidden_states[i + 1][0] for i in self.layers] + [hidden], -1)
+
+    def forward(self, ids: torch.Tensor, start: int, tree=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hidden states [n, H] (and features) of ids [n] fed after `start` cached tokens: replayed from the
+        smallest captured width that holds them, or run eagerly at width n."""
+        n = ids.numel()
+        width = next((w for w in sorted(self.graphs) if w >= n and start + w <= self.max_len), None)
+        if width is None:
+            assert start + n <= self.max_len, f"the static cache holds {self.max_len} tokens; {start + n} asked"
+            positions = torch.empty(1, n, dtype=torch.long, device=self.device)
+            mask = torch.empty(1, 1, n, self.max_len, dtype=self.dtype, device=self.device)
+            if tree is None:
+                self.causal(start, n, positions, mask)
+            else:
+                self.given(start, n, tree, positions, mask)
+            start_t = torch.tensor(start, device=self.device)
+            return self._forward(ids.view(1, n), positions, mask, start_t)
+        c = self.graphs[width]
+        c.ids[0, :n].copy_(ids)
+        if tree is None:
+            self.causal(start, width, c.positions, c.mask)
+        else:
+            self.given(start, n, tree, c.positions, c.mask)
+        c.start.fill_(start)
+        c.graph.replay()
+        hidden, features = c.out
+        return hidden[:n].clone(), features if features is hidden else features[:n].clone()
+
+    # ------------------------------------------------------------------------------------------ capture (CUDA)
+    def capture(self, widths: tuple[int, ...] = WIDTHS) -> float:
+        """Capture the forward at each width (CUDA only); returns the seconds it took. Warm-up and capture write
+        into the cache, so this runs before any run owns it."""
+        assert self.device.type == "cuda" and (self.owner is None or self.owner() is None)
+        t0 = time.perf_counter()
+        pool = torch.cuda.graph_pool_handle()
+        for width in (w for w in widths if w <= self.max_len):
+            ids = torch.zeros(1, width, dtype=torch.long, device=self.device)
+            positions = torch.empty(1, width, dtype=torch.long, device=self.device)
+            mask = torch.empty(1, 1, width, self.max_len, dtype=self.dtype, device=self.device)
+            start = torch.zeros((), dtype=torch.long, device=self.device)
+            self.causal(0, width, positions, mask)
+            stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream), torch.inference_mode():
+                for _ in range(2):  # warm-up: lazy allocations and library handles happen before capture
+                    self._forward(ids, positions, mask, start)
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool), torch.inference_mode():
+                out = self._forward(ids, positions, mask, start)
+            self.graphs[width] = Captured(graph, ids, positions, mask, start, out)
+        torch.cuda.synchronize(self.device)
+        self.capture_s = time.perf_counter() - t0
+        return self.capture_s
+
+    # ------------------------------------------------------------------------------------------ turns
+    def take(self, run: StaticLM) -> None:
+        """Make the cache hold `run`'s tokens: the owner's prefix is saved into its own copy, and `run`'s copy (if
+        it was saved before) is put back. Called under the device lock, at every forward and rollback."""
+        owner = self.owner() if self.owner is not None else None
+        if owner is run:
+            return
+        if owner is not None and owner.length:
+            owner.saved = [(k[:, :, : owner.length].clone(), v[:, :, : owner.length].clone()) for k, v in self.kv]
+        if run.saved is not None:
+            for (k, v), (sk, sv) in zip(self.kv, run.saved):
+                k[:, :, : sk.shape[2]].copy_(sk)
+                v[:, :, : sv.shape[2]].copy_(sv)
+            run.saved = None
+        self.owner = weakref.ref(run)
+        self.swaps += owner is not None
+
+
+class StaticLM:
+    """CachedLM's interface over a StaticSlot: one run's view of the model's static cache. `length` is a host
+    int (known after every round's verdict), so rolling back moves it and nothing else."""
+
+    def __init__(self, slot: StaticSlot):
+        self.slot, self.model, self.vocab_size = slot, slot.model, slot.vocab_size
+        self.head32 = slot.head32
+        self.length = 0
+        self.calls = 0
+        self.saved: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    def reset(self) -> None:
+        self.length, self.calls, self.saved = 0, 0, None
+
+    def crop(self, keep: int) -> None:
+        assert 0 <= keep <= self.length, f"cannot crop a cache of {self.length} tokens to {keep}"
+        self.length = keep
+
+    @torch.inference_mode()
+    def keep_rows(self, start: int, rows: list[int]) -> None:
+        """As CachedLM.keep_rows: the kept path's rows move up to sit after `start`, in place in the static cache."""
+        first = next((i for i, r in enumerate(rows) if r != i), len(rows))
+        if first < len(rows):
+            self.slot.take(self)
+            src = torch.tensor(rows[first:], dtype=torch.long).to(self.slot.device) + start
+            for k, v in self.slot.kv:
+                for t in (k, v):
+                    t[..., start + first : start + len(rows), :] = t[..., src, :]
+        self.length = min(self.length, start + len(rows))
+
+    @torch.inference_mode()
+    def feed(self, ids: torch.Tensor, keep_logits: int = 1) -> torch.Tensor:
+        return self.feed_features(ids, keep_logits)[0]
+
+    @torch.inference_mode()
+    def feed_features(self, ids: torch.Tensor, keep_logits: int = 1, layers: tuple[int, ...] = (),
+                      tree: tuple[torch.Tensor, torch.Tensor] | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """As CachedLM.feed_features (features: the last hidden state where no `layers` are asked for). `layers`
+        must be those the slot was made for, or none."""
+        assert ids.dim() == 1 and ids.numel() >= keep_logits >= 1, (ids.shape, keep_logits)
+        assert not layers or tuple(layers) == self.slot.layers, (layers, self.slot.layers)
+        self.slot.take(self)
+        self.calls += 1
+        hidden, features = self.slot.forward(ids, self.length, tree)
+        self.length += ids.numel()
+        return head_logits(self.model, self.head32, hidden[-keep_logits:], self.vocab_size), (
+            features if layers else hidden)
+
+
+# ---------------------------------------------------------------------------------------------- the pair's choice
+MODES = ("auto", "eager", "static", "graphs")  # SPECDEMO_DECODING
+CPU_MODE = "eager"  # what `auto` picks on a CPU: decided by measurement (docs/decisions.md, "a static cache on a CPU")
+MIN_WINDOW = 512  # a GPU too small for the largest request's static caches shrinks them, down to this window
+
+
+def cache_bytes(model, max_len: int) -> int:
+    """Bytes of one static cache of `max_len` tokens for `model` (keys and values, every layer)."""
+    cfg = model.config
+    heads = cfg.num_attention_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * max_len * next(model.parameters()).element_size()
+
+
+def choose_mode(device: torch.device, asked: str) -> tuple[str, str]:
+    """(mode, why) for a pair on `device`, given SPECDEMO_DECODING's `asked` (auto by default)."""
+    if asked not in MODES:
+        raise ValueError(f"SPECDEMO_DECODING must be one of {', '.join(MODES)}, got {asked!r}")
+    if device.type == "cuda" and os.environ.get("SPACES_ZERO_GPU"):
+        return "eager", "ZeroGPU runs each GPU task in a fresh process: no graphs to keep (docs/deploy.md)"
+    if asked == "auto":
+        if device.type == "cuda":
+            return "graphs", "CUDA graphs over a static cache"
+        if device.type == "cpu":
+            return CPU_MODE, ("a CPU: dynamic KV cache, eager forwards (a static cache measured no faster here)"
+                              if CPU_MODE == "eager" else "a CPU: static cache, eager forwards (graphs need CUDA)")
+        return "eager", f"{device.type}: CUDA graphs need a CUDA device"
+    if asked == "graphs" and device.type != "cuda":
+        return "static", f"{device.type}: static cache, eager forwards (graphs need CUDA)"
+    return asked, f"{asked}, as SPECDEMO_DECODING asks"
+
+
+def prepare(pair, asked: str | None = None, widths: tuple[int, ...] = WIDTHS, max_request: int | None = None) -> None:
+    """Decide how `pair`'s caches run and make them ready: static slots for the target and the draft model, each
+    width captured on CUDA. Sets pair.decoding, pair.decoding_note and pair.static_slots (and pair.window_cap where
+    memory is short), and logs one line. A forward that will not capture leaves the pair eager, with the reason.
+    max_request: the longest sequence a request may make (prompt + new tokens); the context window by default."""
+    mode, why = choose_mode(pair.device, asked or os.environ.get("SPECDEMO_DECODING", "auto").strip() or "auto")
+    pair.static_slots, pair.window_cap = {}, None
+    models = {"target": pair.target} | ({"draft": pair.draft} if pair.draft is not pair.target else {})
+    if mode != "eager" and any(float32_head(m) is None for m in models.values()):
+        mode, why = "eager", "a model computes its own logits (soft-capped or scaled): eager forwards"
+    if mode != "eager":
+        pad = max(widths)
+        window = min(pair.context_window, max_request or pair.context_window)
+        need = sum(cache_bytes(m, window + pad) for m in models.values())
+        if pair.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(pair.device)
+            while need > free // 2 and window > MIN_WINDOW:
+                window = max(MIN_WINDOW, window // 2)
+                need = sum(cache_bytes(m, window + pad) for m in models.values())
+            if window < pair.context_window:
+                pair.window_cap = window
+                log.warning("static caches: %d MiB free on %s, so requests are capped at %d tokens (prompt + new)",
+                            free >> 20, pair.device, window)
+        head_layers = tuple(pair.head.cfg.feature_layers) if pair.head is not None else ()
+        try:
+            for role, model in models.items():
+                slot = StaticSlot(model, pair.vocab_size, window + pad, head_layers if role == "target" else ())
+                if mode == "graphs":
+                    slot.capture(widths)
+                pair.static_slots[role] = slot
+        except Exception as err:  # noqa: BLE001 - any failure to capture leaves the pair eager, and says why
+            pair.static_slots, pair.window_cap = {}, None
+            mode, why = "eager", f"capture failed ({type(err).__name__}: {str(err)[:120]}): eager forwards"
+    pair.decoding, pair.decoding_note = mode, why
+    spent = sum(s.capture_s for s in pair.static_slots.values())
+    log.info("decoding %s on %s: %s%s", mode, pair.device, why,
+             f" (captured {len(widths)} widths x {len(pair.static_slots)} models in {spent:.1f} s)" if spent else "")
