@@ -50,6 +50,11 @@ LONG_FIRST = ("test_smollm2.py", "test_tree.py", "test_exactness.py", "test_eagl
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONG_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FIRST)))  # stable: a module keeps its order
+    if not torch.cuda.is_available():  # the `cuda` marker (pytest.ini): run where there is a CUDA device
+        skip = pytest.mark.skip(reason="needs a CUDA device (python3 -m pytest -m cuda on a GPU machine)")
+        for item in items:
+            if "cuda" in item.keywords:
+                item.add_marker(skip)
 
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -29,7 +29,13 @@ from .session_locks import session_lock
 from .validation import CUSTOM, UserError, as_number, error_text, get_pair, has_head, pair_key, validate
 from .zerogpu import gpu
 
-CHART_EVERY_S = 0.4  # redraw the plotly charts at most this often while streaming (text and stats every round)
+# While a run streams, the page gets at most one update per UPDATE_INTERVAL_S (about 20 a second, what a browser
+# draws): on a GPU the engine yields hundreds of rounds a second, and an update per round would queue up faster than
+# the page can draw it. The rounds in between are not lost: each update carries the whole run so far (its state, text
+# and film strip), and the first round, the first step of the baseline and the finished run are always sent at once.
+# Read on every round, so a test may set it (0: an update per round).
+UPDATE_INTERVAL_S = 0.05
+CHART_EVERY_S = 0.4  # redraw the plotly charts at most this often while streaming (text and stats every update)
 STEP_TAB = "step"  # the Step through tab's id (ui.py), which a step key selects
 
 # The outputs each event may update, by name (ui.py's components of the same names, in this order).
@@ -115,11 +121,12 @@ def on_screen(spec, base, first: bool, lang=None, presenter=False) -> dict:
 def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
                 run_baseline, lenience, chat=None, strategy="fixed", lang=None, presenter=False, ngram=3, tree_topk=0,
                 tree_depth=0, tree_budget=0, progress=gr.Progress()):
-    """The Generate button: streams RUN_OUTPUTS. The text, stats and state change every round; the charts every
-    CHART_EVERY_S. While the baseline runs, its cards wait and a progress bar counts its tokens (a speed-up from
-    part of it would move); the finished run opens the inspector on its first tree round (views.finished). The
-    trace is downloaded in the browser from the trace JSON (page_js.DOWNLOAD_JS, after `trace_of`): a server file would
-    put its path (gradio's cache folder) into the page and the API's answer."""
+    """The Generate button: streams RUN_OUTPUTS, coalesced to one update per UPDATE_INTERVAL_S at most (`coalesced`).
+    The text, stats and state change with every update; the charts every CHART_EVERY_S. While the baseline runs,
+    its cards wait and a progress bar counts its tokens (a speed-up from part of it would move); the finished run
+    opens the inspector on its first tree round (views.finished). The trace is downloaded in the browser from the
+    trace JSON (page_js.DOWNLOAD_JS, after `trace_of`): a server file would put its path (gradio's cache folder)
+    into the page and the API's answer."""
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
                    run_baseline, lenience, limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget)
@@ -128,11 +135,9 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
         gr.Warning(tr("warn.lossy", lang, b=req.spec.lenience))
     last_chart = None  # the first update carries empty charts (built once), so it reaches the page fast
     spec = base = None
-    for spec, base, phase in runs.run_stream(req, pair, limits):
+    for spec, base, phase, started in coalesced(runs.run_stream(req, pair, limits)):
         now = time.monotonic()
         first, redraw = last_chart is None, last_chart is not None and now - last_chart > CHART_EVERY_S
-        if first or redraw:
-            last_chart = now
         if phase == "speculative":
             out = views.run_view(spec, None, tr("status.speculative", lang), lang)
             if redraw:
@@ -143,14 +148,37 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
             progress((len(base.steps), req.spec.max_new_tokens), desc=tr("status.baseline_bar", lang), unit="tokens")
             out = {"stats": render.stats_html(spec, None, tr("status.baseline", lang, n=len(base.steps)), lang,
                                               pending=True)}
-            if redraw:
+            if started:  # the whole speculative run, whose last rounds the coalesced updates may not have shown
+                out = views.run_view(spec, None, lang=lang) | views.charts(spec, base, lang, presenter) | out
+                redraw = True
+            elif redraw:
                 out["race"] = plots.present(plots.race(spec, base, lang), presenter)
+        if first or redraw:
+            last_chart = now
         yield out | on_screen(spec, base, first, lang, presenter)
     if spec.stop_reason == runs.TIME_LIMIT:
         gr.Warning(tr("warn.time_limit", lang, s=limits.time_limit_s))
     state = run_state(spec, base)
     yield (views.finished(spec, base, state, lang, presenter)
            | {"state": state, "trace_json": views.trace_payload(spec, base)})
+
+
+def coalesced(stream):
+    """runs.run_stream's (spec, base, phase) at the rate a page can draw: the first event of each phase at once
+    (with started=True), then an event only once UPDATE_INTERVAL_S has passed since the last one passed on. The
+    events in between are dropped, not their rounds: spec and base are the run's own traces, and each event passed
+    on holds every round so far. The interval counts from when the page's update has been built and handed on, so
+    that the run has it to itself however long an update takes. The run's last events may be dropped too; the caller's final update, after the
+    stream ends, shows the whole run. Between two events passed on the run goes on without a yield, so Stop ends it
+    at the next one, at most UPDATE_INTERVAL_S later (other sessions still get the device between rounds: runs.py
+    takes its lock per round)."""
+    phase, sent = None, 0.0
+    for spec, base, now_phase in stream:
+        started = now_phase != phase
+        if started or time.monotonic() - sent >= UPDATE_INTERVAL_S:
+            phase = now_phase
+            yield spec, base, now_phase, started
+            sent = time.monotonic()  # from when the update is drawn and sent: the run gets the interval to itself
 
 
 BUTTON_OUTPUTS = (*views.RUN_BUTTONS, "stop_btn")

@@ -42,6 +42,22 @@ class Captured:
     out: tuple[torch.Tensor, torch.Tensor]
 
 
+class ReplayStandIn:
+    """A captured width's stand-in on a CPU: `replay()` runs the forward again on the same input buffers and copies
+    its results into the same output tensors, as a CUDA graph's replay leaves them. Only tests use it: it lets the
+    padding, the buffers and the turns of the graph path run without a GPU."""
+
+    def __init__(self, forward, out: tuple[torch.Tensor, torch.Tensor]):
+        self.forward, self.out = forward, out
+
+    def replay(self) -> None:
+        with torch.inference_mode():
+            hidden, features = self.forward()
+        self.out[0].copy_(hidden)
+        if self.out[1] is not self.out[0]:
+            self.out[1].copy_(features)
+
+
 @dataclass
 class StaticSlot:
     """One model's static cache and its captured forwards, made once when the pair loads and shared by every run on
@@ -145,29 +161,43 @@ class StaticSlot:
         return hidden[:n].clone(), features if features is hidden else features[:n].clone()
 
     # ------------------------------------------------------------------------------------------ capture (CUDA)
-    def capture(self, widths: tuple[int, ...] = WIDTHS) -> float:
-        """Capture the forward at each width (CUDA only); returns the seconds it took. Warm-up and capture write
-        into the cache, so this runs before any run owns it."""
-        assert self.device.type == "cuda" and (self.owner is None or self.owner() is None)
+    def capture(self, widths: tuple[int, ...] = WIDTHS, stand_in: bool = False) -> float:
+        """Capture the forward at each width (CUDA); returns the seconds it took. Warm-up and capture write into
+        the cache, so this runs before any run owns it. stand_in: on a CPU, record each width as a `ReplayStandIn`
+        instead, which keeps the graphs' contract (fixed buffers in, fixed buffers out, padded widths) so that
+        tests can run it without a GPU."""
+        assert self.device.type == "cuda" or stand_in, "CUDA graphs need a CUDA device"
+        assert self.owner is None or self.owner() is None, "capture before any run owns the cache"
         t0 = time.perf_counter()
-        pool = torch.cuda.graph_pool_handle()
+        cuda = self.device.type == "cuda" and not stand_in
+        pool = torch.cuda.graph_pool_handle() if cuda else None
         for width in (w for w in widths if w <= self.max_len):
             ids = torch.zeros(1, width, dtype=torch.long, device=self.device)
             positions = torch.empty(1, width, dtype=torch.long, device=self.device)
             mask = torch.empty(1, 1, width, self.max_len, dtype=self.dtype, device=self.device)
             start = torch.zeros((), dtype=torch.long, device=self.device)
             self.causal(0, width, positions, mask)
-            stream = torch.cuda.Stream(self.device)
-            stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(stream), torch.inference_mode():
-                for _ in range(2):  # warm-up: lazy allocations and library handles happen before capture
-                    self._forward(ids, positions, mask, start)
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool), torch.inference_mode():
-                out = self._forward(ids, positions, mask, start)
+
+            def forward(ids=ids, positions=positions, mask=mask, start=start):
+                return self._forward(ids, positions, mask, start)
+
+            if cuda:
+                stream = torch.cuda.Stream(self.device)
+                stream.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(stream), torch.inference_mode():
+                    for _ in range(2):  # warm-up: lazy allocations and library handles happen before capture
+                        forward()
+                torch.cuda.current_stream(self.device).wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool), torch.inference_mode():
+                    out = forward()
+            else:
+                with torch.inference_mode():
+                    out = forward()
+                graph = ReplayStandIn(forward, out)
             self.graphs[width] = Captured(graph, ids, positions, mask, start, out)
-        torch.cuda.synchronize(self.device)
+        if cuda:
+            torch.cuda.synchronize(self.device)
         self.capture_s = time.perf_counter() - t0
         return self.capture_s
 

@@ -1,0 +1,224 @@
+"""The static decoding path (models/static.py): one preallocated cache per model, forwards of fixed widths, runs
+taking turns by swapping their prefixes. On this CPU it runs without graphs (`static`) and with the graphs'
+stand-in (`replayed`: the same buffers, padded widths and replays, recomputed eagerly); on CUDA (`-m cuda`) with
+real CUDA graphs. Every mode must give the eager path's tokens, for every strategy, and two interleaved runs
+must each give what they give alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_exactness import PASS_P, chi2_pvalue, drop_k, speculative_samples
+
+from specdemo.config import SamplingConfig, SpecConfig
+from specdemo.engine.autoregressive import baseline_generate
+from specdemo.engine.sampling import warp
+from specdemo.engine.speculative import speculative_generate, speculative_rounds
+from specdemo.engine.tree import DraftTree, tree_attention
+from specdemo.models import CachedLM
+from specdemo.models.loading import load_pair_uncached
+from specdemo.models.static import CPU_MODE, StaticLM, choose_mode, prepare
+
+STRATEGIES = ("fixed", "adaptive", "lookup", "eagle", "tree")
+GREEDY = SamplingConfig(temperature=0.0)
+
+
+def decode_as(pair, mode: str, widths=(1, 2, 4, 8, 16, 32)) -> None:
+    """Switch a pair to `mode`: eager, static, or replayed (static with every width recorded by the stand-in)."""
+    prepare(pair, "static" if mode == "replayed" else mode, widths=widths)
+    if mode == "replayed":
+        for slot in pair.static_slots.values():
+            slot.capture(widths, stand_in=True)
+
+
+@pytest.fixture(scope="module")
+def own_pair():
+    """A private float32 Shakespeare pair (the LRU's pairs are shared with other tests: modes are switched here)."""
+    return load_pair_uncached("shakespeare", device="cpu", dtype="float32")
+
+
+def test_a_cpu_decodes_eagerly_unless_told_and_says_why():
+    mode, why = choose_mode(torch.device("cpu"), "auto")
+    assert mode == CPU_MODE and "CPU" in why
+    assert choose_mode(torch.device("cpu"), "graphs")[0] == "static"
+    assert "need CUDA" in choose_mode(torch.device("cpu"), "graphs")[1]
+    assert choose_mode(torch.device("mps"), "auto") == ("eager", "mps: CUDA graphs need a CUDA device")
+    with pytest.raises(ValueError, match="SPECDEMO_DECODING must be one of"):
+        choose_mode(torch.device("cpu"), "fast")
+
+
+def tokens_of(rounds) -> list[int]:
+    return [t.token_id for r in rounds for t in r.output]
+
+
+def interleaved(pair, runs) -> list[list[int]]:
+    """Each run's tokens when the runs (prompt, spec, sampling) alternate round by round, as visitors do."""
+    loops = [speculative_rounds(pair, pair.encode(p), sampling, spec) for p, spec, sampling in runs]
+    out: list[list[int]] = [[] for _ in runs]
+    while any(loop is not None for loop in loops):
+        for i, loop in enumerate(loops):
+            rnd = None if loop is None else next(loop, None)
+            if rnd is None:
+                loops[i] = None
+            else:
+                out[i] += tokens_of([rnd])
+    return out
+
+
+@pytest.mark.parametrize("mode", ["static", "replayed"])
+def test_the_static_cache_gives_the_dynamic_caches_logits(own_pair, mode):
+    """Prefill, steps, a chain verify cropped back, a tree forward whose kept path moves up: at every stage the
+    static view's logits are the dynamic cache's."""
+    pair = own_pair
+    decode_as(pair, mode)
+    ref, lm = CachedLM(pair.target, pair.vocab_size), pair.new_lm("target")
+    assert isinstance(lm, StaticLM)
+    ids = torch.tensor(pair.encode("ROMEO:\nWhat light through yonder"))
+
+    def both(fn):
+        a, b = fn(ref), fn(lm)
+        torch.testing.assert_close(b, a, atol=2e-5, rtol=1e-5)
+        assert ref.length == lm.length
+        return a
+
+    both(lambda m: m.feed(ids, keep_logits=3))
+    for tok in (5, 9, 13):
+        both(lambda m, tok=tok: m.feed(torch.tensor([tok])))
+    both(lambda m: m.feed(torch.tensor([1, 2, 3, 4, 5]), keep_logits=5))  # a chain verify: 3 rejected
+    for m in (ref, lm):
+        m.crop(m.length - 3)
+    both(lambda m: m.feed(torch.tensor([7])))
+    # a tree over the last token: root 11 with children 12, 13; 13 has child 14
+    tree = DraftTree(parents=torch.tensor([-1, 0, 0, 2]), depths=torch.tensor([1, 2, 2, 3]),
+                     head_p=torch.ones(4), max_depth=3)
+    past = ref.length
+    both(lambda m: m.feed_features(torch.tensor([8, 11, 12, 13, 14]), keep_logits=5,
+                                   tree=tree_attention(tree, past, 1, pair.dtype))[0])
+    for m in (ref, lm):
+        m.keep_rows(past, [0, 1, 3, 4])  # the fixed token, then the path 11 -> 13 -> 14
+    both(lambda m: m.feed(torch.tensor([15]), keep_logits=1))
+    both(lambda m: m.feed(torch.tensor([16, 17]), keep_logits=2))
+
+
+@pytest.mark.parametrize("mode", ["static", "replayed"])
+def test_every_strategy_gives_the_eager_paths_tokens(own_pair, mode):
+    """At T = 0 every strategy gives the target-only tokens on the static path; sampled runs give the eager
+    path's own tokens, seed for seed."""
+    pair = own_pair
+    prompt = "ROMEO:\nROMEO:\n"
+    decode_as(pair, "eager")
+    want = baseline_generate(pair, prompt, GREEDY, 40).output_ids
+    sampled = {s: speculative_generate(pair, prompt, SamplingConfig(0.8), SpecConfig(k=4, max_new_tokens=40, seed=3,
+                                                                                      strategy=s)).output_ids
+               for s in ("fixed", "tree")}
+    decode_as(pair, mode)
+    assert baseline_generate(pair, prompt, GREEDY, 40).output_ids == want
+    for strategy in STRATEGIES:
+        got = speculative_generate(pair, prompt, GREEDY, SpecConfig(k=4, max_new_tokens=40, strategy=strategy))
+        assert got.output_ids == want, strategy
+        assert got.settings["device"] == "cpu"
+    for strategy, ids in sampled.items():
+        got = speculative_generate(pair, prompt, SamplingConfig(0.8), SpecConfig(k=4, max_new_tokens=40, seed=3,
+                                                                                 strategy=strategy))
+        assert got.output_ids == ids, strategy
+    assert all(slot.owner is not None for slot in pair.static_slots.values())
+
+
+def test_two_interleaved_runs_each_give_what_they_give_alone(own_pair):
+    """Two visitors' runs alternate round by round on one pair (as the device lock makes them): each swaps the
+    other's tokens out of the shared cache, and each gives exactly what it gives alone."""
+    pair = own_pair
+    decode_as(pair, "replayed")
+    runs = [("ROMEO:\n", SpecConfig(k=3, max_new_tokens=48, seed=1, strategy="fixed"), SamplingConfig(0.9)),
+            ("JULIET:\nO", SpecConfig(k=4, max_new_tokens=48, seed=2, strategy="tree"), SamplingConfig(0.0)),
+            ("HAMLET:\n", SpecConfig(k=2, max_new_tokens=48, seed=3, strategy="adaptive"), SamplingConfig(0.7))]
+
+    alone = [tokens_of(speculative_rounds(pair, pair.encode(p), sampling, spec)) for p, spec, sampling in runs]
+    swaps = sum(slot.swaps for slot in pair.static_slots.values())
+    together = interleaved(pair, runs)
+    assert together == alone
+    assert len({tuple(a) for a in alone}) == 3, "three different runs"
+    assert sum(slot.swaps for slot in pair.static_slots.values()) - swaps > 20, "the runs took turns in the caches"
+
+
+def test_a_pair_loads_eager_on_this_cpu_and_its_log_says_why(caplog):
+    with caplog.at_level("INFO", logger="specdemo"):
+        pair = load_pair_uncached("shakespeare", device="cpu")
+    assert pair.decoding == CPU_MODE and pair.decoding_note
+    assert (pair.static_slots == {}) == (CPU_MODE == "eager")
+    assert any("decoding" in r.message and pair.decoding_note in r.message for r in caplog.records)
+
+
+def test_a_static_run_past_the_caches_end_is_refused_before_it_writes(own_pair):
+    pair = own_pair
+    prepare(pair, "static", max_request=40)
+    lm = pair.new_lm("target")
+    with pytest.raises(AssertionError, match="the static cache holds"):
+        lm.feed(torch.arange(lm.slot.max_len + 1) % 50)
+    assert lm.length == 0
+
+
+# ---------------------------------------------------------------------------------------------- CUDA (-m cuda)
+
+
+@pytest.fixture(scope="module")
+def cuda_pair():
+    return load_pair_uncached("shakespeare", device="cuda", dtype="float32")
+
+
+@pytest.mark.cuda
+def test_a_pair_on_cuda_captures_its_graphs_at_load(cuda_pair):
+    pair = cuda_pair
+    assert pair.decoding == "graphs", pair.decoding_note
+    slots = pair.static_slots
+    assert set(slots) == {"target", "draft"} and all(slot.graphs for slot in slots.values())
+    assert sum(slot.capture_s for slot in slots.values()) < 30, "capture per pair load: at most 30 s"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["graphs", "static"])
+def test_on_cuda_every_strategy_gives_the_captured_target_onlys_tokens(cuda_pair, mode):
+    pair = cuda_pair
+    prepare(pair, mode)
+    for prompt in ("ROMEO:\n", "JULIET:\nO Romeo"):
+        want = baseline_generate(pair, prompt, GREEDY, 64).output_ids
+        for strategy in STRATEGIES:
+            got = speculative_generate(pair, prompt, GREEDY, SpecConfig(k=4, max_new_tokens=64, strategy=strategy))
+            assert got.output_ids == want, (prompt, strategy)
+    prepare(pair, "graphs")
+
+
+@pytest.mark.cuda
+def test_on_cuda_two_interleaved_runs_each_give_what_they_give_alone(cuda_pair):
+    pair = cuda_pair
+    prepare(pair, "graphs")
+    runs = [("ROMEO:\n", SpecConfig(k=3, max_new_tokens=64, seed=1, strategy="fixed"), SamplingConfig(0.8)),
+            ("JULIET:\n", SpecConfig(k=4, max_new_tokens=64, seed=2, strategy="tree"), SamplingConfig(0.8))]
+    alone = [tokens_of(speculative_rounds(pair, pair.encode(p), sampling, spec)) for p, spec, sampling in runs]
+    assert interleaved(pair, runs) == alone
+    assert pair.static_slots["target"].swaps > 0
+
+
+@pytest.mark.cuda
+def test_on_cuda_capture_follows_a_pair_change():
+    first = load_pair_uncached("shakespeare", device="cuda", dtype="float32")
+    second = load_pair_uncached("shakespeare", device="cuda", dtype="bfloat16")
+    for pair in (second, first):
+        assert pair.decoding == "graphs"
+        out = baseline_generate(pair, "ROMEO:\n", GREEDY, 16)
+        assert len(out.output_ids) == 16
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("strategy", ["fixed", "tree"])
+def test_on_cuda_the_first_token_follows_the_target(cuda_pair, strategy):
+    """The χ² test of the engine on the captured path: the first token's distribution is the warped target's."""
+    pair = cuda_pair
+    prepare(pair, "graphs")
+    cfg = SamplingConfig(temperature=1.0, top_k=12)
+    prompt_ids = pair.encode("ROMEO:\nI")
+    p1 = warp(pair.new_lm("target").feed(torch.tensor(prompt_ids, device=pair.device))[-1], cfg)
+    exact = {(i,): float(v) for i, v in enumerate(p1.tolist()) if v > 0}
+    counts = speculative_samples(pair, prompt_ids, cfg, k=2, n=1500, n_tokens=1, strategy=strategy)
+    counts.pop("rejections")
+    assert chi2_pvalue(drop_k(counts), exact, 1500) > PASS_P
