@@ -407,7 +407,7 @@ def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, progress
             return out | {"custom_box": gr.update(visible=custom)}
         return out | back | {"custom_box": gr.update(visible=back["pair"] == CUSTOM)}
     progress(1.0, desc=tr("pair.done", lang))
-    desc = pair.describe() | {"chosen": chosen}
+    desc = views.pair_desc(pair) | {"chosen": chosen}
     chat = {} if keep_settings else {"value": pair.chat}
     out = {"pair_status": views.pair_info(desc, lang), "custom_box": gr.update(visible=custom), "pair_state": desc,
            "chat": gr.update(**chat, interactive=pair.has_chat_template)}

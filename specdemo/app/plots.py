@@ -51,7 +51,10 @@ def _token_label(text: str, lang: str | None) -> str:
 
 
 def race(spec: Trace | None, base: Trace | None, lang: str | None = None) -> go.Figure:
-    """Tokens generated against wall time, for both runs, each from its own start."""
+    """Tokens generated against wall time, for both runs, each from its own start: Round.elapsed_s and
+    Step.elapsed_s, the run's own perf_counter time (the page's work between rounds left out), on a GPU too. The
+    CUDA-event times are the rounds' draft_ms and verify_ms (speculative.PhaseClock): the theory chart's cost ratio
+    c is made of them, and the film strip adds the host's overhead_ms to them for each round's time."""
     fig = _fig(tr("chart.race", lang), tr("chart.race_x", lang), tr("chart.race_y", lang))
     if spec is not None and spec.rounds:
         xs, ys, n = [0.0], [0], 0

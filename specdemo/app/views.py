@@ -303,11 +303,35 @@ def missing_notice(name: str, err: Exception, lang=None) -> str:
     return tr("notice.missing", lang, name=name, why=why)
 
 
+DECODING_KEY = {"eager": "decoding.eager", "static": "decoding.static", "graphs": "decoding.graphs"}
+
+
+def pair_desc(pair) -> dict:
+    """What the pair's line shows, kept in the session's pair state: ModelPair.describe() and how the pair decodes
+    (ModelPair.decoding and decoding_note, which models.static.prepare chose at load)."""
+    return {"decoding": pair.decoding, "decoding_note": pair.decoding_note} | pair.describe()
+
+
+def decoding_info(desc: dict, lang=None) -> str:
+    """How the pair decodes, in one sentence (Markdown): eager, static cache or CUDA graphs, and why. The reason is
+    the loader's own line (English, and it can quote an exception), so it is escaped for HTML and for Markdown."""
+    mode = desc.get("decoding")
+    if not mode:  # a pair state saved before the pair said how it decodes
+        return ""
+    shown = tr(DECODING_KEY[mode], lang) if mode in DECODING_KEY else md_cell(render.esc(str(mode)))
+    note = (desc.get("decoding_note") or "").strip()
+    if not note:
+        return tr("pair.decoding_bare", lang, mode=shown)
+    return tr("pair.decoding", lang, mode=shown, note=md_cell(render.esc(note)))
+
+
 def pair_info(desc: dict, lang=None) -> str:
-    """The loaded pair in one line (Markdown), from ModelPair.describe()."""
-    return tr("pair.loaded", lang, draft=desc["draft"], draft_m=f"{desc['draft_parameters'] / 1e6:.1f}",
-              target=desc["target"], target_m=f"{desc['target_parameters'] / 1e6:.1f}", device=desc["device"],
-              dtype=desc["dtype"], context=desc["context_window"])
+    """The loaded pair (Markdown), from pair_desc: the models and the device, and below them how the pair decodes."""
+    loaded = tr("pair.loaded", lang, draft=desc["draft"], draft_m=f"{desc['draft_parameters'] / 1e6:.1f}",
+                target=desc["target"], target_m=f"{desc['target_parameters'] / 1e6:.1f}", device=desc["device"],
+                dtype=desc["dtype"], context=desc["context_window"])
+    decoding = decoding_info(desc, lang)
+    return f"{loaded}  \n{decoding}" if decoding else loaded  # on a line of its own (a Markdown line break)
 
 
 def tab_labels(lang) -> dict:
