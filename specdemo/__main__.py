@@ -156,22 +156,68 @@ def cmd_generate(args, pair, sampling) -> int:
     return 0
 
 
+def bench_decodings(args) -> list[str] | None:
+    """The decodings a bench asks for (--decoding, or --decodings' list), checked before any model loads; None
+    keeps the pair's own (SPECDEMO_DECODING)."""
+    from specdemo.models.static import MODES
+
+    from .config import ConfigError
+
+    asked = [d.strip() for d in args.decodings.split(",") if d.strip()] if args.decodings else (
+        [args.decoding] if args.decoding else None)
+    if asked is None:
+        return None
+    if not asked or any(d not in MODES for d in asked):
+        raise ConfigError(f"--decodings takes a comma-separated list of {', '.join(MODES)}, got {args.decodings!r}")
+    if len(set(asked)) < len(asked):
+        raise ConfigError(f"--decodings names a decoding twice: {args.decodings!r}")
+    if len(asked) > 1 and (args.identity or not args.strategies):
+        raise ConfigError("--decodings with more than one decoding races them in --strategies: add --strategies "
+                          "(--identity checks one, --decoding)")
+    return asked
+
+
+def check_bench(args) -> None:
+    """A bench's own settings, refused before any model loads."""
+    from .config import ConfigError
+
+    bench_decodings(args)
+    if args.compiled and not args.strategies:
+        raise ConfigError("--compiled adds a row to --strategies: add --strategies")
+    if args.identity and (args.strategies or args.temperature != 0):
+        raise ConfigError("--identity runs at T = 0 on its own: drop --strategies and --temperature")
+
+
 def cmd_bench(args, pair, sampling) -> int:
     from specdemo.bench.methods import bench_prompts, format_bench, run_bench
     from specdemo.bench.strategies import format_strategies, run_strategies
 
     log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
+    decodings = bench_decodings(args)
+    if args.identity:
+        from specdemo.bench.identity import check_identity, format_identity
+        from specdemo.bench.methods import decoded_views, decoding_line, longest_request
+        from specdemo.models import dtype_name
+
+        prompts = bench_prompts(pair)[: args.prompts]
+        views = decoded_views({dtype_name(pair.dtype): pair}, decodings, longest_request(pair, prompts, args.max_new_tokens),
+                              lambda *a: None)
+        log(decoding_line(next(iter(views.values()))))
+        res = check_identity(pair, prompts, args.max_new_tokens, args.k, args.lookup_k, args.seed, log=log)
+        print(json.dumps(res, indent=2) if args.json else format_identity(res))
+        return 1 if res["bugs"] else 0
     if args.strategies:
         res = run_strategies(pair, sampling, args.k, args.max_new_tokens, args.prompts, seed=args.seed,
                              ngram=args.ngram, lookup_k=args.lookup_k, k_search=not args.no_k_search,
                              include_hf=not args.no_hf, log=log,
                              tree=(args.tree_topk, args.tree_depth, args.tree_budget),
-                             tree_prune_below=args.tree_prune)
+                             tree_prune_below=args.tree_prune, decodings=decodings, compiled=args.compiled)
         print(json.dumps(res, indent=2) if args.json else format_strategies(res))
         return 0
     spec = spec_of(args, top_candidates=0)
     prompts = bench_prompts(pair)[: args.prompts]
-    res = run_bench(pair, sampling, spec, prompts, include_hf=not args.no_hf, log=log)
+    res = run_bench(pair, sampling, spec, prompts, include_hf=not args.no_hf, log=log,
+                    decoding=decodings[0] if decodings else None)
     print(json.dumps(res, indent=2) if args.json else format_bench(res))
     return 0
 
@@ -197,13 +243,31 @@ def parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="naive vs speculative vs transformers assisted generation")
     add_common(bench)
     bench.add_argument("--prompts", type=int, default=10, help="how many of the built-in prompts to use")
-    bench.add_argument("--no-hf", action="store_true", help="skip transformers' assisted generation")
+    bench.add_argument("--no-hf", action="store_true", help="skip transformers' generate and assisted generation")
     bench.add_argument("--strategies", action="store_true",
                        help="time target-only (each dtype), fixed K=1..8, adaptive, lookup, the EAGLE head's chain "
                             "and tree (where the pair has one; --tree-* sizes) and transformers' equivalents, "
                             "interleaved prompt by prompt; adds the copy-friendly prompts")
     bench.add_argument("--lookup-k", type=int, default=8, help="--strategies: tokens copied per lookup round")
     bench.add_argument("--no-k-search", action="store_true", help="--strategies: only the given K for fixed")
+    modes = bench.add_mutually_exclusive_group()
+    modes.add_argument("--decoding", choices=["auto", "eager", "static", "graphs"], default=None,
+                       help="how the pair's KV caches run (models/static.py): eager (dynamic cache), static (one "
+                            "preallocated cache per model), graphs (static, each forward width a captured CUDA graph; "
+                            "static on a CPU) or auto; sized to the longest prompt + --max-new-tokens (default: "
+                            "SPECDEMO_DECODING, else auto)")
+    modes.add_argument("--decodings", default=None, metavar="LIST",
+                       help="--strategies: race several decodings in one run, e.g. eager,static: every specdemo row "
+                            "under each, back to back on every prompt (who goes first turns prompt by prompt), with "
+                            "each row's tok/s as a ratio to the first decoding's")
+    bench.add_argument("--compiled", action="store_true",
+                       help="--strategies: add transformers' generate(cache_implementation=\"static\") under "
+                            "torch.compile (CUDA graphs on CUDA), compiled and warmed up before the timed runs (its "
+                            "compile time is printed apart); slow to compile on a CPU")
+    bench.add_argument("--identity", action="store_true",
+                       help="instead of timing: at T = 0, does every strategy give the tokens of the project's own "
+                            "target-only, prompt by prompt ('identity N/M' per strategy; exit 1 on a parting that "
+                            "is not a bf16 near-tie)")
     bench.set_defaults(max_new_tokens=128, temperature=0.0)
     return ap
 
@@ -232,6 +296,10 @@ def main(argv: list[str] | None = None) -> int:
         if bool(args.draft) != bool(args.target):
             raise ModelLoadError("--draft and --target go together")
         check_head(args.strategy, None if args.draft else args.pair)  # refused before anything loads
+        if args.command == "bench":
+            check_bench(args)
+            if bench_decodings(args):  # the bench prepares the decoding it asks for, sized to its prompts: the load
+                os.environ["SPECDEMO_DECODING"] = "eager"  # captures nothing that would be thrown away
         pair = load_pair((args.draft, args.target) if args.draft else args.pair, device=args.device,
                          draft_dtype=args.draft_dtype, target_dtype=args.target_dtype)
         check_head(args.strategy, pair.name, pair)

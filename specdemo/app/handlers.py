@@ -133,11 +133,10 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
     pair = get_pair(req.pair, req.spec.strategy)
     if req.spec.lossy:
         gr.Warning(tr("warn.lossy", lang, b=req.spec.lenience))
-    last_chart = None  # the first update carries empty charts (built once), so it reaches the page fast
+    drawn = None  # when the charts were last sent; the first update carries empty charts (built once), so it is fast
     spec = base = None
     for spec, base, phase, started in coalesced(runs.run_stream(req, pair, limits)):
-        now = time.monotonic()
-        first, redraw = last_chart is None, last_chart is not None and now - last_chart > CHART_EVERY_S
+        first, redraw = drawn is None, drawn is not None and time.monotonic() - drawn > CHART_EVERY_S
         if phase == "speculative":
             out = views.run_view(spec, None, tr("status.speculative", lang), lang)
             if redraw:
@@ -153,9 +152,9 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
                 redraw = True
             elif redraw:
                 out["race"] = plots.present(plots.race(spec, base, lang), presenter)
-        if first or redraw:
-            last_chart = now
         yield out | on_screen(spec, base, first, lang, presenter)
+        if first or redraw:  # counted from when they were sent: the run gets CHART_EVERY_S to itself between redraws
+            drawn = time.monotonic()
     if spec.stop_reason == runs.TIME_LIMIT:
         gr.Warning(tr("warn.time_limit", lang, s=limits.time_limit_s))
     state = run_state(spec, base)
@@ -165,20 +164,21 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
 
 def coalesced(stream):
     """runs.run_stream's (spec, base, phase) at the rate a page can draw: the first event of each phase at once
-    (with started=True), then an event only once UPDATE_INTERVAL_S has passed since the last one passed on. The
-    events in between are dropped, not their rounds: spec and base are the run's own traces, and each event passed
-    on holds every round so far. The interval counts from when the page's update has been built and handed on, so
-    that the run has it to itself however long an update takes. The run's last events may be dropped too; the caller's final update, after the
-    stream ends, shows the whole run. Between two events passed on the run goes on without a yield, so Stop ends it
-    at the next one, at most UPDATE_INTERVAL_S later (other sessions still get the device between rounds: runs.py
-    takes its lock per round)."""
-    phase, sent = None, 0.0
+    (with started=True), then an event only once UPDATE_INTERVAL_S has passed since the last one was handed on, or
+    as long as that one took to build and send if it took longer (a long run's text and film strip take longer to
+    draw), so that the page never takes more than half the run's time. The events in between are dropped, not
+    their rounds: spec and base are the run's own traces, and each event handed on holds every round so far. The
+    run's last events may be dropped too; the caller's final update, after the stream ends, shows the whole run.
+    Between two events handed on the run goes on without a yield, so Stop ends it at the next one (other sessions
+    still get the device between rounds: runs.py takes its lock per round)."""
+    phase, sent, took = None, 0.0, 0.0
     for spec, base, now_phase in stream:
         started = now_phase != phase
-        if started or time.monotonic() - sent >= UPDATE_INTERVAL_S:
-            phase = now_phase
+        if started or time.monotonic() - sent >= max(UPDATE_INTERVAL_S, took):
+            phase, handed = now_phase, time.monotonic()
             yield spec, base, now_phase, started
-            sent = time.monotonic()  # from when the update is drawn and sent: the run gets the interval to itself
+            sent = time.monotonic()  # counted from when the update has been built and sent
+            took = sent - handed
 
 
 BUTTON_OUTPUTS = (*views.RUN_BUTTONS, "stop_btn")

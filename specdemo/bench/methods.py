@@ -5,10 +5,16 @@ run of each method that is not counted, and the methods interleaved prompt by pr
 shared machine hits all of them alike. It reports tokens/s, speedups, alpha, the cost ratio c and the verify cost
 measured in the same run, and the theoretical ceiling those imply. strategies.py (bench --strategies) does
 the same for every drafting strategy, target-only decoding in each dtype, and transformers' equivalents. No UI.
+
+Decodings (static.prepare): the bench can run the pair's caches eagerly, over a static cache, or as captured CUDA
+graphs (`decoded_views`), each sized to the longest request of its prompt set (`longest_request`); the strategies
+bench can race several side by side. transformers' own `generate`, plain or with a static cache under torch.compile
+(`compile_generate`), gives the target-only rows that no specdemo code runs.
 """
 
 from __future__ import annotations
 
+import copy
 import statistics
 import time
 from dataclasses import replace
@@ -22,7 +28,7 @@ from specdemo.engine.speculative import device_sync, encode_prompt, speculative_
 from specdemo.engine.theory import expected_tokens_per_round, measure, predicted_speedup
 from specdemo.engine.tree import sampled_plan
 from specdemo.engine.tree_drafter import run_tree_shape, tree_children, tree_prune, tree_shape
-from specdemo.models import CachedLM, ModelPair, load_pair_uncached
+from specdemo.models import CachedLM, ModelPair, PackedLinear, load_pair_uncached, static
 from specdemo.models.devices import cpu_has_bf16, dtype_name
 
 from .prompts import HELD_OUT
@@ -108,20 +114,105 @@ def assisted_generate(pair: ModelPair, prompt: str, sampling: SamplingConfig, sp
         extra["prompt_lookup_num_tokens"] = spec.k
     else:
         raise ValueError(mode)
+    return timed_generate(pair, pair.target, ids, sampling, spec.max_new_tokens, spec.seed, **extra)
+
+
+def timed_generate(pair: ModelPair, model, ids: torch.Tensor, sampling: SamplingConfig, max_new_tokens: int,
+                   seed: int, **extra) -> tuple[int, float]:
+    """One `model.generate` from prompt ids [1, n] with the run's sampling settings, timed between two device
+    synchronisations; -> (new tokens, seconds). `extra`: generate's own arguments (an assistant, a cache)."""
     kwargs = dict(do_sample=False)
     if not sampling.greedy:
         kwargs = dict(do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k or None,
                       top_p=sampling.top_p)
-    torch.manual_seed(spec.seed)
+    torch.manual_seed(seed)
     mask = torch.ones_like(ids)
     device_sync(pair.device)  # the copies above are done before the clock starts, on the pair's own device
     t0 = time.perf_counter()
-    out = pair.target.generate(
-        ids, attention_mask=mask, max_new_tokens=spec.max_new_tokens,
-        pad_token_id=pair.eos_token_id, **extra, **kwargs,
-    )
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, pad_token_id=pair.eos_token_id,
+                         **extra, **kwargs)
     device_sync(pair.device)
     return out.shape[1] - ids.shape[1], time.perf_counter() - t0
+
+
+@torch.inference_mode()
+def hf_generate(pair: ModelPair, prompt: str, sampling: SamplingConfig, max_new_tokens: int, seed: int,
+                compiled: CompiledGenerate | None = None) -> tuple[int, float]:
+    """transformers' own target-only decoding, `target.generate` (its dynamic cache, eager forwards), or with
+    `compiled` its static cache under torch.compile (CompiledGenerate); -> (tokens, seconds)."""
+    ids = torch.tensor([encode_prompt(pair, prompt, max_new_tokens)], device=pair.device)
+    if compiled is None:
+        return timed_generate(pair, pair.target, ids, sampling, max_new_tokens, seed)
+    return timed_generate(pair, compiled.model, ids, sampling, max_new_tokens, seed, **compiled.kwargs)
+
+
+class CompiledGenerate:
+    """transformers' `generate(cache_implementation="static")` with its one-token decode step compiled by
+    torch.compile, as transformers does it itself (`compile_config`, GenerationMixin._valid_auto_compile_criteria,
+    PreTrainedModel.get_compiled_call): CompileConfig(fullgraph=True, mode="reduce-overhead") on CUDA, which
+    replays the step as CUDA graphs; on a CPU mode "default" (there are no graphs to replay), where transformers
+    compiles only when asked to (`_compile_all_devices`). The prefill runs eagerly, as in transformers.
+
+    On a CPU whose bf16 linears specdemo packed for oneDNN (models.PackedLinear) inductor cannot lower the packed
+    weights, so the compiled model is a plain copy of the target (its own nn.Linear layers, the same weights).
+
+    `warm_up` compiles it: `calls` generate calls on the longest prompt of the run (transformers keeps the largest
+    static cache it has made, so the longest request first means one cache size and one compile), timed one by one;
+    the first holds the compile. It is not part of any row's time."""
+
+    def __init__(self, pair: ModelPair):
+        from transformers import CompileConfig
+
+        cuda = pair.device.type == "cuda"
+        self.config = CompileConfig(fullgraph=True, mode="reduce-overhead" if cuda else "default")
+        if not cuda:
+            self.config._compile_all_devices = True  # transformers compiles on CUDA (and a few others) by itself
+        self.model = plain_copy(pair.target)
+        self.copied = self.model is not pair.target
+        self.kwargs = {"cache_implementation": "static", "compile_config": self.config}
+        self.warmup_s: list[float] = []
+        self.error: str | None = None
+
+    def describe(self) -> dict:
+        return {"compile_config": {"fullgraph": self.config.fullgraph, "mode": self.config.mode,
+                                   "backend": self.config.backend, "dynamic": self.config.dynamic},
+                "plain_copy": self.copied,
+                "warmup_s": self.warmup_s, "compile_s": self.warmup_s[0] if self.warmup_s else None,
+                "error": self.error}
+
+    def warm_up(self, pair: ModelPair, prompts: list[str], sampling: SamplingConfig, max_new_tokens: int,
+                seed: int = 0, calls: int = 3, log=print) -> bool:
+        """Compile and warm up; False (with `error` set) where compiling fails, so that the bench goes on without
+        the row."""
+        longest = max(prompts, key=lambda p: len(encode_prompt(pair, p, max_new_tokens)))
+        try:
+            for _ in range(calls):
+                self.warmup_s.append(hf_generate(pair, longest, sampling, max_new_tokens, seed, self)[1])
+        except Exception as err:  # noqa: BLE001 - a compile that fails drops the row, and says why
+            self.error = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200] if str(err).strip() else ''}"
+            log(f"hf generate static compiled: compiling failed ({self.error}); the row is left out")
+            return False
+        log(f"hf generate static compiled: CompileConfig(fullgraph={self.config.fullgraph}, mode="
+            f"{self.config.mode!r}); warm-up calls " + ", ".join(f"{s:.1f} s" for s in self.warmup_s)
+            + " (the first holds the compile)")
+        return True
+
+
+def plain_copy(model):
+    """`model` itself, or where specdemo packed its bf16 linears (PackedLinear) a copy with plain nn.Linear layers
+    and the same weights, which torch.compile's inductor can lower."""
+    packed = {m: m.packed for m in model.modules() if isinstance(m, PackedLinear)}
+    if not packed:
+        return model
+    try:
+        for m in packed:
+            m.__class__ = torch.nn.Linear
+            del m.packed
+        return copy.deepcopy(model)
+    finally:
+        for m, p in packed.items():
+            m.__class__ = PackedLinear
+            m.packed = p
 
 
 def target_variants(pair: ModelPair) -> dict[str, ModelPair]:
@@ -133,6 +224,57 @@ def target_variants(pair: ModelPair) -> dict[str, ModelPair]:
             targets[dtype_name(dt)] = load_pair_uncached((pair.draft_id, pair.target_id), str(pair.device),
                                                          draft_dtype=pair.draft_dtype, target_dtype=dt)
     return targets
+
+
+def longest_request(pair: ModelPair, prompts: list[str], max_new_tokens: int) -> int:
+    """The longest sequence a run of the bench makes: its longest prompt in tokens (chat template included, as the
+    runs encode it) plus the new tokens. The static caches are sized to it, as a per-run cache would be."""
+    return max(len(encode_prompt(pair, p, max_new_tokens)) for p in prompts) + max_new_tokens
+
+
+def decoded_views(pairs: dict[str, ModelPair], decodings: list[str] | None, max_request: int,
+                  log=print) -> dict[str, dict[str, ModelPair]]:
+    """The pairs (target_variants: one per target dtype) under each decoding asked, keyed by the decoding that runs
+    (a CPU runs "graphs" as "static", and "auto" as static.choose_mode says): {decoding: {dtype: pair}}.
+
+    Each is static.prepare'd with its caches sized to `max_request`. The first decoding asked is prepared on the
+    pairs themselves; each later one on shallow copies that share their models, tokenizer and head and hold static
+    caches (and CUDA graphs) of their own, so that the decodings can alternate prompt by prompt without preparing
+    again. A decoding that runs as one already prepared is left out, with a line that says so. No decodings: the
+    pairs as they loaded (SPECDEMO_DECODING)."""
+    if not decodings:
+        return {next(iter(pairs.values())).decoding: pairs}
+    out: dict[str, dict[str, ModelPair]] = {}
+    for i, asked in enumerate(decodings):
+        views = {name: p if i == 0 else copy.copy(p) for name, p in pairs.items()}
+        for view in views.values():
+            static.prepare(view, asked, max_request=max_request)
+        mode = next(iter(views.values())).decoding
+        if mode in out:
+            log(f"decoding {asked}: runs as {mode} here, which is measured already; left out")
+            continue
+        out[mode] = views
+        log(decoding_line(views, asked))
+    return out
+
+
+def decoding_info(views: dict[str, ModelPair], asked: str | None = None) -> dict:
+    """What a decoding's pairs record: the decoding, the one-line reason, the static caches' size in tokens and the
+    seconds each pair's capture took (CUDA graphs; 0 where nothing was captured), by target dtype."""
+    first = next(iter(views.values()))
+    slots = first.static_slots
+    return {"decoding": first.decoding, "asked": asked, "note": first.decoding_note,
+            "cache_tokens": max((s.max_len for s in slots.values()), default=None),
+            "capture_s": {name: sum(s.capture_s for s in p.static_slots.values()) for name, p in views.items()}}
+
+
+def decoding_line(views: dict[str, ModelPair], asked: str | None = None) -> str:
+    """One line: the decoding that runs, why, the static caches' size and the capture seconds of each pair load."""
+    info = decoding_info(views, asked)
+    size = f"; static caches of {info['cache_tokens']} tokens" if info["cache_tokens"] else ""
+    capture = ", ".join(f"{s:.2f} s ({name} pair)" for name, s in info["capture_s"].items())
+    return f"decoding {info['decoding']}" + (f" (asked: {asked})" if asked and asked != info["decoding"] else "") + \
+        f": {info['note'] or 'as loaded'}{size}; capture {capture}"
 
 
 def isolated_draft_ms(pair: ModelPair, strategy: str, width: int = 0) -> float | None:
@@ -223,15 +365,22 @@ def run_bench(
     prompts: list[str] | None = None,
     include_hf: bool = True,
     log=print,
+    decoding: str | None = None,
 ) -> dict:
     """spec.strategy against target-only decoding in each dtype (and transformers' assisted generation with the
-    pair's draft model), interleaved prompt by prompt."""
+    pair's draft model), interleaved prompt by prompt. decoding: how the pairs' caches run (static.prepare, sized to
+    the longest request); None keeps the pair's own (SPECDEMO_DECODING at load)."""
     prompts = prompts or BENCH_PROMPTS
     own = dtype_name(pair.dtype)
-    naive = {("naive" if d == own else f"naive {d}"): p for d, p in target_variants(pair).items()}
+    views = decoded_views(target_variants(pair), [decoding] if decoding else None,
+                          longest_request(pair, prompts, spec.max_new_tokens), log)
+    (mode, variants), = views.items()
+    naive = {("naive" if d == own else f"naive {d}"): p for d, p in variants.items()}
     methods = [*naive, "speculative"] + (["hf_assisted"] if include_hf else [])
     totals, rounds, steps = interleaved_runs(pair, naive, methods, prompts, sampling, spec, log)
-    return summarize(pair, sampling, spec, len(prompts), naive, totals, rounds, steps)
+    res = summarize(pair, sampling, spec, len(prompts), naive, totals, rounds, steps)
+    res["settings"] |= {"decoding": mode, "decoding_info": decoding_info(variants, decoding)}
+    return res
 
 
 def interleaved_runs(pair: ModelPair, naive: dict, methods: list[str], prompts: list[str], sampling: SamplingConfig,
@@ -330,7 +479,7 @@ def format_bench(res: dict) -> str:
     lines = [
         f"pair {res['pair']['name']} on {res['pair']['device']} ({s['threads']} threads), {s['strategy']}, K={s['k']}, "
         f"T={s['temperature']}, top-k={s['top_k']}, top-p={s['top_p']}, {s['max_new_tokens']} new tokens x "
-        f"{s['prompts']} prompts",
+        f"{s['prompts']} prompts" + (f", decoding {s['decoding']}" if s.get("decoding") else ""),
         "",
         "| method | tokens/s | speedup vs naive |",
         "|---|---:|---:|",
@@ -388,12 +537,19 @@ def format_bench(res: dict) -> str:
 
 @torch.inference_mode()
 def forward_ms(model, vocab: int, new_tokens: int, context: int = 128, reps: int = 30,
-               float32_logits: bool = True) -> float:
+               float32_logits: bool = True, lm=None) -> float:
     """Median time of one cached forward over `new_tokens` tokens after a `context`-token prefix (hot caches).
 
     The ids live on the model's device, and the device is synchronised before each reading of the clock: on a GPU
-    a forward returns once its kernels are queued, so an unsynchronised clock would time the queueing."""
-    lm = CachedLM(model, vocab)
+    a forward returns once its kernels are queued, so an unsynchronised clock would time the queueing. lm: the
+    cache to time it through (a pair's `new_lm`, static or captured); a CachedLM of `model` by default. A static
+    cache too small for the prefix shortens it to what fits."""
+    if lm is None:
+        lm = CachedLM(model, vocab)
+    slot = getattr(lm, "slot", None)  # a StaticLM: its cache holds slot.max_len tokens
+    if slot is not None:
+        context = max(1, min(context, slot.max_len - new_tokens))
+    lm.reset()
     if not float32_logits:  # the model's own forward: logits in its dtype (what specdemo did before)
         lm.head32 = None
     device = model.device

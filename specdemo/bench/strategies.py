@@ -8,6 +8,8 @@ of the ceiling E / (cK + v) each run reached. The protocol it shares with the ma
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from specdemo.config import SamplingConfig, SpecConfig
@@ -18,50 +20,101 @@ from specdemo.engine.tree_drafter import run_tree_shape, tree_prune
 from specdemo.models import ModelPair
 from specdemo.models.devices import dtype_name
 
-from .methods import COPY_PROMPTS, assisted_generate, bench_prompts, forward_ms, head_step_ms, target_variants
+from .methods import (
+    COPY_PROMPTS,
+    CompiledGenerate,
+    assisted_generate,
+    bench_prompts,
+    decoded_views,
+    decoding_info,
+    forward_ms,
+    head_step_ms,
+    hf_generate,
+    longest_request,
+    target_variants,
+)
 
 
 class CallCounter:
-    """Counts a model's forward calls (transformers' generate does not report how many target calls it made)."""
+    """Counts a model's forward calls (transformers' generate does not report how many target calls it made), while
+    it is entered: the hook is on the model only around the calls it counts, so no other row runs with it (a
+    compiled forward would trace it)."""
 
     def __init__(self, model):
-        self.n = 0
-        self.handle = model.register_forward_hook(self.hook)
+        self.model, self.n, self.handle = model, 0, None
 
     def hook(self, *_):
         self.n += 1
 
+    def __enter__(self):
+        self.handle = self.model.register_forward_hook(self.hook)
+        return self
+
+    def __exit__(self, *_):
+        self.handle.remove()
+
+
+HF_GENERATE, HF_COMPILED = "hf generate", "hf generate static compiled"  # transformers' target-only rows
+
+
+def row_name(method: str, decoding: str | None, multi: bool) -> str:
+    """A row's name: the method, and where several decodings race, the decoding in brackets ('adaptive [static]')."""
+    return f"{method} [{decoding}]" if multi and decoding else method
+
 
 def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_tokens: int, n_prompts: int = 10,
                    seed: int = 0, ngram: int = 3, lookup_k: int = 8, k_search: bool = True, include_hf: bool = True,
-                   log=print, tree: tuple[int, int, int] = (0, 0, 0), tree_prune_below: float | None = None) -> dict:
+                   log=print, tree: tuple[int, int, int] = (0, 0, 0), tree_prune_below: float | None = None,
+                   decodings: list[str] | None = None, compiled: bool = False) -> dict:
     """Every drafting strategy against target-only decoding (in each dtype the machine offers) and transformers'
-    assisted generation (constant K, its default schedule, prompt lookup), interleaved prompt by prompt. Where the
-    pair has a head, its chain (eagle) and its tree, of the sizes `tree` (top-k, depth, budget; 0 = the head's own),
-    pruned below `tree_prune_below` (None = the head's own).
+    generate (plain, and with `compiled` its static cache under torch.compile) and assisted generation (constant K,
+    its default schedule, prompt lookup), interleaved prompt by prompt. Where the pair has a head, its chain (eagle)
+    and its tree, of the sizes `tree` (top-k, depth, budget; 0 = the head's own), pruned below `tree_prune_below`
+    (None = the head's own).
+
+    decodings: how specdemo's own rows run their caches (static.prepare, sized to the longest request; None: as the
+    pair loaded). With several, every specdemo row runs under each, the decodings back to back on every prompt in
+    an order that turns prompt by prompt, and each row's rate is also given as a ratio to the first decoding's.
 
     The general prompts and the copy-friendly ones are timed as two groups. Speedups are against target-only in
-    the pair's target dtype and against the fastest target-only in any dtype.
+    the pair's target dtype under the same decoding, and against the fastest target-only row of the run (any dtype,
+    any decoding, transformers' generate included).
     """
     general = bench_prompts(pair)[:n_prompts]
     copy = list(COPY_PROMPTS.get(pair.name, COPY_PROMPTS["shakespeare"]))
-    targets = target_variants(pair)
     own = dtype_name(pair.dtype)
+    request = longest_request(pair, general + copy, max_new_tokens)
+    views = decoded_views(target_variants(pair), decodings, request, log)
+    modes = list(views)
+    multi = len(modes) > 1
     ks = list(range(1, 9)) if k_search else [k]
     trees = tree_methods(pair, sampling, tree, tree_prune_below)
-    methods = method_names(pair, targets, ks, k, lookup_k, include_hf, list(trees))
-    counter = CallCounter(pair.target)
-    run = method_runner(pair, targets, sampling, k, max_new_tokens, ngram, lookup_k, counter, trees)
+    own_methods = method_names(pair, views[modes[0]], ks, k, lookup_k, False, list(trees))
+    hf_methods = method_names(pair, {}, [], k, lookup_k, include_hf)
+    compiler = None
+    if compiled:
+        compiler = CompiledGenerate(pair)
+        if compiler.warm_up(pair, general + copy, sampling, max_new_tokens, seed, log=log):
+            hf_methods.append(HF_COMPILED)
+    meta = {row_name(m, d, multi): (m, d) for m in own_methods for d in modes} | {m: (m, None) for m in hf_methods}
+    runs = {d: method_runner(v[own], v, sampling, k, max_new_tokens, ngram, lookup_k, CallCounter(pair.target), trees,
+                             compiler) for d, v in views.items()}
 
-    for m in methods:  # warm-up: first calls pay for allocation, kernels, lazily built tables
-        run(m, general[0], seed)
+    def run(row: str, prompt: str, s: int):
+        method, d = meta[row]
+        return runs[d or modes[0]](method, prompt, s)
+
+    for row in meta:  # warm-up: first calls pay for allocation, kernels, lazily built tables
+        run(row, general[0], seed)
     groups = {}
     for group, prompts in (("general", general), ("copy", copy)):
-        tot = {m: {"tokens": 0, "seconds": 0.0, "calls": 0, "rounds": [], "steps": []} for m in methods}
+        tot = {row: {"tokens": 0, "seconds": 0.0, "calls": 0, "rounds": [], "steps": []} for row in meta}
         for i, prompt in enumerate(prompts):
-            for m in methods:
-                n, secs, calls, tr = run(m, prompt, seed + i)
-                t = tot[m]
+            turn = modes[i % len(modes):] + modes[: i % len(modes)]  # who goes first turns prompt by prompt
+            order = [row_name(m, d, multi) for m in own_methods for d in turn] + hf_methods
+            for row in order:
+                n, secs, calls, tr = run(row, prompt, seed + i)
+                t = tot[row]
                 t["tokens"] += n
                 t["seconds"] += secs
                 t["calls"] += calls
@@ -69,30 +122,59 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
                     t["rounds" if tr.mode == "speculative" else "steps"] += tr.rounds or tr.steps
             log(f"  {group} prompt {i + 1}/{len(prompts)} done")
         groups[group] = tot
-    counter.handle.remove()
-    # isolated costs, hot caches, same run: one draft step, one target step, one (k+1)-token verify
-    iso = {"draft_ms": forward_ms(pair.draft, pair.vocab_size, 1),
-           "head_ms": head_step_ms(pair) if pair.head is not None else None,
-           "target_ms": {name: forward_ms(p.target, p.vocab_size, 1) for name, p in targets.items()},
-           "verify_ms": {kk: forward_ms(pair.target, pair.vocab_size, kk + 1) for kk in sorted({*ks, k, lookup_k})}}
-    return {"pair": pair.describe(), "settings": {
+    # isolated costs, hot caches, same run, through each decoding's caches: one draft step, one target step (each
+    # dtype), one (k+1)-token verify; the head's step has its own cache and is measured once
+    head_ms = head_step_ms(pair) if pair.head is not None else None
+    iso = {d: isolated(v[own], v, sorted({*ks, k, lookup_k}), head_ms) for d, v in views.items()}
+    settings = {
         "k": k, "lookup_k": lookup_k, "ngram": ngram, "max_new_tokens": max_new_tokens, "temperature":
         sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p, "general_prompts": len(general),
         "copy_prompts": len(copy), "threads": torch.get_num_threads(), "target_dtype": own,
-        "draft_dtype": dtype_name(pair.draft_dtype)},
-        "isolated": iso, "groups": {g: summarise(tot, own, iso) for g, tot in groups.items()}}
+        "draft_dtype": dtype_name(pair.draft_dtype), "decoding": modes[0] if not multi else None,
+        "decodings": modes, "reference_decoding": modes[0], "max_request": request}
+    summaries = {g: summarise(tot, meta, own, iso, modes[0]) for g, tot in groups.items()}
+    return {"pair": pair.describe(), "settings": settings,
+            "decoding_info": {d: decoding_info(v, (decodings or [None] * len(modes))[i] if decodings else None)
+                              for i, (d, v) in enumerate(views.items())},
+            "hf_compiled": compiler.describe() if compiler else None,
+            "isolated": iso[modes[0]], "isolated_by_decoding": iso,
+            "groups": {g: rows for g, (rows, _) in summaries.items()},
+            "fastest_target_only": {g: fastest for g, (_, fastest) in summaries.items()},
+            "ratios": {g: ratios(rows, modes) for g, (rows, _) in summaries.items()} if multi else None}
+
+
+def isolated(pair: ModelPair, targets: dict[str, ModelPair], verify_ks: list[int], head_ms: float | None) -> dict:
+    """One decoding's isolated costs (hot, median), each forward through the pair's own caches (new_lm)."""
+    return {"draft_ms": forward_ms(pair.draft, pair.vocab_size, 1, lm=pair.new_lm("draft")), "head_ms": head_ms,
+            "target_ms": {name: forward_ms(p.target, p.vocab_size, 1, lm=p.new_lm("target"))
+                          for name, p in targets.items()},
+            "verify_ms": {kk: forward_ms(pair.target, pair.vocab_size, kk + 1, lm=pair.new_lm("target"))
+                          for kk in verify_ks}}
+
+
+def ratios(rows: dict, modes: list[str]) -> dict:
+    """Each later decoding's tokens/s over the first's, method by method: {decoding: {method: ratio}}, with the
+    geometric mean, the lowest and the highest of them."""
+    out = {}
+    for d in modes[1:]:
+        r = {row["method"]: row["vs_reference"] for row in rows.values() if row["decoding"] == d}
+        out[d] = {"by_method": r, "geometric_mean": math.exp(sum(map(math.log, r.values())) / len(r)),
+                  "lowest": min(r, key=r.get), "highest": max(r, key=r.get)}
+    return out
 
 
 def method_names(pair: ModelPair, targets: dict, ks: list[int], k: int, lookup_k: int, include_hf: bool,
                  trees: list[str] = ()) -> list[str]:
-    """The race's entrants: target-only in each dtype, fixed K for each K searched, adaptive, lookup, eagle and the
-    head's `trees` (tree_methods; if the pair has a head), and transformers' three assisted modes."""
+    """The race's entrants: target-only in each dtype of `targets`, fixed K for each K in `ks`, adaptive, lookup,
+    eagle and the head's `trees` (tree_methods; if the pair has a head), and transformers' generate (target-only)
+    and its three assisted modes. No targets and no ks: transformers' rows alone."""
     methods = [f"target-only {name}" for name in targets]
-    methods += [f"fixed K={kk}" for kk in ks] + ["adaptive", f"lookup K={lookup_k}"]
-    if pair.head is not None:
-        methods += [f"eagle K={k}", *trees]
+    if ks:
+        methods += [f"fixed K={kk}" for kk in ks] + ["adaptive", f"lookup K={lookup_k}"]
+        if pair.head is not None:
+            methods += [f"eagle K={k}", *trees]
     if include_hf:
-        methods += [f"hf assisted K={k}", "hf assisted default", f"hf prompt lookup K={lookup_k}"]
+        methods += [HF_GENERATE, f"hf assisted K={k}", "hf assisted default", f"hf prompt lookup K={lookup_k}"]
     return methods
 
 
@@ -122,18 +204,25 @@ def tree_method(shape: tuple[int, int, int], children: str = "top", prune_below:
 
 
 def method_runner(pair: ModelPair, targets: dict, sampling: SamplingConfig, k: int, max_new_tokens: int, ngram: int,
-                  lookup_k: int, counter: CallCounter, trees: dict[str, dict] | None = None):
-    """run(method, prompt, seed) -> (tokens, seconds, target calls, trace or None), for any of `method_names`."""
+                  lookup_k: int, counter: CallCounter, trees: dict[str, dict] | None = None,
+                  compiled: CompiledGenerate | None = None):
+    """run(method, prompt, seed) -> (tokens, seconds, target calls, trace or None), for any of `method_names` and
+    HF_COMPILED (with `compiled`, warmed up). transformers' generate makes one target call a token."""
 
     def run(method: str, prompt: str, s: int):
         if method.startswith("target-only"):
             tr = baseline_generate(targets[method.split()[-1]], prompt, sampling, max_new_tokens, s)
             return len(tr.output_ids), tr.wall_s, len(tr.steps), tr
+        if method in (HF_GENERATE, HF_COMPILED):
+            n, secs = hf_generate(pair, prompt, sampling, max_new_tokens, s, compiled if method == HF_COMPILED
+                                  else None)
+            return n, secs, n, None
         if method.startswith("hf"):
             mode = "lookup" if "lookup" in method else "default" if "default" in method else "constant"
             spec = SpecConfig(k=lookup_k if mode == "lookup" else k, max_new_tokens=max_new_tokens, seed=s)
-            before = counter.n
-            n, secs = assisted_generate(pair, prompt, sampling, spec, mode)
+            with counter:
+                before = counter.n
+                n, secs = assisted_generate(pair, prompt, sampling, spec, mode)
             return n, secs, counter.n - before, None
         strategy = method.split()[0]
         kk = int(method.split("=")[1]) if "=" in method and strategy != "tree" else k
@@ -146,57 +235,93 @@ def method_runner(pair: ModelPair, targets: dict, sampling: SamplingConfig, k: i
     return run
 
 
-def summarise(tot: dict, own: str, iso: dict) -> dict:
-    """Per method: tokens/s, speedups, target calls, acceptance, tokens per round, c (loop vs isolated), v and the
-    share of the ceiling E / (c K + v) that the run reached, all from this run's own measurements."""
+def summarise(tot: dict, meta: dict, own: str, iso: dict, reference: str) -> tuple[dict, str]:
+    """Per row: tokens/s, speedups, target calls, acceptance, tokens per round, c (loop vs isolated), v and the
+    share of the ceiling E / (c K + v) that the run reached, all from this run's own measurements; -> (rows, the
+    fastest target-only row). meta: row -> (method, decoding; None for transformers' rows, which are set against
+    the `reference` decoding). "Same dtype" is target-only in the pair's dtype under the row's decoding; the
+    fastest target-only is the fastest of every target-only row, transformers' generate included; t_target (for c
+    and v) is the mean step of the row's decoding's target-only in the pair's dtype; isolated costs are the row's
+    decoding's (iso: decoding -> costs)."""
     tps = {m: t["tokens"] / t["seconds"] for m, t in tot.items() if t["seconds"] > 0}
-    base = {m.split()[-1]: v for m, v in tps.items() if m.startswith("target-only")}
-    fastest = max(base.values())
-    steps = tot[f"target-only {own}"]["steps"]
-    t_target = sum(s.step_ms for s in steps) / len(steps)
+    own_row = {d: row for row, (m, d) in meta.items() if m == f"target-only {own}"}
+    fastest = max((row for row, (m, _) in meta.items() if row in tps and (
+        m.startswith("target-only") or m in (HF_GENERATE, HF_COMPILED))), key=tps.get)
+    t_target = {d: sum(s.step_ms for s in tot[row]["steps"]) / len(tot[row]["steps"]) for d, row in own_row.items()}
     out = {}
-    for m, t in tot.items():
-        row = {"tokens_per_s": tps[m], "speedup_same_dtype": tps[m] / base[own], "speedup_vs_fastest":
-               tps[m] / fastest, "target_calls": t["calls"], "tokens": t["tokens"]}
+    for name, t in tot.items():
+        method, decoding = meta[name]
+        d = decoding or reference
+        row = {"method": method, "decoding": decoding, "tokens_per_s": tps[name],
+               "speedup_same_dtype": tps[name] / tps[own_row[d]], "speedup_vs_fastest": tps[name] / tps[fastest],
+               "target_calls": t["calls"], "tokens": t["tokens"]}
+        if decoding is not None and decoding != reference:
+            row["vs_reference"] = tps[name] / tps[row_name(method, reference, True)]
         rounds = t["rounds"]
         if rounds:
             a = acceptance(rounds)
             drafted = a["drafted"]
             emitted = sum(len(r.output) for r in rounds)
             k_mean = drafted / len(rounds)
-            c_loop = (sum(r.draft_ms for r in rounds) / drafted) / t_target if drafted else 0.0
-            v = sum(r.verify_ms for r in rounds) / len(rounds) / t_target
+            c_loop = (sum(r.draft_ms for r in rounds) / drafted) / t_target[d] if drafted else 0.0
+            v = sum(r.verify_ms for r in rounds) / len(rounds) / t_target[d]
             E = emitted / len(rounds)
             ceiling = E / (c_loop * k_mean + v)
             # a tree's head calls each cover a whole frontier, so no one-token step prices its nodes
-            step = (None if m.startswith(("lookup", "tree")) else iso["head_ms"] if m.startswith("eagle")
-                    else iso["draft_ms"])
-            c_iso = step / iso["target_ms"][own] if step else 0.0
+            step = (None if method.startswith(("lookup", "tree")) else iso[d]["head_ms"]
+                    if method.startswith("eagle") else iso[d]["draft_ms"])
+            c_iso = step / iso[d]["target_ms"][own] if step else 0.0
             row |= {"acceptance_rate": a["acceptance_rate"], "alpha_empirical": a["alpha_empirical"],
                     "mean_accepted_length": E, "mean_k": k_mean, "c_loop": c_loop, "c_isolated": c_iso,
                     "c_loop_over_isolated": c_loop / c_iso if c_iso else None, "verify_cost": v,
-                    "ceiling": ceiling, "fraction_of_ceiling": (tps[m] / base[own]) / ceiling,
+                    "ceiling": ceiling, "fraction_of_ceiling": row["speedup_same_dtype"] / ceiling,
                     "fallback_rounds": sum(r.source == "fallback" for r in rounds),
                     "overhead_ms_per_round": sum(r.overhead_ms for r in rounds) / len(rounds)}
         elif t["calls"]:
             row["mean_accepted_length"] = t["tokens"] / t["calls"]
-        out[m] = row
-    return out
+        out[name] = row
+    return out, fastest
 
 
 def format_strategies(res: dict) -> str:
-    s, iso = res["settings"], res["isolated"]
+    s = res["settings"]
+    modes = s.get("decodings") or [None]
+    multi = len(modes) > 1
     lines = [f"pair {res['pair']['name']} on {res['pair']['device']} ({s['threads']} threads), draft "
              f"{s['draft_dtype']}, target {s['target_dtype']}; T={s['temperature']}, top-k={s['top_k']}, "
              f"top-p={s['top_p']}, {s['max_new_tokens']} new tokens; hf K={s['k']}, lookup K={s['lookup_k']}, "
-             f"n-gram <= {s['ngram']}",
-             "isolated (hot, median): draft step {:.2f} ms{}; target step {}; verify {}".format(
-                 iso["draft_ms"], f", EAGLE head step {iso['head_ms']:.2f} ms" if iso.get("head_ms") else "", ", ".join(f"{d} {v:.2f} ms" for d, v in iso["target_ms"].items()),
-                 ", ".join(f"{kk + 1} tokens {v:.2f} ms" for kk, v in iso["verify_ms"].items()))]
+             f"n-gram <= {s['ngram']}"]
+    if multi:
+        lines.append(f"decodings {', '.join(modes)}: every specdemo row under each, back to back on every prompt, "
+                     f"who goes first turning prompt by prompt; ratios against {modes[0]}")
+    for info in (res.get("decoding_info") or {}).values():
+        capture = ", ".join(f"{v:.2f} s ({name} pair)" for name, v in info["capture_s"].items())
+        lines.append(f"decoding {info['decoding']}: {info['note'] or 'as loaded'}"
+                     + (f"; static caches of {info['cache_tokens']} tokens" if info["cache_tokens"] else "")
+                     + f"; capture {capture}")
+    for d, iso in (res.get("isolated_by_decoding") or {modes[0]: res["isolated"]}).items():
+        lines.append("isolated{} (hot, median): draft step {:.2f} ms{}; target step {}; verify {}".format(
+            f" [{d}]" if multi else "", iso["draft_ms"],
+            f", EAGLE head step {iso['head_ms']:.2f} ms" if iso.get("head_ms") else "",
+            ", ".join(f"{dt} {v:.2f} ms" for dt, v in iso["target_ms"].items()),
+            ", ".join(f"{int(kk) + 1} tokens {v:.2f} ms" for kk, v in iso["verify_ms"].items())))
+    hc = res.get("hf_compiled")
+    if hc:
+        cc = hc["compile_config"]
+        lines.append(f"{HF_COMPILED}: generate(cache_implementation=\"static\") with CompileConfig(fullgraph="
+                     f"{cc['fullgraph']}, mode={cc['mode']!r})" + (" on a plain copy of the target (unpacked "
+                     "linears)" if hc["plain_copy"] else "") + (f"; left out: {hc['error']}" if hc["error"] else
+                     f"; compile and warm-up, not timed in the row: first call {hc['compile_s']:.1f} s, then "
+                     + ", ".join(f"{v:.1f} s" for v in hc["warmup_s"][1:])))
     for group, rows in res["groups"].items():
         n = s["general_prompts"] if group == "general" else s["copy_prompts"]
-        lines += ["", f"{group} prompts ({n}):", "",
-                  "| method | tokens/s | speedup (same dtype) | speedup (fastest target-only) | target calls | "
+        fastest = (res.get("fastest_target_only") or {}).get(group)
+        lines += ["", f"{group} prompts ({n}):", ""]
+        if fastest:
+            lines += [(f"speedup (same dtype): against target-only {s['target_dtype']} under the row's decoding; "
+                       f"speedup (fastest target-only): against the fastest target-only row of this run, {fastest} "
+                       f"({rows[fastest]['tokens_per_s']:.1f} tok/s)"), ""]
+        lines += ["| method | tokens/s | speedup (same dtype) | speedup (fastest target-only) | target calls | "
                   "acceptance | tokens/round | c loop / isolated | v | % of E/(cK+v) |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for m, r in rows.items():
@@ -210,17 +335,41 @@ def format_strategies(res: dict) -> str:
             else:
                 cells += ["", "", ""]
             lines.append("| " + " | ".join(cells) + " |")
-        fixed = {m: r["tokens_per_s"] for m, r in rows.items() if m.startswith("fixed")}
-        if fixed and "adaptive" in rows:
+        if multi:
+            lines += ratio_lines(rows, modes, (res.get("ratios") or {}).get(group) or {})
+        by_method = {r.get("method", m): r for m, r in rows.items() if r.get("decoding") in (None, modes[0])}
+        fixed = {m: r["tokens_per_s"] for m, r in by_method.items() if m.startswith("fixed")}
+        if fixed and "adaptive" in by_method:
             best = max(fixed, key=fixed.get)
             lines.append("")
-            lines.append(f"adaptive / best fixed ({best}): {rows['adaptive']['tokens_per_s'] / fixed[best]:.3f}")
-        if "hf assisted default" in rows:
+            lines.append(f"adaptive / best fixed ({best}): {by_method['adaptive']['tokens_per_s'] / fixed[best]:.3f}")
+        if "hf assisted default" in by_method and "adaptive" in by_method:
             lines.append(f"adaptive / transformers default assisted: "
-                         f"{rows['adaptive']['tokens_per_s'] / rows['hf assisted default']['tokens_per_s']:.2f}x")
-        look = next((m for m in rows if m.startswith("lookup")), None)
-        hf_look = next((m for m in rows if m.startswith("hf prompt lookup")), None)
+                         f"{by_method['adaptive']['tokens_per_s'] / by_method['hf assisted default']['tokens_per_s']:.2f}x")
+        look = next((m for m in by_method if m.startswith("lookup")), None)
+        hf_look = next((m for m in by_method if m.startswith("hf prompt lookup")), None)
         if look and hf_look:
             lines.append(f"lookup / transformers prompt lookup: "
-                         f"{rows[look]['tokens_per_s'] / rows[hf_look]['tokens_per_s']:.2f}x")
+                         f"{by_method[look]['tokens_per_s'] / by_method[hf_look]['tokens_per_s']:.2f}x")
     return "\n".join(lines)
+
+
+def ratio_lines(rows: dict, modes: list[str], summary: dict) -> list[str]:
+    """The decodings side by side, method by method: each one's tokens/s and each later one's ratio to the first's,
+    then their geometric mean, lowest and highest."""
+    ref = modes[0]
+    methods = list(dict.fromkeys(r["method"] for r in rows.values() if r["decoding"] is not None))
+    rate = {(r["method"], r["decoding"]): r["tokens_per_s"] for r in rows.values()}
+    lines = ["", "decodings side by side (the same prompts, alternated prompt by prompt):", "",
+             "| method | " + " | ".join(f"{d} tok/s" for d in modes) + " | "
+             + " | ".join(f"{d} / {ref}" for d in modes[1:]) + " |",
+             "|---|" + "---:|" * (2 * len(modes) - 1)]
+    for m in methods:
+        lines.append(f"| {m} | " + " | ".join(f"{rate[m, d]:.1f}" for d in modes) + " | "
+                     + " | ".join(f"{rate[m, d] / rate[m, ref]:.3f}x" for d in modes[1:]) + " |")
+    lines.append("")
+    for d, sm in summary.items():
+        r = sm["by_method"]
+        lines.append(f"{d} / {ref}: geometric mean {sm['geometric_mean']:.3f}x over {len(r)} rows, lowest "
+                     f"{r[sm['lowest']]:.3f}x ({sm['lowest']}), highest {r[sm['highest']]:.3f}x ({sm['highest']})")
+    return lines

@@ -27,7 +27,9 @@ from .lm import cache_argument, float32_head, head_logits
 
 log = logging.getLogger("specdemo")
 
-WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # the forward widths captured: a step, chain verifies of K + 1, tree verifies
+# the forward widths captured: a step, a chain's K + 1 (K <= 12 by default: 16), a tree's nodes + 1 (a GPU's default
+# largest tree is 64 nodes: 65). A wider forward (a prompt) runs eagerly over the same cache.
+WIDTHS = (1, 2, 4, 8, 16, 32, 65)
 
 
 @dataclass
