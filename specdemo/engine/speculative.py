@@ -249,6 +249,7 @@ def speculative_generate(
 def run_settings(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig | None = None) -> dict:
     # public names only (ModelPair.draft_label/target_label): a trace can be shared, and the app returns it
     out = {"pair": pair.name, "draft": pair.draft_label, "target": pair.target_label, "device": str(pair.device),
+           "decoding": pair.decoding,  # eager, static or graphs (models.static): how the forwards ran
            "draft_dtype": dtype_name(pair.draft_dtype), "target_dtype": dtype_name(pair.dtype)}
     out |= {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p}
     if spec is not None:

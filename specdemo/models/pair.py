@@ -222,6 +222,8 @@ class ModelPair:
             f"draft {dtype_name(self.draft_dtype)}, target {dtype_name(self.dtype)}",
             "draft_dtype": dtype_name(self.draft_dtype),
             "target_dtype": dtype_name(self.dtype),
+            "decoding": self.decoding,
+            "decoding_note": self.decoding_note,
         }
 
 
