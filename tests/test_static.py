@@ -13,11 +13,11 @@ from test_exactness import PASS_P, chi2_pvalue, drop_k, speculative_samples
 from specdemo.config import SamplingConfig, SpecConfig
 from specdemo.engine.autoregressive import baseline_generate
 from specdemo.engine.sampling import warp
-from specdemo.engine.speculative import speculative_generate, speculative_rounds
+from specdemo.engine.speculative import PromptError, encode_prompt, speculative_generate, speculative_rounds
 from specdemo.engine.tree import DraftTree, tree_attention
 from specdemo.models import CachedLM
 from specdemo.models.loading import load_pair_uncached
-from specdemo.models.static import CPU_MODE, StaticLM, choose_mode, prepare
+from specdemo.models.static import CPU_MODE, StaticLM, cache_bytes, choose_mode, fitting_window, prepare
 
 STRATEGIES = ("fixed", "adaptive", "lookup", "eagle", "tree")
 GREEDY = SamplingConfig(temperature=0.0)
@@ -156,6 +156,22 @@ def test_a_static_run_past_the_caches_end_is_refused_before_it_writes(own_pair):
     with pytest.raises(AssertionError, match="the static cache holds"):
         lm.feed(torch.arange(lm.slot.max_len + 1) % 50)
     assert lm.length == 0
+
+
+def test_a_device_short_of_memory_gets_a_shorter_window_and_refuses_longer_prompts(own_pair):
+    models = [own_pair.target, own_pair.draft]
+    def need(window):
+        return sum(cache_bytes(m, window + 65) for m in models)
+
+    assert fitting_window(models, 4096, 65, free=2 * need(4096)) == 4096
+    assert fitting_window(models, 4096, 65, free=2 * need(4096) - 1) == 2048
+    assert fitting_window(models, 4096, 65, free=2 * need(1024)) == 1024
+    assert fitting_window(models, 4096, 65, free=0) == 512, "never below MIN_WINDOW"
+    pair = load_pair_uncached("shakespeare", device="cpu", dtype="float32")
+    pair.window_cap = 64  # as prepare sets it where the caches of the full window do not fit
+    with pytest.raises(PromptError, match="context window"):
+        encode_prompt(pair, "ROMEO:\n" * 20, 32)
+    assert len(encode_prompt(pair, "ROMEO:\n", 32)) < 64 - 32
 
 
 # ---------------------------------------------------------------------------------------------- CUDA (-m cuda)

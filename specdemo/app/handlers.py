@@ -170,11 +170,12 @@ def coalesced(stream):
     their rounds: spec and base are the run's own traces, and each event handed on holds every round so far. The
     run's last events may be dropped too; the caller's final update, after the stream ends, shows the whole run.
     Between two events handed on the run goes on without a yield, so Stop ends it at the next one (other sessions
-    still get the device between rounds: runs.py takes its lock per round)."""
+    still get the device between rounds: runs.py takes its lock per round). UPDATE_INTERVAL_S = 0 hands on every
+    event."""
     phase, sent, took = None, 0.0, 0.0
     for spec, base, now_phase in stream:
         started = now_phase != phase
-        if started or time.monotonic() - sent >= max(UPDATE_INTERVAL_S, took):
+        if started or UPDATE_INTERVAL_S <= 0 or time.monotonic() - sent >= max(UPDATE_INTERVAL_S, took):
             phase, handed = now_phase, time.monotonic()
             yield spec, base, now_phase, started
             sent = time.monotonic()  # counted from when the update has been built and sent

@@ -286,6 +286,14 @@ def cache_bytes(model, max_len: int) -> int:
     return 2 * cfg.num_hidden_layers * kv_heads * head_dim * max_len * next(model.parameters()).element_size()
 
 
+def fitting_window(models: list, window: int, pad: int, free: int) -> int:
+    """The longest request window, halving from `window` but not below MIN_WINDOW, whose static caches (every
+    model's, `pad` slots wider) take at most half of the `free` bytes."""
+    while window > MIN_WINDOW and sum(cache_bytes(m, window + pad) for m in models) > free // 2:
+        window = max(MIN_WINDOW, window // 2)
+    return window
+
+
 def choose_mode(device: torch.device, asked: str) -> tuple[str, str]:
     """(mode, why) for a pair on `device`, given SPECDEMO_DECODING's `asked` (auto by default)."""
     if asked not in MODES:
@@ -317,12 +325,9 @@ def prepare(pair, asked: str | None = None, widths: tuple[int, ...] = WIDTHS, ma
     if mode != "eager":
         pad = max(widths)
         window = min(pair.context_window, max_request or pair.context_window)
-        need = sum(cache_bytes(m, window + pad) for m in models.values())
         if pair.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(pair.device)
-            while need > free // 2 and window > MIN_WINDOW:
-                window = max(MIN_WINDOW, window // 2)
-                need = sum(cache_bytes(m, window + pad) for m in models.values())
+            window = fitting_window(list(models.values()), window, pad, free)
             if window < pair.context_window:
                 pair.window_cap = window
                 log.warning("static caches: %d MiB free on %s, so requests are capped at %d tokens (prompt + new)",
