@@ -6,10 +6,12 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 import os
+import re
 import time
 
 import psutil
 import pytest
+import torch
 from gradio_client import Client
 
 OUTPUT = ("accepted", "resampled", "bonus")
@@ -306,3 +308,144 @@ def test_a_tiny_temperature_from_the_page_runs_as_greedy(client):
     zero = gen(client, temperature=0.0, max_new_tokens=16)
     assert tiny["speculative"]["token_ids"] == zero["speculative"]["token_ids"] == tiny["baseline"]["token_ids"]
     assert tiny["speculative"]["settings"]["temperature"] == 1e-39
+
+
+# ----------------------------------------------------------------------------------------------- issue 40, items 4, 5
+# The page's stream at hundreds of rounds a second: handlers.generate_ui coalesces its updates (UPDATE_INTERVAL_S),
+# and every round stays in the state, the film strip and the trace that its last update carries.
+
+QUIET = {"progress": lambda *a, **k: None}  # gr.Progress outside a gradio event
+FAST_RUN = ("shakespeare", "", "", "ROMEO:\n", 4, 0.0, 0, 1.0, 256, 0, True, 1.0, None, "lookup", "en")  # /generate_stream
+FILM_ROW = re.compile(r'class="sd-row[^"]*" data-round="(\d+)"')
+
+
+def count_events(monkeypatch) -> dict:
+    """Count what the engine produced, by phase: the events runs.run_stream yields to the handler."""
+    from specdemo.app import runs
+
+    counts, real = {"speculative": 0, "baseline": 0}, runs.run_stream
+
+    def counting(*args, **kwargs):
+        for spec, base, phase in real(*args, **kwargs):
+            counts[phase] += 1
+            yield spec, base, phase
+
+    monkeypatch.setattr(runs, "run_stream", counting)
+    return counts
+
+
+def holds_every_round(update: dict, rounds: int, steps: int | None) -> None:
+    """The update's state, film strip, round slider (and trace, where it carries one) hold all `rounds` rounds (and
+    `steps` baseline steps)."""
+    state = update["state"]
+    assert len(state["spec"].rounds) == rounds
+    assert (state["base"] is None) if steps is None else len(state["base"].steps) == steps
+    assert FILM_ROW.findall(update["film"]) == [str(i) for i in range(rounds)], "a film-strip row per round"
+    assert update["round_sl"]["maximum"] == max(2, rounds)
+    if update.get("trace_json"):
+        assert len(update["trace_json"]["speculative"]["rounds"]) == rounds
+        assert len(update["trace_json"]["baseline"]["token_ids"]) == steps
+
+
+def test_a_fast_run_sends_a_few_updates_and_the_last_holds_every_round(pair, monkeypatch):
+    """With an interval longer than the run, Generate's stream is exactly: the first round at once, the baseline's
+    first step at once (with the whole speculative run's text and film strip, whose last rounds no update showed),
+    and the finished run; hundreds of rounds and steps, and every one of them in the updates' state."""
+    from specdemo.app import handlers
+
+    monkeypatch.setattr(handlers, "UPDATE_INTERVAL_S", 1e6)
+    counts = count_events(monkeypatch)
+    updates = list(handlers.generate_ui(*FAST_RUN, **QUIET))
+    rounds, steps = counts["speculative"], counts["baseline"]
+    assert rounds >= 50 and steps >= 100, counts
+    assert len(updates) == 3, [sorted(u) for u in updates]
+    first, started, last = updates
+    assert len(first["state"]["spec"].rounds) == 1 and first["state"]["base"] is None
+    assert FILM_ROW.findall(first["film"]) == ["0"]
+    holds_every_round(started, rounds, 1)
+    assert "sd-pending" in started["stats"], "the baseline's cards wait"
+    holds_every_round(last, rounds, steps)
+    assert "sd-pending" not in last["stats"] and last["trace_json"]
+
+
+def test_the_stream_sends_at_most_one_update_an_interval_and_loses_no_round(pair, monkeypatch):
+    """The real interval (about 20 updates a second): between two updates of the same phase at least
+    UPDATE_INTERVAL_S passes, counted where this test receives them; only a phase's first update and the finished
+    run come sooner. Not a timing threshold: the handler waits that long whatever the machine's speed (on this CPU
+    rounds come by the hundred a second, and the run sends far fewer updates than it has rounds and steps)."""
+    from specdemo.app import handlers
+
+    interval = handlers.UPDATE_INTERVAL_S
+    assert 0.02 <= interval <= 0.1, "about 20 updates a second"
+    counts = count_events(monkeypatch)
+    updates, received = [], []
+    for update in handlers.generate_ui(*FAST_RUN, **QUIET):
+        received.append(time.monotonic())
+        updates.append(update)
+    rounds, steps = counts["speculative"], counts["baseline"]
+    phases = [u["state"]["base"] is not None for u in updates]
+    assert phases[0] is False and phases[-1] is True and len(updates) <= rounds + steps + 1
+    gaps = [received[i] - received[i - 1] for i in range(1, len(updates) - 1) if phases[i] == phases[i - 1]]
+    assert gaps and min(gaps) >= interval, (min(gaps), interval)
+    holds_every_round(updates[-1], rounds, steps)
+
+
+def test_the_stream_through_the_server_is_coalesced_and_its_last_update_holds_every_round(client, monkeypatch):
+    """The same through gradio (the server runs in this process): three updates reach the client for a run of
+    hundreds of rounds and steps, and the last one's film strip and trace hold every round."""
+    from specdemo.app import handlers
+
+    monkeypatch.setattr(handlers, "UPDATE_INTERVAL_S", 1e6)
+    counts = count_events(monkeypatch)
+    job = client.submit(*FAST_RUN, False, 3, 0, 0, 0, api_name="/generate_stream")
+    final = job.result(timeout=300)
+    rounds = counts["speculative"]
+    assert rounds >= 50 and counts["baseline"] >= 100, counts
+    assert len(job.outputs()) == 3
+    assert FILM_ROW.findall(final[2]) == [str(i) for i in range(rounds)]
+    assert len(final[8]["speculative"]["rounds"]) == rounds
+    assert len(final[8]["baseline"]["token_ids"]) == counts["baseline"]
+
+
+DECODING_LABEL = {"en": {"eager": "eager", "static": "static cache", "graphs": "CUDA graphs"},
+                  "zh-CN": {"eager": "eager（逐步即时执行）", "static": "静态缓存", "graphs": "CUDA 图"}}
+DECODING_LINE = {"en": "Decoding: **{mode}** (why: {note}).", "zh-CN": "解码方式：**{mode}**（原因：{note}）。"}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh-CN"])
+def test_the_pair_line_says_how_the_pair_decodes_and_why(lang):
+    """The device line under the pair selector (issue 40, item 5): how the loaded pair decodes (on this CPU eager,
+    from models.static.choose_mode) and the loader's one-line reason, in the page's language."""
+    from specdemo.app import handlers
+    from specdemo.models import load_pair
+
+    loaded = load_pair("shakespeare")
+    out = handlers.change_pair("shakespeare", "", "", lang, **QUIET)
+    desc = out["pair_state"]
+    assert (desc["decoding"], desc["decoding_note"]) == (loaded.decoding, loaded.decoding_note)
+    assert loaded.decoding_note, "the loader says why"
+    if not torch.cuda.is_available():
+        assert loaded.decoding == "eager" and loaded.decoding_note.startswith("a CPU:")
+    line = DECODING_LINE[lang].format(mode=DECODING_LABEL[lang][loaded.decoding], note=loaded.decoding_note)
+    assert out["pair_status"].endswith("  \n" + line), out["pair_status"]  # on a line of its own
+    from specdemo.app import views
+
+    assert views.pair_info(desc, lang) == out["pair_status"]  # a language switch's redraw draws the same line
+
+
+def test_the_decoding_reason_reaches_the_page_escaped():
+    """The reason can quote an exception (a failed capture): it reaches the pair's Markdown as text, neither HTML
+    nor Markdown; a mode the page does not know is shown escaped too, and a pair state without one shows no line."""
+    from specdemo.app import views
+
+    desc = {"draft": "d", "target": "t", "draft_parameters": 1e6, "target_parameters": 2e6, "device": "cuda:0",
+            "dtype": "bfloat16", "context_window": 2048}
+    hostile = "capture failed (RuntimeError: <img src=x onerror=alert(1)> *x* _y_ [a](b) | c\n): eager forwards"
+    for lang, mode in (("en", "CUDA graphs"), ("zh-CN", "CUDA 图")):
+        line = views.pair_info(desc | {"decoding": "graphs", "decoding_note": hostile}, lang)
+        assert f"**{mode}**" in line and "<img" not in line and "&lt;img src=x onerror=alert(1)&gt;" in line
+        assert r"\*x\* \_y\_ \[a\](b) \| c ): eager forwards" in line and "\n)" not in line
+    odd = views.pair_info(desc | {"decoding": "<b>turbo</b>", "decoding_note": ""}, "en")
+    assert odd.endswith("Decoding: **&lt;b&gt;turbo&lt;/b&gt;**.")
+    assert views.pair_info(desc, "en") == views.pair_info(desc | {"decoding": None}, "en")
+    assert "Decoding" not in views.pair_info(desc, "en")

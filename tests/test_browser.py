@@ -640,3 +640,56 @@ def test_without_the_default_pairs_model_the_page_opens_on_the_embedded_pair_and
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+# ------------------------------------------------------------------------------------ the stream and the device line
+# (issue 40, items 4 and 5)
+DECODING_SHOWN = {"en-US": "Decoding: {mode} (why: {note}).", "zh-CN": "解码方式：{mode}（原因：{note}）。"}
+DECODING_MODE = {"en-US": {"eager": "eager", "static": "static cache", "graphs": "CUDA graphs"},
+                 "zh-CN": {"eager": "eager（逐步即时执行）", "static": "静态缓存", "graphs": "CUDA 图"}}
+
+
+@pytest.mark.parametrize("locale", ["en-US", "zh-CN"])
+def test_the_device_line_says_how_the_pair_decodes_and_why(browser, app_url, locale):
+    """Below the loaded pair's models and device, a line of its own says how the pair decodes (eager on this CPU)
+    and the loader's reason, in the page's language."""
+    from specdemo.models import load_pair
+
+    loaded = load_pair("shakespeare")  # the app's pair, from the loader's cache
+    want = DECODING_SHOWN[locale].format(mode=DECODING_MODE[locale][loaded.decoding], note=loaded.decoding_note)
+    context, page = open_page(browser, app_url, locale)
+    try:
+        page.wait_for_function(f"document.querySelector('#sd-pair-status').innerText.includes({want!r})")
+        lines = [line.strip() for line in page.inner_text("#sd-pair-status").splitlines() if line.strip()]
+        assert lines[-1] == want and LOADED[locale] in lines[0], lines
+        assert page.locator("#sd-pair-status strong", has_text=DECODING_MODE[locale][loaded.decoding]).count() == 1
+    finally:
+        context.close()
+
+
+FILM_ROWS_SEEN_JS = """() => { window.sdRows = [];
+  const look = () => { const n = document.querySelectorAll('#sd-film .sd-row').length;
+    if (window.sdRows[window.sdRows.length - 1] !== n) window.sdRows.push(n); };
+  new MutationObserver(look).observe(document.body, {childList: true, subtree: true}); }"""
+
+
+def test_a_coalesced_stream_ends_with_every_round_on_the_page(page, monkeypatch):
+    """The server coalesces a run's updates (handlers.UPDATE_INTERVAL_S; it runs in this process, and here the
+    interval is longer than the run): a run of hundreds of rounds reaches the page as its first round, then every
+    round at once when the baseline starts, then the finished run. The film strip ends with a row per round and the
+    step-through counts them all: the rounds no update showed on their own are not lost."""
+    from specdemo.app import handlers
+
+    monkeypatch.setattr(handlers, "UPDATE_INTERVAL_S", 1e6)
+    set_held(page, {"sd-max-new": 256, "sd-k": 1})
+    set_prompt(page, "ROMEO:\n")
+    page.evaluate(FILM_ROWS_SEEN_JS)
+    page.click("#sd-generate")
+    page.wait_for_function(DONE, timeout=180000)
+    n = page.locator("#sd-film .sd-row").count()
+    assert n >= 50
+    seen = page.evaluate("window.sdRows")  # the film strip's row counts, as the page drew them
+    assert 1 in seen and seen[seen.index(1):] == [1, n], seen
+    page.get_by_role("tab", name="Step through").click()
+    page.click("#sd-next-round")
+    wait_caption(page, f"Round 1 of {n}")

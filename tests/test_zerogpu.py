@@ -39,7 +39,8 @@ def test_a_call_through_spaces_gpu_equals_the_undecorated_handler():
     assert a["speculative"]["text"] and a["speculative"]["settings"] == b["speculative"]["settings"]
 
 
-def test_the_streaming_handler_still_streams_through_spaces_gpu():
+def test_the_streaming_handler_still_streams_through_spaces_gpu(monkeypatch):
+    monkeypatch.setattr(handlers, "UPDATE_INTERVAL_S", 0)  # an update per round: the two calls' updates pair up
     plain = handlers.generate_ui
     decorated = zerogpu.gpu(plain)
     assert inspect.isgeneratorfunction(decorated), "gradio streams only from a generator function"

@@ -30,10 +30,11 @@ from .validation import CUSTOM, UserError, as_number, error_text, get_pair, has_
 from .zerogpu import gpu
 
 # While a run streams, the page gets at most one update per UPDATE_INTERVAL_S (about 20 a second, what a browser
-# draws): on a GPU the engine yields hundreds of rounds a second, and an update per round would queue up faster than
-# the page can draw it. The rounds in between are not lost: each update carries the whole run so far (its state, text
-# and film strip), and the first round, the first step of the baseline and the finished run are always sent at once.
-# Read on every round, so a test may set it (0: an update per round).
+# draws; fewer where an update takes longer than that to build: `coalesced`). On a GPU the engine yields hundreds of
+# rounds a second, and an update per round would queue up faster than the page can draw it. The rounds in between are
+# not lost: each update carries the whole run so far (its state, text and film strip), and the first round, the first
+# step of the baseline and the finished run are always sent at once. Read on every round, so a test may set it
+# (0: an update per round).
 UPDATE_INTERVAL_S = 0.05
 CHART_EVERY_S = 0.4  # redraw the plotly charts at most this often while streaming (text and stats every update)
 STEP_TAB = "step"  # the Step through tab's id (ui.py), which a step key selects
@@ -166,7 +167,7 @@ def coalesced(stream):
     """runs.run_stream's (spec, base, phase) at the rate a page can draw: the first event of each phase at once
     (with started=True), then an event only once UPDATE_INTERVAL_S has passed since the last one was handed on, or
     as long as that one took to build and send if it took longer (a long run's text and film strip take longer to
-    draw), so that the page never takes more than half the run's time. The events in between are dropped, not
+    draw), so that the page takes about half the run's time at most. The events in between are dropped, not
     their rounds: spec and base are the run's own traces, and each event handed on holds every round so far. The
     run's last events may be dropped too; the caller's final update, after the stream ends, shows the whole run.
     Between two events handed on the run goes on without a yield, so Stop ends it at the next one (other sessions
@@ -408,7 +409,7 @@ def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, progress
             return out | {"custom_box": gr.update(visible=custom)}
         return out | back | {"custom_box": gr.update(visible=back["pair"] == CUSTOM)}
     progress(1.0, desc=tr("pair.done", lang))
-    desc = views.pair_desc(pair) | {"chosen": chosen}
+    desc = pair.describe() | {"chosen": chosen}
     chat = {} if keep_settings else {"value": pair.chat}
     out = {"pair_status": views.pair_info(desc, lang), "custom_box": gr.update(visible=custom), "pair_state": desc,
            "chat": gr.update(**chat, interactive=pair.has_chat_template)}

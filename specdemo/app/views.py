@@ -306,12 +306,6 @@ def missing_notice(name: str, err: Exception, lang=None) -> str:
 DECODING_KEY = {"eager": "decoding.eager", "static": "decoding.static", "graphs": "decoding.graphs"}
 
 
-def pair_desc(pair) -> dict:
-    """What the pair's line shows, kept in the session's pair state: ModelPair.describe() and how the pair decodes
-    (ModelPair.decoding and decoding_note, which models.static.prepare chose at load)."""
-    return {"decoding": pair.decoding, "decoding_note": pair.decoding_note} | pair.describe()
-
-
 def decoding_info(desc: dict, lang=None) -> str:
     """How the pair decodes, in one sentence (Markdown): eager, static cache or CUDA graphs, and why. The reason is
     the loader's own line (English, and it can quote an exception), so it is escaped for HTML and for Markdown."""
@@ -326,7 +320,8 @@ def decoding_info(desc: dict, lang=None) -> str:
 
 
 def pair_info(desc: dict, lang=None) -> str:
-    """The loaded pair (Markdown), from pair_desc: the models and the device, and below them how the pair decodes."""
+    """The loaded pair (Markdown), from ModelPair.describe(): the models and the device, and below them how the pair
+    decodes (ModelPair.decoding and decoding_note, which models.static.prepare chose at load)."""
     loaded = tr("pair.loaded", lang, draft=desc["draft"], draft_m=f"{desc['draft_parameters'] / 1e6:.1f}",
                 target=desc["target"], target_m=f"{desc['target_parameters'] / 1e6:.1f}", device=desc["device"],
                 dtype=desc["dtype"], context=desc["context_window"])
