@@ -200,9 +200,9 @@ def cmd_bench(args, pair, sampling) -> int:
         from specdemo.models import dtype_name
 
         prompts = bench_prompts(pair)[: args.prompts]
-        views = decoded_views({dtype_name(pair.dtype): pair}, decodings, longest_request(pair, prompts, args.max_new_tokens),
-                              lambda *a: None)
-        log(decoding_line(next(iter(views.values()))))
+        request = longest_request(pair, prompts, args.max_new_tokens)
+        views = decoded_views({dtype_name(pair.dtype): pair}, decodings, request, lambda *a: None)
+        log(decoding_line(next(iter(views.values())), decodings[0] if decodings else None))
         res = check_identity(pair, prompts, args.max_new_tokens, args.k, args.lookup_k, args.seed, log=log)
         print(json.dumps(res, indent=2) if args.json else format_identity(res))
         return 1 if res["bugs"] else 0
@@ -243,7 +243,8 @@ def parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="naive vs speculative vs transformers assisted generation")
     add_common(bench)
     bench.add_argument("--prompts", type=int, default=10, help="how many of the built-in prompts to use")
-    bench.add_argument("--no-hf", action="store_true", help="skip transformers' generate and assisted generation")
+    bench.add_argument("--no-hf", action="store_true", help="skip transformers' rows: generate and assisted "
+                       "generation (--compiled still adds generate, plain and compiled)")
     bench.add_argument("--strategies", action="store_true",
                        help="time target-only (each dtype), fixed K=1..8, adaptive, lookup, the EAGLE head's chain "
                             "and tree (where the pair has one; --tree-* sizes) and transformers' equivalents, "

@@ -57,3 +57,38 @@ def test_forward_ms_and_assisted_generate_on_cuda():
     n, secs = bench.assisted_generate(pair, "ROMEO:\n", SamplingConfig(temperature=0.0),
                                       SpecConfig(k=4, max_new_tokens=16), mode="constant")
     assert n > 0 and secs > 0
+
+
+def test_decoded_views_prepare_each_decoding_once_and_share_the_models(toy_pair):
+    """bench --decoding(s): the first decoding is prepared on the pairs given, each later one on copies that share
+    their models and hold static caches of their own, sized to the request; a decoding that runs as one already
+    there (graphs on a CPU runs as static) is left out, and says so."""
+    import copy
+
+    own = copy.copy(toy_pair)  # the session's pair stays as it loaded
+    said = []
+    views = bench.decoded_views({"float32": own}, ["eager", "static", "graphs"], 20, said.append)
+    assert list(views) == ["eager", "static"]
+    eager, static = views["eager"]["float32"], views["static"]["float32"]
+    assert eager is own and eager.decoding == "eager" and not eager.static_slots
+    assert static is not own and static.target is own.target and static.decoding == "static"
+    assert {role: slot.max_len >= 20 for role, slot in static.static_slots.items()} == {"target": True, "draft": True}
+    assert type(static.new_lm("target")).__name__ == "StaticLM" and type(eager.new_lm()).__name__ == "CachedLM"
+    assert any("graphs" in line and "left out" in line for line in said)
+    info = bench.decoding_info(views["static"])
+    assert info["decoding"] == "static" and info["capture_s"] == {"float32": 0.0}
+    assert bench.decoding_line(views["static"]).startswith("decoding static: ")
+
+
+def test_forward_ms_times_a_static_cache_in_what_fits(toy_pair):
+    """forward_ms through a pair's own cache (new_lm): a static cache too small for the usual 128-token prefix
+    shortens the prefix instead of writing past its end."""
+    import copy
+
+    from specdemo.models import static
+
+    view = copy.copy(toy_pair)
+    static.prepare(view, "static", widths=(1, 2, 4), max_request=16)
+    lm = view.new_lm("target")
+    assert bench.forward_ms(view.target, view.vocab_size, 3, reps=3, lm=lm) > 0
+    assert lm.length == lm.slot.max_len - 3 < 128  # the prefix that fitted (each timed forward is cropped back)

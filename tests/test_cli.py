@@ -164,3 +164,58 @@ def test_the_cli_and_the_page_refuse_a_head_strategy_alike(capsys, pair_args, pa
         validate(page_pair, "a/b", "c/d", "x", 4, 0.0, 0, 1.0, 8, 0, False, 1.0, strategy=strategy)
     assert main(["generate", *pair_args, "--prompt", "x", "--strategy", strategy]) == 2
     assert capsys.readouterr().err.strip() == f"error: {page.value}"
+
+
+def test_bench_races_decodings_side_by_side_with_a_ratio_per_row(pair):
+    """`bench --strategies --decodings eager,static` times every specdemo row under both decodings in one run (the
+    static caches sized to the run's longest request), transformers' rows once, and gives each row's static/eager
+    ratio: the ratio of the two rates it printed, in the JSON and in the table."""
+    from specdemo.bench.strategies import format_strategies
+
+    res = json.loads(bench("--strategies", "--decodings", "eager,static", "--no-k-search", "--no-hf", "--k", "2",
+                           "--json"))
+    assert res["settings"]["decodings"] == ["eager", "static"]
+    info = res["decoding_info"]
+    assert info["eager"]["cache_tokens"] is None and info["static"]["cache_tokens"] >= res["settings"]["max_request"]
+    for group, rows in res["groups"].items():
+        methods = {r["method"] for r in rows.values()}
+        assert {f"target-only {res['settings']['target_dtype']}", "fixed K=2", "adaptive", "lookup K=8",
+                "eagle K=2"} <= methods and any(m.startswith("tree") for m in methods)
+        assert len(rows) == 2 * len(methods)  # each under both decodings (and --no-hf: no transformers rows)
+        for m in methods:
+            eager, static = rows[f"{m} [eager]"], rows[f"{m} [static]"]
+            assert (eager["decoding"], static["decoding"]) == ("eager", "static")
+            assert static["vs_reference"] == pytest.approx(static["tokens_per_s"] / eager["tokens_per_s"])
+            assert res["ratios"][group]["static"]["by_method"][m] == static["vs_reference"]
+            assert 0 < static["tokens"] <= 8 * res["settings"][f"{group}_prompts"]  # the same prompts and budget
+        fastest = max((r for r in rows if r.startswith("target-only")), key=lambda r: rows[r]["tokens_per_s"])
+        assert res["fastest_target_only"][group] == fastest
+        assert rows[fastest]["speedup_vs_fastest"] == 1.0
+    table = format_strategies(res)
+    assert "| method | eager tok/s | static tok/s | static / eager |" in table
+    ratio = res["ratios"]["general"]["static"]["by_method"]["fixed K=2"]
+    assert "| fixed K=2 [static] |" in table and f" | {ratio:.3f}x |" in table
+    assert "static / eager: geometric mean" in table and "fastest target-only row of this run" in table
+
+
+def test_bench_refuses_bad_decodings_before_loading(capsys):
+    from specdemo.__main__ import main
+
+    for extra in (["--decodings", "eager,static"], ["--strategies", "--decodings", "eager,fast"],
+                  ["--strategies", "--decodings", "static,static"], ["--compiled"]):
+        assert main(["bench", "--pair", "shakespeare", *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: --") and "\n" not in err
+
+
+def test_bench_identity_checks_every_strategy_against_target_only():
+    """`bench --identity`: at T = 0, every strategy of the pair against the project's own target-only, prompt by
+    prompt, under the decoding asked; where static, its target-only against the eager one too."""
+    res = json.loads(bench("--identity", "--decoding", "static", "--prompts", "2", "--json"))
+    assert res["settings"]["decoding"] == "static" and res["settings"]["prompts"] == 2
+    assert set(res["rows"]) == {"fixed K=4", "adaptive", "lookup K=8", "eagle K=4", "tree",
+                                "target-only static vs eager"}
+    for row in res["rows"].values():
+        assert row["prompts"] == 2 and row["same"] + len(row["parted"]) == 2
+        assert all(p["near_tie"] is not False for p in row["parted"])  # a parting that is no near-tie is a bug
+    assert res["bugs"] == 0

@@ -20,8 +20,6 @@ from specdemo.engine.speculative import speculative_generate
 from specdemo.engine.ties import explain_divergence
 from specdemo.models import ModelPair, static
 
-from .methods import bench_prompts
-
 
 def identity_specs(pair: ModelPair, k: int = 4, lookup_k: int = 8) -> dict[str, SpecConfig]:
     """The strategies the pair offers, by row name: fixed, adaptive and lookup always, eagle and tree (the head's
@@ -62,7 +60,9 @@ def check_identity(pair: ModelPair, prompts: list[str], max_new_tokens: int, k: 
             for name, r in rows.items()))
     return {"pair": pair.describe(), "settings": {"prompts": len(prompts), "max_new_tokens": max_new_tokens,
                                                   "k": k, "lookup_k": lookup_k, "seed": seed,
-                                                  "decoding": pair.decoding, "decoding_note": pair.decoding_note},
+                                                  "decoding": pair.decoding,
+                                                  "decoding_note": pair.decoding_note.replace(
+                                                      "as SPECDEMO_DECODING asks", "as asked")},
             "rows": rows, "bugs": sum(1 for r in rows.values() for p in r["parted"] if p["near_tie"] is False)}
 
 
@@ -80,9 +80,9 @@ def record(row: dict, prompt: int, ids: list[int], ref: list[int], explain) -> N
 
 def format_identity(res: dict) -> str:
     s = res["settings"]
-    lines = [f"greedy identity: pair {res['pair']['name']} on {res['pair']['device']}, target "
-             f"{res['pair']['target_dtype']}, decoding {s['decoding']} ({s['decoding_note']}), {s['prompts']} prompts "
-             f"x {s['max_new_tokens']} tokens, T = 0; each strategy against the project's own target-only"]
+    lines = [(f"greedy identity: pair {res['pair']['name']} on {res['pair']['device']}, target "
+              f"{res['pair']['target_dtype']}, decoding {s['decoding']} ({s['decoding_note']}), {s['prompts']} "
+              f"prompts x {s['max_new_tokens']} tokens, T = 0; each strategy against the project's own target-only")]
     for name, r in res["rows"].items():
         parts = "; ".join(
             f"prompt {p['prompt'] + 1} parts at token {p['position']}"
@@ -91,7 +91,3 @@ def format_identity(res: dict) -> str:
         lines.append(f"{name}: identity {r['same']}/{r['prompts']}" + (f" ({parts})" if parts else ""))
     return "\n".join(lines)
 
-
-def identity_prompts(pair: ModelPair, n: int) -> list[str]:
-    """The bench's first `n` prompts (the held-out messages for a chat preset)."""
-    return bench_prompts(pair)[:n]

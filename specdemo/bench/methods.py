@@ -161,17 +161,20 @@ class CompiledGenerate:
     the first holds the compile. It is not part of any row's time."""
 
     def __init__(self, pair: ModelPair):
-        from transformers import CompileConfig
-
-        cuda = pair.device.type == "cuda"
-        self.config = CompileConfig(fullgraph=True, mode="reduce-overhead" if cuda else "default")
-        if not cuda:
-            self.config._compile_all_devices = True  # transformers compiles on CUDA (and a few others) by itself
-        self.model = plain_copy(pair.target)
-        self.copied = self.model is not pair.target
-        self.kwargs = {"cache_implementation": "static", "compile_config": self.config}
+        self.cuda = pair.device.type == "cuda"
+        self.configure(fullgraph=True)
+        self.model, self.copied = None, False  # warm_up makes it
         self.warmup_s: list[float] = []
         self.error: str | None = None
+
+    def configure(self, fullgraph: bool) -> None:
+        """A fresh CompileConfig (transformers recompiles when the config it is handed is a different one)."""
+        from transformers import CompileConfig
+
+        self.config = CompileConfig(fullgraph=fullgraph, mode="reduce-overhead" if self.cuda else "default")
+        if not self.cuda:
+            self.config._compile_all_devices = True  # transformers compiles on CUDA (and a few others) by itself
+        self.kwargs = {"cache_implementation": "static", "compile_config": self.config}
 
     def describe(self) -> dict:
         return {"compile_config": {"fullgraph": self.config.fullgraph, "mode": self.config.mode,
@@ -182,20 +185,29 @@ class CompiledGenerate:
 
     def warm_up(self, pair: ModelPair, prompts: list[str], sampling: SamplingConfig, max_new_tokens: int,
                 seed: int = 0, calls: int = 3, log=print) -> bool:
-        """Compile and warm up; False (with `error` set) where compiling fails, so that the bench goes on without
-        the row."""
+        """Compile and warm up, with fullgraph=True and, where that fails, once more with transformers' default
+        fullgraph=False; False (with `error` set) where both fail, so that the bench goes on without the row."""
         longest = max(prompts, key=lambda p: len(encode_prompt(pair, p, max_new_tokens)))
-        try:
-            for _ in range(calls):
-                self.warmup_s.append(hf_generate(pair, longest, sampling, max_new_tokens, seed, self)[1])
-        except Exception as err:  # noqa: BLE001 - a compile that fails drops the row, and says why
-            self.error = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200] if str(err).strip() else ''}"
-            log(f"hf generate static compiled: compiling failed ({self.error}); the row is left out")
-            return False
-        log(f"hf generate static compiled: CompileConfig(fullgraph={self.config.fullgraph}, mode="
-            f"{self.config.mode!r}); warm-up calls " + ", ".join(f"{s:.1f} s" for s in self.warmup_s)
-            + " (the first holds the compile)")
-        return True
+        for fullgraph in (True, False):
+            self.configure(fullgraph)
+            self.warmup_s, self.error = [], None
+            try:
+                if self.model is None:
+                    self.model = plain_copy(pair.target)
+                    self.copied = self.model is not pair.target
+                for _ in range(calls):
+                    self.warmup_s.append(hf_generate(pair, longest, sampling, max_new_tokens, seed, self)[1])
+            except Exception as err:  # noqa: BLE001 - a compile that fails drops the row, and says why
+                text = str(err).strip()
+                self.error = f"{type(err).__name__}: {text.splitlines()[0][:200] if text else ''}"
+                log(f"hf generate static compiled: compiling with fullgraph={fullgraph} failed ({self.error})"
+                    + ("; trying fullgraph=False" if fullgraph else "; the row is left out"))
+                torch._dynamo.reset()
+                continue
+            log(f"hf generate static compiled: CompileConfig(fullgraph={fullgraph}, mode={self.config.mode!r}); "
+                "warm-up calls " + ", ".join(f"{s:.1f} s" for s in self.warmup_s) + " (the first holds the compile)")
+            return True
+        return False
 
 
 def plain_copy(model):
@@ -258,23 +270,25 @@ def decoded_views(pairs: dict[str, ModelPair], decodings: list[str] | None, max_
     return out
 
 
-def decoding_info(views: dict[str, ModelPair], asked: str | None = None) -> dict:
+def decoding_info(views: dict[str, ModelPair]) -> dict:
     """What a decoding's pairs record: the decoding, the one-line reason, the static caches' size in tokens and the
     seconds each pair's capture took (CUDA graphs; 0 where nothing was captured), by target dtype."""
     first = next(iter(views.values()))
     slots = first.static_slots
-    return {"decoding": first.decoding, "asked": asked, "note": first.decoding_note,
+    note = first.decoding_note.replace("as SPECDEMO_DECODING asks", "as asked")  # the bench may be what asked
+    return {"decoding": first.decoding, "note": note,
             "cache_tokens": max((s.max_len for s in slots.values()), default=None),
             "capture_s": {name: sum(s.capture_s for s in p.static_slots.values()) for name, p in views.items()}}
 
 
-def decoding_line(views: dict[str, ModelPair], asked: str | None = None) -> str:
-    """One line: the decoding that runs, why, the static caches' size and the capture seconds of each pair load."""
-    info = decoding_info(views, asked)
+def decoding_line(views: dict[str, ModelPair] | dict, asked: str | None = None) -> str:
+    """One line: the decoding that runs, why, the static caches' size and the capture seconds of each pair load.
+    views: the decoding's pairs, or their decoding_info."""
+    info = views if "capture_s" in views else decoding_info(views)
     size = f"; static caches of {info['cache_tokens']} tokens" if info["cache_tokens"] else ""
     capture = ", ".join(f"{s:.2f} s ({name} pair)" for name, s in info["capture_s"].items())
-    return f"decoding {info['decoding']}" + (f" (asked: {asked})" if asked and asked != info["decoding"] else "") + \
-        f": {info['note'] or 'as loaded'}{size}; capture {capture}"
+    asked = f" (asked: {asked})" if asked and asked != info["decoding"] else ""
+    return f"decoding {info['decoding']}{asked}: {info['note'] or 'as loaded'}{size}; capture {capture}"
 
 
 def isolated_draft_ms(pair: ModelPair, strategy: str, width: int = 0) -> float | None:
@@ -379,7 +393,7 @@ def run_bench(
     methods = [*naive, "speculative"] + (["hf_assisted"] if include_hf else [])
     totals, rounds, steps = interleaved_runs(pair, naive, methods, prompts, sampling, spec, log)
     res = summarize(pair, sampling, spec, len(prompts), naive, totals, rounds, steps)
-    res["settings"] |= {"decoding": mode, "decoding_info": decoding_info(variants, decoding)}
+    res["settings"] |= {"decoding": mode, "decoding_info": decoding_info(variants)}
     return res
 
 

@@ -27,6 +27,7 @@ from .methods import (
     bench_prompts,
     decoded_views,
     decoding_info,
+    decoding_line,
     forward_ms,
     head_step_ms,
     hf_generate,
@@ -92,7 +93,8 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
     own_methods = method_names(pair, views[modes[0]], ks, k, lookup_k, False, list(trees))
     hf_methods = method_names(pair, {}, [], k, lookup_k, include_hf)
     compiler = None
-    if compiled:
+    if compiled:  # transformers' target-only, plain and compiled, side by side (also under --no-hf)
+        hf_methods = list(dict.fromkeys([HF_GENERATE, *hf_methods]))
         compiler = CompiledGenerate(pair)
         if compiler.warm_up(pair, general + copy, sampling, max_new_tokens, seed, log=log):
             hf_methods.append(HF_COMPILED)
@@ -120,7 +122,8 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
                 t["calls"] += calls
                 if tr is not None:
                     t["rounds" if tr.mode == "speculative" else "steps"] += tr.rounds or tr.steps
-            log(f"  {group} prompt {i + 1}/{len(prompts)} done")
+            log(f"  {group} prompt {i + 1}/{len(prompts)}, tok/s so far: " + ", ".join(
+                f"{row} {t['tokens'] / t['seconds']:.1f}" for row, t in tot.items() if t["seconds"] > 0))
         groups[group] = tot
     # isolated costs, hot caches, same run, through each decoding's caches: one draft step, one target step (each
     # dtype), one (k+1)-token verify; the head's step has its own cache and is measured once
@@ -134,8 +137,7 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
         "decodings": modes, "reference_decoding": modes[0], "max_request": request}
     summaries = {g: summarise(tot, meta, own, iso, modes[0]) for g, tot in groups.items()}
     return {"pair": pair.describe(), "settings": settings,
-            "decoding_info": {d: decoding_info(v, (decodings or [None] * len(modes))[i] if decodings else None)
-                              for i, (d, v) in enumerate(views.items())},
+            "decoding_info": {d: decoding_info(v) for d, v in views.items()},
             "hf_compiled": compiler.describe() if compiler else None,
             "isolated": iso[modes[0]], "isolated_by_decoding": iso,
             "groups": {g: rows for g, (rows, _) in summaries.items()},
@@ -294,11 +296,7 @@ def format_strategies(res: dict) -> str:
     if multi:
         lines.append(f"decodings {', '.join(modes)}: every specdemo row under each, back to back on every prompt, "
                      f"who goes first turning prompt by prompt; ratios against {modes[0]}")
-    for info in (res.get("decoding_info") or {}).values():
-        capture = ", ".join(f"{v:.2f} s ({name} pair)" for name, v in info["capture_s"].items())
-        lines.append(f"decoding {info['decoding']}: {info['note'] or 'as loaded'}"
-                     + (f"; static caches of {info['cache_tokens']} tokens" if info["cache_tokens"] else "")
-                     + f"; capture {capture}")
+    lines += [decoding_line(info) for info in (res.get("decoding_info") or {}).values()]
     for d, iso in (res.get("isolated_by_decoding") or {modes[0]: res["isolated"]}).items():
         lines.append("isolated{} (hot, median): draft step {:.2f} ms{}; target step {}; verify {}".format(
             f" [{d}]" if multi else "", iso["draft_ms"],
@@ -344,8 +342,8 @@ def format_strategies(res: dict) -> str:
             lines.append("")
             lines.append(f"adaptive / best fixed ({best}): {by_method['adaptive']['tokens_per_s'] / fixed[best]:.3f}")
         if "hf assisted default" in by_method and "adaptive" in by_method:
-            lines.append(f"adaptive / transformers default assisted: "
-                         f"{by_method['adaptive']['tokens_per_s'] / by_method['hf assisted default']['tokens_per_s']:.2f}x")
+            ratio = by_method["adaptive"]["tokens_per_s"] / by_method["hf assisted default"]["tokens_per_s"]
+            lines.append(f"adaptive / transformers default assisted: {ratio:.2f}x")
         look = next((m for m in by_method if m.startswith("lookup")), None)
         hf_look = next((m for m in by_method if m.startswith("hf prompt lookup")), None)
         if look and hf_look:
