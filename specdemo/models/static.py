@@ -159,8 +159,9 @@ class StaticSlot:
             self.given(start, n, tree, c.positions, c.mask)
         c.start.fill_(start)
         c.graph.replay()
-        hidden, features = c.out
-        return hidden[:n].clone(), features if features is hidden else features[:n].clone()
+        hidden, features = c.out  # the graph's own buffers, overwritten by its next replay: the n real rows copied
+        h = hidden[:n].clone()
+        return h, h if features is hidden else features[:n].clone()
 
     # ------------------------------------------------------------------------------------------ capture (CUDA)
     def capture(self, widths: tuple[int, ...] = WIDTHS, stand_in: bool = False) -> float:
