@@ -275,8 +275,7 @@ def decoding_info(views: dict[str, ModelPair]) -> dict:
     seconds each pair's capture took (CUDA graphs; 0 where nothing was captured), by target dtype."""
     first = next(iter(views.values()))
     slots = first.static_slots
-    note = first.decoding_note.replace("as SPECDEMO_DECODING asks", "as asked")  # the bench may be what asked
-    return {"decoding": first.decoding, "note": note,
+    return {"decoding": first.decoding, "note": first.decoding_note,
             "cache_tokens": max((s.max_len for s in slots.values()), default=None),
             "capture_s": {name: sum(s.capture_s for s in p.static_slots.values()) for name, p in views.items()}}
 

@@ -85,10 +85,7 @@ class StaticSlot:
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.cache = StaticCache(config=cfg, max_cache_len=self.max_len)
-        heads = cfg.num_attention_heads
-        kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-        self.cache.early_initialization(1, kv_heads, head_dim, self.dtype, self.device)
+        self.cache.early_initialization(1, *kv_shape(cfg), self.dtype, self.device)
         self.kv = [(layer.keys, layer.values) for layer in self.cache.layers]
         self.counters = [layer.cumulative_length for layer in self.cache.layers]
         self.slots = torch.arange(self.max_len, device=self.device)
@@ -278,13 +275,17 @@ CPU_MODE = "eager"  # what `auto` picks on a CPU: decided by measurement (docs/d
 MIN_WINDOW = 512  # a GPU too small for the largest request's static caches shrinks them, down to this window
 
 
+def kv_shape(cfg) -> tuple[int, int]:
+    """(key/value heads, head dimension) of a model's attention, from its config (GQA where it names its KV heads)."""
+    heads = cfg.num_attention_heads
+    return getattr(cfg, "num_key_value_heads", None) or heads, getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+
+
 def cache_bytes(model, max_len: int) -> int:
     """Bytes of one static cache of `max_len` tokens for `model` (keys and values, every layer)."""
-    cfg = model.config
-    heads = cfg.num_attention_heads
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * max_len * next(model.parameters()).element_size()
+    kv_heads, head_dim = kv_shape(model.config)
+    return (2 * model.config.num_hidden_layers * kv_heads * head_dim * max_len
+            * next(model.parameters()).element_size())
 
 
 def fitting_window(models: list, window: int, pad: int, free: int) -> int:
@@ -295,8 +296,9 @@ def fitting_window(models: list, window: int, pad: int, free: int) -> int:
     return window
 
 
-def choose_mode(device: torch.device, asked: str) -> tuple[str, str]:
-    """(mode, why) for a pair on `device`, given SPECDEMO_DECODING's `asked` (auto by default)."""
+def choose_mode(device: torch.device, asked: str, asker: str | None = None) -> tuple[str, str]:
+    """(mode, why) for a pair on `device`, given the decoding `asked` (auto by default); `asker` names where the ask
+    came from in the reason (SPECDEMO_DECODING), None a caller's own argument."""
     if asked not in MODES:
         raise ValueError(f"SPECDEMO_DECODING must be one of {', '.join(MODES)}, got {asked!r}")
     if device.type == "cuda" and os.environ.get("SPACES_ZERO_GPU"):
@@ -310,7 +312,7 @@ def choose_mode(device: torch.device, asked: str) -> tuple[str, str]:
         return "eager", f"{device.type}: CUDA graphs need a CUDA device"
     if asked == "graphs" and device.type != "cuda":
         return "static", f"{device.type}: static cache, eager forwards (graphs need CUDA)"
-    return asked, f"{asked}, as SPECDEMO_DECODING asks"
+    return asked, f"{asked}, as {asker} asks" if asker else f"{asked}, as asked"
 
 
 def prepare(pair, asked: str | None = None, widths: tuple[int, ...] = WIDTHS, max_request: int | None = None) -> None:
@@ -318,7 +320,11 @@ def prepare(pair, asked: str | None = None, widths: tuple[int, ...] = WIDTHS, ma
     width captured on CUDA. Sets pair.decoding, pair.decoding_note and pair.static_slots (and pair.window_cap where
     memory is short), and logs one line. A forward that will not capture leaves the pair eager, with the reason.
     max_request: the longest sequence a request may make (prompt + new tokens); the context window by default."""
-    mode, why = choose_mode(pair.device, asked or os.environ.get("SPECDEMO_DECODING", "auto").strip() or "auto")
+    if asked:
+        mode, why = choose_mode(pair.device, asked)
+    else:
+        mode, why = choose_mode(pair.device, os.environ.get("SPECDEMO_DECODING", "auto").strip() or "auto",
+                                "SPECDEMO_DECODING")
     pair.static_slots, pair.window_cap = {}, None
     models = {"target": pair.target} | ({"draft": pair.draft} if pair.draft is not pair.target else {})
     if mode != "eager" and any(float32_head(m) is None for m in models.values()):
