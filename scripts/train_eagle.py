@@ -37,6 +37,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -520,16 +521,72 @@ def lr_at(step: int, total: int, peak: float, warmup: int = 30) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
-def train(args) -> None:
-    from specdemo.models.eagle import new_head
+@dataclass
+class Run:
+    """A run's state, what its checkpoint holds: the head, its optimizer, the draft vocabulary (d2t), the feature
+    layers the head reads, the loss's TV term (weight, T), and where the run stands: step, history (a row per
+    evaluation), best (the export bar: the best dev top-1 at step one; None: not yet scored), phase (the step the lr
+    schedule starts from) and rewarm (the step fresh Adam moments started at; None: none)."""
 
+    head: torch.nn.Module
+    opt: torch.optim.Optimizer
+    d2t: torch.Tensor
+    layers: tuple[int, ...]
+    tvd: tuple[float, float]
+    ckpt_path: Path
+    step: int
+    history: list
+    best: float | None
+    phase: int
+    rewarm: int | None
+
+    def save(self) -> None:
+        """Write the checkpoint (through a temporary file, so that a run killed meanwhile keeps the last one)."""
+        tmp = self.ckpt_path.with_suffix(".tmp")
+        torch.save({"head": self.head.state_dict(), "opt": self.opt.state_dict(), "step": self.step,
+                    "history": self.history, "best": self.best, "d2t": self.d2t, "metric": METRIC,
+                    "feature_layers": self.layers, "phase": self.phase, "rewarm": self.rewarm, "tvd": self.tvd}, tmp)
+        tmp.rename(self.ckpt_path)
+
+
+@dataclass
+class TrainingData:
+    """What a run reads and never changes: the teacher, the records, the teacher's features for them, the LM head's
+    rows of the draft vocabulary (w_sub, bf16) and the share of the dev set's reply tokens that vocabulary holds."""
+
+    teacher: Teacher
+    train_recs: list
+    dev: dict
+    feats: HeadFeatures
+    dev_feats: dict
+    w_sub: torch.Tensor
+    coverage: float
+
+
+def train(args) -> None:
+    """Train (or resume) a head by teacher forcing: the teacher and its records, the run (from its checkpoint, the
+    committed head or scratch), the teacher's features, then steps until --steps or --minutes (`train_loop`)."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     folder = ROOT / "data" / "eagle" / args.pair
     folder.mkdir(parents=True, exist_ok=True)
-    ckpt_path = folder / "ckpt.pt"
     teacher = Teacher(args.pair)
     train_recs, dev = PAIRS[args.pair]["records"]()
+    run = start_run(args, teacher, train_recs, folder / "ckpt.pt")
+    data = training_data(args, teacher, train_recs, dev, folder, run)
+    if run.best is None:  # a warm start: the committed head sets the bar on today's dev set
+        run.best = evaluate(run.head, teacher, dev[""], data.dev_feats[""], data.w_sub, run.d2t)["top1_step1"]
+        print(f"the committed head's dev top-1 (step one): {run.best:.4f}", flush=True)
+    train_loop(args, run, data)
+    run.save()
+    print(f"stopped at step {run.step}; best dev top-1 (step one) {run.best:.4f}", flush=True)
+
+
+def start_run(args, teacher: Teacher, train_recs: list, ckpt_path: Path) -> Run:
+    """The head and its optimizer where the run starts (`starting_checkpoint`, `resume`); --feature-layers,
+    --new-phase and --tvd-weight change the run's own, the draft vocabulary is chosen once, by a new run."""
+    from specdemo.models.eagle import new_head
+
     vocab = len(teacher.tok.get_vocab())
     ck = starting_checkpoint(ckpt_path, ROOT / "assets" / "models" / f"{args.pair}-eagle", teacher, args.from_scratch)
     if ck is not None and ck["step"] >= args.steps:
@@ -539,76 +596,87 @@ def train(args) -> None:
     layers = had if args.feature_layers is None else tuple(args.feature_layers)
     head = new_head(teacher.model, teacher.tok, d2t, name=args.pair, feature_layers=layers)
     opt = torch.optim.AdamW([p for n, p in head.named_parameters()], lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
-    run = resume(ck, head, opt)
-    step, history, best, phase, rewarm = (run[k] for k in ("step", "history", "best", "phase", "rewarm"))
-    if args.new_phase and phase != step:
-        phase = step  # the lr schedule starts again (its own warm-up); the Adam moments stay
-        print(f"a new phase of the lr schedule from step {step}", flush=True)
     tvd = tuple(ck.get("tvd", NO_TVD)) if ck is not None else NO_TVD  # the run's loss
     if args.tvd_weight is not None:
         tvd = (args.tvd_weight, OVERLAP_T)
-    w_sub = teacher.lm_w[d2t].to(torch.bfloat16)
-    coverage = dev_coverage(dev, d2t)
+    run = Run(head, opt, d2t, layers, tvd, ckpt_path, **resume(ck, head, opt))
+    if args.new_phase and run.phase != run.step:
+        run.phase = run.step  # the lr schedule starts again (its own warm-up); the Adam moments stay
+        print(f"a new phase of the lr schedule from step {run.step}", flush=True)
+    return run
+
+
+def training_data(args, teacher: Teacher, train_recs: list, dev: dict, folder: Path, run: Run) -> TrainingData:
+    """The run's data, announced, and the teacher's features for the records and each dev set (saved in `folder`)."""
+    w_sub = teacher.lm_w[run.d2t].to(torch.bfloat16)
+    coverage = dev_coverage(dev, run.d2t)
     print(f"{args.pair}: {len(train_recs)} train records ({sum(len(r[0]) for r in train_recs):,} tokens), "
-          f"dev {' + '.join(str(len(d)) for d in dev.values())}; draft vocab {d2t.numel()} "
-          f"(dev coverage {coverage:.3f}); resuming at step {step}", flush=True)
-    feats = HeadFeatures(teacher, train_recs, folder / "features.pt", layers)
-    dev_feats = {name: HeadFeatures(teacher, d, folder / f"{name}dev_features.pt", layers, what=f"{name}dev records")
-                 for name, d in dev.items() if d}
-    if best is None:  # a warm start: the committed head sets the bar on today's dev set
-        best = evaluate(head, teacher, dev[""], dev_feats[""], w_sub, d2t)["top1_step1"]
-        print(f"the committed head's dev top-1 (step one): {best:.4f}", flush=True)
-    rng = np.random.default_rng(step)
+          f"dev {' + '.join(str(len(d)) for d in dev.values())}; draft vocab {run.d2t.numel()} "
+          f"(dev coverage {coverage:.3f}); resuming at step {run.step}", flush=True)
+    feats = HeadFeatures(teacher, train_recs, folder / "features.pt", run.layers)
+    dev_feats = {name: HeadFeatures(teacher, d, folder / f"{name}dev_features.pt", run.layers,
+                                    what=f"{name}dev records") for name, d in dev.items() if d}
+    return TrainingData(teacher, train_recs, dev, feats, dev_feats, w_sub, coverage)
+
+
+def train_loop(args, run: Run, data: TrainingData) -> None:
+    """Steps until --steps or --minutes run out, on batches shuffled by an rng seeded with the step the run starts at:
+    an evaluation and a checkpoint every --eval-every steps and at the last, a checkpoint every 5 minutes between."""
+    rng = np.random.default_rng(run.step)
     t_start, last_save = time.time(), time.time()
     deadline = t_start + args.minutes * 60
-    agree = [[0, 0] for _ in UNROLL_WEIGHTS]
-    head.train()
-
-    def save_ckpt():
-        tmp = ckpt_path.with_suffix(".tmp")
-        torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "history": history,
-                    "best": best, "d2t": d2t, "metric": METRIC, "feature_layers": layers, "phase": phase,
-                    "rewarm": rewarm, "tvd": tvd}, tmp)
-        tmp.rename(ckpt_path)
-
-    while step < args.steps and time.time() < deadline:
-        for idx in batches(train_recs, args.batch, rng):
-            if step >= args.steps or time.time() >= deadline:
+    agree = [[0, 0] for _ in UNROLL_WEIGHTS]  # per draft step: top-1 hits and positions since the last evaluation
+    run.head.train()
+    while run.step < args.steps and time.time() < deadline:
+        for idx in batches(data.train_recs, args.batch, rng):
+            if run.step >= args.steps or time.time() >= deadline:
                 break
-            ids, mask, scored = collate(train_recs, idx)
-            ramp = 1.0 if rewarm is None else min(1.0, (step - rewarm + 1) / 100)
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step - phase, args.steps - phase, args.lr) * ramp
-            loss, stats = head_losses(head, teacher, feats.batch(idx, ids.shape[1]), ids, mask, scored, w_sub,
-                                      tvd=tvd)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-            opt.step()
-            step += 1
+            loss, stats = train_step(args, run, data, idx)
             for s, (hit, count) in enumerate(stats):
                 agree[s][0] += hit
                 agree[s][1] += count
-            if step % args.eval_every == 0 or step == args.steps:
-                ev = {f"{name}{k}": v for name, cache in dev_feats.items()
-                      for k, v in evaluate(head, teacher, dev[name], cache, w_sub, d2t).items()}
-                row = {"step": step, "minutes": round((time.time() - t_start) / 60, 2), "loss": round(loss.item(), 4),
-                       "scored": METRIC, "tvd_weight": tvd[0]} | {f"train_top1_step{s + 1}": round(a / max(count, 1), 4)
-                                             for s, (a, count) in enumerate(agree)} | {
-                    k: round(v, 4) for k, v in ev.items()}
+            if run.step % args.eval_every == 0 or run.step == args.steps:
+                evaluate_and_export(args, run, data, loss, agree, t_start)
                 agree = [[0, 0] for _ in UNROLL_WEIGHTS]
-                history.append(row)
-                print(json.dumps(row), flush=True)
-                if ev["top1_step1"] > best:
-                    best = ev["top1_step1"]
-                    export_head(head, args.pair, history, coverage, len(train_recs), args, phase, tvd=tvd)
-                save_ckpt()
+                run.save()
                 last_save = time.time()
             elif time.time() - last_save > 300:
-                save_ckpt()
+                run.save()
                 last_save = time.time()
-    save_ckpt()
-    print(f"stopped at step {step}; best dev top-1 (step one) {best:.4f}", flush=True)
+
+
+def train_step(args, run: Run, data: TrainingData, idx) -> tuple[torch.Tensor, list]:
+    """One update on records `idx` at the schedule's learning rate (ramped up again after fresh Adam moments):
+    (the loss, per draft step top-1 agreement stats)."""
+    ids, mask, scored = collate(data.train_recs, idx)
+    ramp = 1.0 if run.rewarm is None else min(1.0, (run.step - run.rewarm + 1) / 100)
+    for g in run.opt.param_groups:
+        g["lr"] = lr_at(run.step - run.phase, args.steps - run.phase, args.lr) * ramp
+    f = data.feats.batch(idx, ids.shape[1])
+    loss, stats = head_losses(run.head, data.teacher, f, ids, mask, scored, data.w_sub, tvd=run.tvd)
+    run.opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(run.head.parameters(), 1.0)
+    run.opt.step()
+    run.step += 1
+    return loss, stats
+
+
+def evaluate_and_export(args, run: Run, data: TrainingData, loss: torch.Tensor, agree: list, t_start: float) -> None:
+    """Score every dev set, add the row (with the last loss and the training agreement since the last evaluation) to
+    the run's history and print it; export the head when its dev top-1 at step one beats the run's best."""
+    ev = {f"{name}{k}": v for name, cache in data.dev_feats.items()
+          for k, v in evaluate(run.head, data.teacher, data.dev[name], cache, data.w_sub, run.d2t).items()}
+    row = {"step": run.step, "minutes": round((time.time() - t_start) / 60, 2), "loss": round(loss.item(), 4),
+           "scored": METRIC, "tvd_weight": run.tvd[0]}
+    row |= {f"train_top1_step{s + 1}": round(a / max(count, 1), 4) for s, (a, count) in enumerate(agree)}
+    row |= {k: round(v, 4) for k, v in ev.items()}
+    run.history.append(row)
+    print(json.dumps(row), flush=True)
+    if ev["top1_step1"] > run.best:
+        run.best = ev["top1_step1"]
+        export_head(run.head, args.pair, run.history, data.coverage, len(data.train_recs), args, run.phase,
+                    tvd=run.tvd)
 
 
 def resume(ck: dict | None, head, opt) -> dict:

@@ -227,17 +227,51 @@ def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
 
 
 def train(kind: str, minutes: float, batch: int, block: int, lr: float, alpha_ce: float) -> None:
-    """Train the target on the corpus (kind='target') or distil the draft from the target (kind='draft').
+    """Train the target on the corpus (kind='target'), distil the draft from the target (kind='draft'), or go on
+    distilling it with half of each batch on-policy (kind='draft-onpolicy'): the models (`models_for`), then steps
+    (`next_batch`, `train_step`), a progress line every 25 steps, the held-out loss and a save every 500 and at the
+    last, and the run's record (`write_record`).
 
     The step budget is fixed up front from a short timing probe, so that the cosine schedule ends on time.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     torch.manual_seed(SEED)
     gen = torch.Generator().manual_seed(SEED)
     tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
     train_data, val_data = load_split("train"), load_split("val")
     out_dir = TARGET_DIR if kind == "target" else DRAFT_DIR
+    model, teacher, onpolicy = models_for(kind, tokenizer)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"{kind}: {n_params / 1e6:.2f}M parameters, batch {batch}x{block}, {minutes} min budget", flush=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+    model.train()
+    t0 = time.time()
+    step, total_steps = 0, None  # None: the timing probe's first 5 steps, at a tenth of the peak lr
+    history = []
+    while total_steps is None or step < total_steps:
+        for g in opt.param_groups:
+            g["lr"] = lr * 0.1 if total_steps is None else lr_at(step, total_steps, lr, max(10, total_steps // 50))
+        x, y = next_batch(train_data, onpolicy, batch, block, gen)
+        loss = train_step(model, teacher, opt, x, y, alpha_ce)
+        step += 1
+        elapsed = time.time() - t0
+        if total_steps is None and step == 5:
+            total_steps = max(50, int(minutes * 60 / (elapsed / 5)))
+            print(f"{kind}: {elapsed / 5:.2f}s/step -> {total_steps} steps", flush=True)
+        if step % 25 == 0 or step == total_steps:
+            log_progress(kind, step, total_steps, loss, opt, batch * block, elapsed)
+        if step % 500 == 0 or step == total_steps:
+            evaluate_and_save(kind, model, tokenizer, val_data, out_dir, step, elapsed, history)
+    write_record(kind, out_dir, n_params, step, batch, block, lr, (time.time() - t0) / 60, history)
+
+
+def models_for(kind: str, tokenizer):
+    """(the model to train, its frozen teacher, the on-policy rows it also reads): a new target (no teacher); a new
+    draft, taught by the target; or, for 'draft-onpolicy', the distilled draft, taught by the target, half of each
+    batch from the target's own continuations (`generate_onpolicy`)."""
+    from transformers import AutoModelForCausalLM
+
     onpolicy = None
     if kind == "draft-onpolicy":  # continue from the distilled draft, half of each batch on-policy
         model = AutoModelForCausalLM.from_pretrained(DRAFT_DIR)
@@ -249,58 +283,65 @@ def train(kind: str, minutes: float, batch: int, block: int, lr: float, alpha_ce
         teacher = AutoModelForCausalLM.from_pretrained(TARGET_DIR).eval()
         for p in teacher.parameters():
             p.requires_grad_(False)
-    n_params = sum(p.numel() for p in model.parameters())
-    print(f"{kind}: {n_params / 1e6:.2f}M parameters, batch {batch}x{block}, {minutes} min budget", flush=True)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+    return model, teacher, onpolicy
 
-    def step_loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        logits = model(x).logits
-        ce = F.cross_entropy(logits.flatten(0, 1), y.flatten())
-        if teacher is None:
-            return ce
-        with torch.no_grad():
-            t_logp = F.log_softmax(teacher(x).logits, dim=-1)
-        # forward KL(p_target || q_draft): the draft learns to cover the target's whole distribution
-        kl = F.kl_div(F.log_softmax(logits, dim=-1), t_logp, log_target=True, reduction="none").sum(-1).mean()
-        return kl + alpha_ce * ce
 
-    model.train()
-    t0 = time.time()
-    step, total_steps = 0, None
-    history = []
-    while total_steps is None or step < total_steps:
-        if total_steps is not None:
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step, total_steps, lr, warmup=max(10, total_steps // 50))
-        else:
-            for g in opt.param_groups:
-                g["lr"] = lr * 0.1
-        x, y = get_batch(train_data, batch, block, gen)
-        if onpolicy is not None:
-            rows = onpolicy[torch.randint(len(onpolicy), (batch // 2,), generator=gen)][:, : block + 1]
-            x = torch.cat([x[: batch // 2], rows[:, :-1]])
-            y = torch.cat([y[: batch // 2], rows[:, 1:]])
-        loss = step_loss(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        step += 1
-        elapsed = time.time() - t0
-        if total_steps is None and step == 5:
-            total_steps = max(50, int(minutes * 60 / (elapsed / 5)))
-            print(f"{kind}: {elapsed / 5:.2f}s/step -> {total_steps} steps", flush=True)
-        if step % 25 == 0 or step == total_steps:
-            tps = step * batch * block / elapsed
-            eta = (total_steps - step) * elapsed / step if total_steps else float("nan")
-            print(f"{kind} step {step}/{total_steps} loss {loss.item():.3f} lr {opt.param_groups[0]['lr']:.2e} "
-                  f"{tps:,.0f} tok/s elapsed {elapsed / 60:.1f} min eta {eta / 60:.1f} min", flush=True)
-        if step % 500 == 0 or step == total_steps:
-            val = evaluate(model, val_data)
-            history.append({"step": step, "val_loss": val, "minutes": elapsed / 60})
-            print(f"{kind} step {step}: held-out loss {val:.3f} (ppl {math.exp(val):.1f})", flush=True)
-            save(model, tokenizer, out_dir)
-    spent = (time.time() - t0) / 60
+def next_batch(data: torch.Tensor, onpolicy: torch.Tensor | None, batch: int, block: int,
+               gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch of training windows; with on-policy rows, its second half is replaced by as many of them."""
+    x, y = get_batch(data, batch, block, gen)
+    if onpolicy is not None:
+        rows = onpolicy[torch.randint(len(onpolicy), (batch // 2,), generator=gen)][:, : block + 1]
+        x = torch.cat([x[: batch // 2], rows[:, :-1]])
+        y = torch.cat([y[: batch // 2], rows[:, 1:]])
+    return x, y
+
+
+def step_loss(model, teacher, x: torch.Tensor, y: torch.Tensor, alpha_ce: float) -> torch.Tensor:
+    """Next-token cross-entropy without a teacher; with one, forward KL(p_target || q_draft) + alpha_ce * that."""
+    logits = model(x).logits
+    ce = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+    if teacher is None:
+        return ce
+    with torch.no_grad():
+        t_logp = F.log_softmax(teacher(x).logits, dim=-1)
+    # forward KL(p_target || q_draft): the draft learns to cover the target's whole distribution
+    kl = F.kl_div(F.log_softmax(logits, dim=-1), t_logp, log_target=True, reduction="none").sum(-1).mean()
+    return kl + alpha_ce * ce
+
+
+def train_step(model, teacher, opt, x: torch.Tensor, y: torch.Tensor, alpha_ce: float) -> torch.Tensor:
+    """One update (gradients clipped to norm 1); returns the loss."""
+    loss = step_loss(model, teacher, x, y, alpha_ce)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss
+
+
+def log_progress(kind: str, step: int, total_steps: int | None, loss: torch.Tensor, opt, batch_tokens: int,
+                 elapsed: float) -> None:
+    """The progress line: loss, learning rate, throughput, time spent and left."""
+    tps = step * batch_tokens / elapsed
+    eta = (total_steps - step) * elapsed / step if total_steps else float("nan")
+    print(f"{kind} step {step}/{total_steps} loss {loss.item():.3f} lr {opt.param_groups[0]['lr']:.2e} "
+          f"{tps:,.0f} tok/s elapsed {elapsed / 60:.1f} min eta {eta / 60:.1f} min", flush=True)
+
+
+def evaluate_and_save(kind: str, model, tokenizer, val_data: torch.Tensor, out_dir: Path, step: int, elapsed: float,
+                      history: list) -> None:
+    """The held-out loss, added to `history` and printed; the model is saved to `out_dir` at every evaluation."""
+    val = evaluate(model, val_data)
+    history.append({"step": step, "val_loss": val, "minutes": elapsed / 60})
+    print(f"{kind} step {step}: held-out loss {val:.3f} (ppl {math.exp(val):.1f})", flush=True)
+    save(model, tokenizer, out_dir)
+
+
+def write_record(kind: str, out_dir: Path, n_params: int, step: int, batch: int, block: int, lr: float,
+                 spent: float, history: list) -> None:
+    """The run's training.json beside the saved model (the model card reads it); a 'draft-onpolicy' run continues
+    the first stage's record: its history first, its steps and minutes added."""
     if kind == "draft-onpolicy":  # keep the first stage's record beside this one
         first = json.loads((out_dir / "training.json").read_text())
         history = first["history"] + history
