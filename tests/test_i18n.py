@@ -126,8 +126,8 @@ def test_rendered_html_follows_the_language_and_escapes_it(run):
     assert "第1轮" in zh["film"] and "接受 " in zh["film"]
     assert "接受率 α" in zh["stats"] and "完成（" in zh["stats"]
     assert "<kbd>PageDown</kbd>" in zh["keys"] and "下一轮" in zh["keys"]
-    for html in zh.values():
-        assert not re.search(r"kept by|accepted /|round \d|target =", html), html[:200]
+    for page in zh.values():
+        assert not re.search(r"kept by|accepted /|round \d|target =", page), page[:200]
     # a translation that holds '<' reaches the page escaped, in both languages
     lossy = run.__class__(run.mode, run.prompt, run.prompt_ids, run.settings | {"lenience": 0.5}, run.rounds)
     lossy.wall_s = run.wall_s

@@ -6,6 +6,9 @@ must each give what they give alone."""
 
 from __future__ import annotations
 
+import os
+from collections import OrderedDict
+
 import pytest
 import torch
 from test_exactness import PASS_P, chi2_pvalue, drop_k, speculative_samples
@@ -15,8 +18,8 @@ from specdemo.engine.autoregressive import baseline_generate
 from specdemo.engine.sampling import warp
 from specdemo.engine.speculative import PromptError, encode_prompt, speculative_generate, speculative_rounds
 from specdemo.engine.tree import DraftTree, tree_attention
-from specdemo.models import CachedLM
-from specdemo.models.loading import load_pair_uncached
+from specdemo.models import CachedLM, loading
+from specdemo.models.loading import load_pair, load_pair_uncached
 from specdemo.models.static import CPU_MODE, StaticLM, cache_bytes, choose_mode, fitting_window, prepare
 
 STRATEGIES = ("fixed", "adaptive", "lookup", "eagle", "tree")
@@ -44,7 +47,24 @@ def test_a_cpu_decodes_eagerly_unless_told_and_says_why():
     assert "need CUDA" in choose_mode(torch.device("cpu"), "graphs")[1]
     assert choose_mode(torch.device("mps"), "auto") == ("eager", "mps: CUDA graphs need a CUDA device")
     with pytest.raises(ValueError, match="SPECDEMO_DECODING must be one of"):
+        choose_mode(torch.device("cpu"), "fast", "SPECDEMO_DECODING")
+    with pytest.raises(ValueError, match="^decoding must be one of"):
         choose_mode(torch.device("cpu"), "fast")
+
+
+def test_a_decoding_asked_of_load_pair_is_that_pairs_own(monkeypatch):
+    """load_pair(decoding=...) decodes that pair so without touching the environment, and the LRU keeps it apart
+    from the pair the environment decides (the bench asks for eager this way, and used to set SPECDEMO_DECODING for
+    the whole process)."""
+    monkeypatch.delenv("SPECDEMO_DECODING", raising=False)
+    monkeypatch.setattr(loading, "_CACHE", OrderedDict())  # an LRU of its own, which the other tests' pairs stay out of
+    monkeypatch.setattr(loading, "_RESIDENT", {})
+    static_pair = load_pair("shakespeare", device="cpu", dtype="float32", decoding="static")
+    assert static_pair.decoding == "static" and "as asked" in static_pair.decoding_note
+    assert "SPECDEMO_DECODING" not in os.environ
+    plain = load_pair("shakespeare", device="cpu", dtype="float32")
+    assert plain is not static_pair and plain.decoding == CPU_MODE
+    assert load_pair("shakespeare", device="cpu", dtype="float32", decoding="static") is static_pair
 
 
 def tokens_of(rounds) -> list[int]:

@@ -20,13 +20,13 @@ from specdemo import i18n
 from specdemo.config import DEFAULT_PRESET, PRESETS, ConfigError
 from specdemo.engine.events import Trace
 from specdemo.engine.speculative import PromptError
-from specdemo.i18n import Msg, tr
+from specdemo.i18n import tr
 from specdemo.limits import Limits
 from specdemo.models import ModelLoadError
 
 from . import plots, render, runs, views
 from .session_locks import session_lock
-from .validation import CUSTOM, UserError, as_number, error_text, get_pair, has_head, pair_key, validate
+from .validation import CUSTOM, UserError, error_text, get_pair, has_head, pair_key, validate
 from .zerogpu import gpu
 
 # While a run streams, the page gets at most one update per UPDATE_INTERVAL_S (about 20 a second, what a browser
@@ -44,9 +44,6 @@ RUN_OUTPUTS = ("tokens", "stats", "film", *views.CHARTS, "trace_json", "state", 
                "insp_reason")
 INSPECT_OUTPUTS = ("pos_sl", "insp_plot", "insp_reason")
 STEP_OUTPUTS = ("state", "step_tokens", "step_caption")
-SWEEP_OUTPUTS = ("sweep_plot", "sweep_md", "sweep_state")
-RACE_OUTPUTS = ("race_plot", "race_md", "race_state")
-DIST_OUTPUTS = ("dist_plot", "dist_md", "dist_state")
 PAIR_OUTPUTS = ("pair_status", "custom_box", "examples", "chat", "pair_state", "k", "temperature", "max_new",
                 "pair", "draft", "target")
 REDRAW_OUTPUTS = ("legend", "keys", "tokens", "stats", "film", *views.CHARTS, "insp_plot", "insp_reason",
@@ -299,77 +296,6 @@ def step_key(state, lang, evt: gr.EventData, request: gr.Request = None) -> dict
     if data.get("step") not in (0, 1, -1) or not views.rounds_of(state):
         return {}
     return step_round(state, data["step"], lang, request) | {"tabs": gr.Tabs(selected=STEP_TAB)}
-
-
-# ----------------------------------------------------------------------------------------------- experiments
-
-
-TIME_LIMIT_KEY = {"sweep_state": "warn.sweep_time_limit", "race_state": "warn.race_time_limit",
-                  "dist_state": "warn.time_limit"}
-
-
-def experiment(events, view, state_name: str, lang, limits: Limits):
-    """Stream an experiment from runs.py: nothing between rounds (a place where Stop ends it), its view and state
-    after each result, and a warning if the time limit ended it. Each experiment's handler first clears its
-    outputs and state (before it even checks its inputs), so that an experiment that ends before its first result
-    (Stop, the time limit, an error) leaves no earlier result on the page, nor in the state a redraw reads."""
-    for item in events:
-        if item is None:
-            yield {}
-        elif item == runs.TIME_LIMIT:
-            gr.Warning(tr(TIME_LIMIT_KEY[state_name], lang, s=limits.time_limit_s))
-            return
-        else:
-            yield view(item) | {state_name: item}
-
-
-@gpu
-@user_errors
-def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, max_new_tokens, seed, k_from, k_to,
-               chat=None, lang=None, presenter=False):
-    """Run K = k_from..k_to on the same prompt and seed; plot measured and predicted speedup, recommend a K.
-    Streams SWEEP_OUTPUTS; the state lets a language switch redraw the result."""
-    yield views.sweep_view(None, lang, presenter) | {"sweep_state": None}  # see `experiment`
-    limits = Limits.from_env()
-    k_from = as_number(Msg("field.k_from"), k_from, int, 1, limits.max_k)
-    k_to = as_number(Msg("field.k_to"), k_to, int, k_from, limits.max_k)
-    req = validate(pair_name, draft_id, target_id, prompt, k_from, temperature, top_k, top_p, max_new_tokens, seed,
-                   True, 1.0, limits, chat)
-    events = runs.k_sweep(get_pair(req.pair), req, limits, k_from, k_to)
-    yield from experiment(events, lambda s: views.sweep_view(s, lang, presenter), "sweep_state", lang, limits)
-
-
-@gpu
-@user_errors
-def strategy_race_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-                     chat=None, lang=None, presenter=False, ngram=3, tree_topk=0, tree_depth=0, tree_budget=0):
-    """Target-only decoding, then every strategy, on the same prompt and seed, one after another (each timed alone),
-    with the page's K, lookup n-gram size and tree sizes (0: the head's own). Streams RACE_OUTPUTS: the
-    tokens-over-time chart and a table after every run."""
-    yield views.race_view(None, lang, presenter) | {"race_state": None}  # see `experiment`
-    limits = Limits.from_env()
-    req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-                   True, 1.0, limits, chat, "fixed", ngram, tree_topk, tree_depth, tree_budget)
-    events = runs.strategy_race(get_pair(req.pair), req, limits)
-    yield from experiment(events, lambda r: views.race_view(r, lang, presenter), "race_state", lang, limits)
-
-
-@gpu
-@user_errors
-def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, lenience, n_samples, seed,
-                    chat=None, lang=None, presenter=False, strategy="fixed", k=4, ngram=3, tree_topk=0, tree_depth=0,
-                    tree_budget=0):
-    """Draw N speculative samples of the first drafted token with the page's strategy (its K, n-gram size and tree
-    sizes), as the engine draws and verifies it, and compare their histogram with the exact p
-    (runs.first_token_distribution). Streams DIST_OUTPUTS; like the other experiments it first clears them (see
-    `experiment`)."""
-    yield views.dist_view(None) | {"dist_state": None}
-    limits = Limits.from_env()
-    n = as_number(Msg("field.samples"), n_samples, int, 10, limits.max_samples)
-    req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, 1, seed, False, lenience,
-                   limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget)
-    events = runs.first_token_distribution(get_pair(req.pair, req.spec.strategy), req, n, limits)
-    yield from experiment(events, lambda d: views.dist_view(d, lang, presenter), "dist_state", lang, limits)
 
 
 # ----------------------------------------------------------------------------------------------- the pair

@@ -23,7 +23,7 @@ from specdemo import i18n
 from specdemo.config import DEFAULT_PRESET, NGRAM_RANGE, PRESETS, TREE_DEPTH_RANGE, TREE_TOPK_RANGE, env_int
 from specdemo.limits import Limits
 
-from . import handlers, plots, recorded, render, style, tree_view, views
+from . import experiments, handlers, plots, recorded, render, style, tree_view, views
 from .page_js import CLICK_JS, DETECT_JS, DOWNLOAD_JS, KEYS_JS, LOCALE_JS, SUBMIT_JS, VIEW_JS
 
 GENERATE_INPUTS = ("pair", "draft", "target", "prompt", "k", "temperature", "top_k", "top_p", "max_new", "seed",
@@ -256,14 +256,15 @@ def wire_runs(u, wire, view: list) -> None:
                          [c["ngram"], u.tree_box], api_visibility="private", queue=False, show_progress="hidden")
 
     common = [c["pair"], c["draft"], c["target"], c["prompt"]]
-    sweep = model_run(u.sweep_btn.click, handlers.k_sweep_ui, handlers.SWEEP_OUTPUTS, api_name="k_sweep",
+    sweep = model_run(u.sweep_btn.click, experiments.k_sweep_ui, experiments.SWEEP_OUTPUTS, api_name="k_sweep",
                       inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"], u.k_from,
                                        u.k_to, c["chat"]] + view)
-    dist = model_run(u.dist_btn.click, handlers.distribution_ui, handlers.DIST_OUTPUTS, api_name="distribution_check",
+    dist = model_run(u.dist_btn.click, experiments.distribution_ui, experiments.DIST_OUTPUTS,
+                     api_name="distribution_check",
                      inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["lenience"], u.n_samples, c["seed"],
                                       c["chat"]] + view + [c["strategy"], c["k"], c["ngram"]]
                      + [c[n] for n in TREE_INPUTS])
-    race = model_run(u.race_btn.click, handlers.strategy_race_ui, handlers.RACE_OUTPUTS, api_name="strategy_race",
+    race = model_run(u.race_btn.click, experiments.strategy_race_ui, experiments.RACE_OUTPUTS, api_name="strategy_race",
                      inputs=common + [c["k"], c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"],
                                       c["chat"]] + view + [c["ngram"]] + [c[n] for n in TREE_INPUTS])
     u.stop_btn.click(**wire(handlers.run_ended, handlers.BUTTON_OUTPUTS), cancels=[gen, sweep, dist, race], **buttons)

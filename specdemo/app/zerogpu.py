@@ -1,9 +1,9 @@
 """ZeroGPU: on a Hugging Face Space with ZeroGPU hardware, the handlers' model work runs inside `@spaces.GPU`.
 
-Owns the one decorator (`gpu`) that handlers.py puts on every handler that runs a model, and the GPU time each call
-asks for. Elsewhere nothing changes: without the `spaces` package `gpu` returns the function itself, and with it
-`spaces.GPU` returns the function itself too unless the Space has a ZeroGPU (`SPACES_ZERO_GPU`, read by
-`spaces.config.Config.zero_gpu`; checked in spaces 0.51). It does not pick devices (models/devices.py).
+Owns the one decorator (`gpu`) that handlers.py and experiments.py put on every handler that runs a model, and the
+GPU time each call asks for. Elsewhere nothing changes: without the `spaces` package `gpu` returns the function
+itself, and with it `spaces.GPU` returns the function itself too unless the Space has a ZeroGPU (`SPACES_ZERO_GPU`,
+read by `spaces.config.Config.zero_gpu`; checked in spaces 0.51). It does not pick devices (models/devices.py).
 
 On ZeroGPU, `spaces.GPU` runs each call in a forked worker that holds a GPU slice: arguments and every yielded
 value are pickled across, and a generator stays a generator, so the UI keeps streaming round by round. The

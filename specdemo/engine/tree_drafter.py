@@ -155,10 +155,8 @@ class TreeDrafter(EagleDrafter):
         #    or children drawn from the head, in the shape sampled_plan fixes
         root = self.head.logits(g_root)[0]
         if not self.sampled:
-            log_q = None
-            if self.warped_scores and not self.sampling.greedy:
-                def log_q(logits):
-                    return warp(logits, self.sampling).log()
+            warped = self.warped_scores and not self.sampling.greedy
+            log_q = (lambda logits: warp(logits, self.sampling).log()) if warped else None
             grown = grow(root, expand, topk, depth, self.budget, self.prune_below, log_q)
             tokens, tree = self.head.d2t[grown.draft_ids], grown.tree
             if self.lookup is not None:

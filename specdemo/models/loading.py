@@ -172,9 +172,11 @@ def preset_target(name: str) -> str:
 
 
 def load_pair_uncached(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None = None, dtype: DTypeArg = None,
-                       draft_dtype: DTypeArg = None, target_dtype: DTypeArg = None) -> ModelPair:
+                       draft_dtype: DTypeArg = None, target_dtype: DTypeArg = None,
+                       decoding: str | None = None) -> ModelPair:
     """Load a pair. Each model's dtype: draft_dtype / target_dtype, else dtype (both), else the environment
-    (SPECDEMO_DRAFT_DTYPE, SPECDEMO_TARGET_DTYPE, SPECDEMO_DTYPE), else automatic by role (pick_dtype)."""
+    (SPECDEMO_DRAFT_DTYPE, SPECDEMO_TARGET_DTYPE, SPECDEMO_DTYPE), else automatic by role (pick_dtype). How it
+    decodes: `decoding` (static.MODES), else SPECDEMO_DECODING, else auto (static.prepare)."""
     name, draft_id, target_id = resolve(pair)
     draft_label, target_label = labels(pair)
     dev = pick_device(device)
@@ -194,7 +196,7 @@ def load_pair_uncached(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str
 
         attach_head(loaded, Path(PRESETS[name].eagle_head), want_d)  # a draft dtype asked for holds for the head
     loaded.token_text(0)  # build the token table now, not inside the first request
-    static.prepare(loaded)  # static caches and CUDA graphs where they run: captured now, not in the first request
+    static.prepare(loaded, decoding)  # static caches and CUDA graphs where they run: made now, not in the first request
     return loaded
 
 
@@ -310,17 +312,18 @@ def _reserve(key: tuple, need: int) -> None:
 
 
 def load_pair(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None = None, dtype: DTypeArg = None,
-              draft_dtype: DTypeArg = None, target_dtype: DTypeArg = None) -> ModelPair:
+              draft_dtype: DTypeArg = None, target_dtype: DTypeArg = None, decoding: str | None = None) -> ModelPair:
     """Load (or fetch from the LRU) a draft/target pair. The LRU holds SPECDEMO_MAX_PAIRS pairs (default 2).
 
-    dtype sets both models' dtype, draft_dtype / target_dtype one each (see load_pair_uncached). A failed load
-    raises ModelLoadError and leaves the cache, and so every pair loaded before, as it was. A load that would take
-    the device past its memory budget (devices.model_budget_bytes), counting the pairs loaded, being loaded and
-    still held by runs, is refused in one sentence (err.memory_busy) before it reads any weights.
+    dtype sets both models' dtype, draft_dtype / target_dtype one each, and decoding how it decodes (see
+    load_pair_uncached); a pair asked for with a decoding is cached apart from the one the environment decides. A
+    failed load raises ModelLoadError and leaves the cache, and so every pair loaded before, as it was. A load that
+    would take the device past its memory budget (devices.model_budget_bytes), counting the pairs loaded, being
+    loaded and still held by runs, is refused in one sentence (err.memory_busy) before it reads any weights.
     """
     _, draft_id, target_id = resolve(pair)
     want = (requested_dtype("draft", draft_dtype, dtype), requested_dtype("target", target_dtype, dtype))
-    key = (draft_id, target_id, str(pick_device(device)), *want)
+    key = (draft_id, target_id, str(pick_device(device)), *want, decoding)
     with _CACHE_LOCK:  # held only to look up: a download or a load never stalls other sessions' cached pairs
         if (hit := _cached(key)) is not None:
             return hit
@@ -331,7 +334,7 @@ def load_pair(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None =
                 return hit
         try:
             _reserve(key, load_bytes(draft_id, target_id, torch.device(key[2]), want))
-            loaded = load_pair_uncached(pair, device, draft_dtype=want[0], target_dtype=want[1])
+            loaded = load_pair_uncached(pair, device, draft_dtype=want[0], target_dtype=want[1], decoding=decoding)
         except BaseException:
             with _CACHE_LOCK:
                 _LOADING.pop(key, None)

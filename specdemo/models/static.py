@@ -300,7 +300,7 @@ def choose_mode(device: torch.device, asked: str, asker: str | None = None) -> t
     """(mode, why) for a pair on `device`, given the decoding `asked` (auto by default); `asker` names where the ask
     came from in the reason (SPECDEMO_DECODING), None a caller's own argument."""
     if asked not in MODES:
-        raise ValueError(f"SPECDEMO_DECODING must be one of {', '.join(MODES)}, got {asked!r}")
+        raise ValueError(f"{asker or 'decoding'} must be one of {', '.join(MODES)}, got {asked!r}")
     if device.type == "cuda" and os.environ.get("SPACES_ZERO_GPU"):
         return "eager", "ZeroGPU runs each GPU task in a fresh process: no graphs to keep (docs/deploy.md)"
     if asked == "auto":
