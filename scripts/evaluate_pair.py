@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specdemo import SamplingConfig, SpecConfig, load_pair, speculative_generate  # noqa: E402
-from specdemo.bench.methods import forward_ms  # noqa: E402
+from specdemo.bench.timing import forward_ms  # noqa: E402
 from specdemo.engine.events import acceptance  # noqa: E402
 
 K = 4

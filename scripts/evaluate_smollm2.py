@@ -43,7 +43,7 @@ def main() -> None:
         out[f"T{temperature:g}"] = alpha_on(pair, prompts, temperature, K, args.max_new_tokens, chat=True) | {
             "max_new_tokens": args.max_new_tokens}
     if pair.head is not None:
-        from specdemo.bench.methods import head_step_ms
+        from specdemo.bench.timing import head_step_ms
 
         head = {"head_step_ms": head_step_ms(pair), "head_dtype": dtype_name(pair.head.lm_rows.dtype),
                 "training": pair.head.cfg.training | {"history": pair.head.cfg.training.get("history", [])[-3:]}}

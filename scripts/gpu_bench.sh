@@ -109,7 +109,7 @@ if kind == "identity":
     from specdemo.bench.identity import format_identity
     print(format_identity(res))
 else:
-    from specdemo.bench.strategies import format_strategies
+    from specdemo.bench.strategies_table import format_strategies
     print(format_strategies(res))
 EOF
 }

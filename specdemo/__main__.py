@@ -190,13 +190,14 @@ def check_bench(args) -> None:
 
 def cmd_bench(args, pair, sampling) -> int:
     from specdemo.bench.methods import bench_prompts, format_bench, run_bench
-    from specdemo.bench.strategies import format_strategies, run_strategies
+    from specdemo.bench.strategies import run_strategies
+    from specdemo.bench.strategies_table import format_strategies
 
     log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
     decodings = bench_decodings(args)
     if args.identity:
+        from specdemo.bench.decodings import decoded_views, decoding_line, longest_request
         from specdemo.bench.identity import check_identity, format_identity
-        from specdemo.bench.methods import decoded_views, decoding_line, longest_request
         from specdemo.models import dtype_name
 
         prompts = bench_prompts(pair)[: args.prompts]
@@ -297,12 +298,13 @@ def main(argv: list[str] | None = None) -> int:
         if bool(args.draft) != bool(args.target):
             raise ModelLoadError("--draft and --target go together")
         check_head(args.strategy, None if args.draft else args.pair)  # refused before anything loads
+        decoding = None
         if args.command == "bench":
             check_bench(args)
             if bench_decodings(args):  # the bench prepares the decoding it asks for, sized to its prompts: the load
-                os.environ["SPECDEMO_DECODING"] = "eager"  # captures nothing that would be thrown away
+                decoding = "eager"  # captures nothing that would be thrown away
         pair = load_pair((args.draft, args.target) if args.draft else args.pair, device=args.device,
-                         draft_dtype=args.draft_dtype, target_dtype=args.target_dtype)
+                         draft_dtype=args.draft_dtype, target_dtype=args.target_dtype, decoding=decoding)
         check_head(args.strategy, pair.name, pair)
         sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
         if args.command == "generate":

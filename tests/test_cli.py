@@ -170,7 +170,7 @@ def test_bench_races_decodings_side_by_side_with_a_ratio_per_row(pair):
     """`bench --strategies --decodings eager,static` times every specdemo row under both decodings in one run (the
     static caches sized to the run's longest request), transformers' rows once, and gives each row's static/eager
     ratio: the ratio of the two rates it printed, in the JSON and in the table."""
-    from specdemo.bench.strategies import format_strategies
+    from specdemo.bench.strategies_table import format_strategies
 
     res = json.loads(bench("--strategies", "--decodings", "eager,static", "--no-k-search", "--no-hf", "--k", "2",
                            "--json"))

@@ -523,7 +523,7 @@ def test_eagle_drafts_after_a_head_timing_and_records_no_autograd_graph(pair32):
     """The bench times a head step under inference mode before any run (evaluate_smollm2.py did exactly that): the
     head's fused weights and RoPE tables, built there, must serve later runs. Drafting records no autograd graph,
     although it reads the target's embedding, whose weights require grad."""
-    from specdemo.bench.methods import head_step_ms
+    from specdemo.bench.timing import head_step_ms
     from specdemo.engine.strategy import make_drafter
 
     head = pair32.head

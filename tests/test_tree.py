@@ -554,7 +554,7 @@ def test_the_sampled_plan_reaches_its_depth_within_the_budget():
     assert sampled_plan(2, 4, 5) == [(1, 2), (1, 1), (1, 1), (1, 1)]  # SmolLM2's on a bf16 CPU: the chain + a spare
     assert sampled_plan(1, 4, 4) == [(1, 1)] * 4  # top-k 1: a sampled chain
     # the widest head call after the root's, which bench times in isolation
-    from specdemo.bench.methods import frontier_width
+    from specdemo.bench.timing import frontier_width
 
     assert (frontier_width((2, 4, 5), "sampled"), frontier_width((2, 4, 8), "sampled")) == (1, 2)
     assert frontier_width((3, 5, 15), "top") == 3

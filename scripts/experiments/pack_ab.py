@@ -12,7 +12,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from specdemo import SamplingConfig, SpecConfig, load_pair, speculative_generate  # noqa: E402
-from specdemo.bench.methods import bench_prompts, forward_ms  # noqa: E402
+from specdemo.bench.methods import bench_prompts  # noqa: E402
+from specdemo.bench.timing import forward_ms  # noqa: E402
 from specdemo.models import CachedLM, PackedLinear, pack_linears  # noqa: E402
 from specdemo.models.devices import cpu_bf16_kind, pack_weight  # noqa: E402
 

@@ -50,7 +50,7 @@ def tokens_per_call(pair, prompts, temperature, spec_kw, max_new_tokens, childre
 def measured_costs(pair, sizes, widths=()) -> tuple[dict, float, dict]:
     """v(n) for each n in sizes, one head step, and one head call over a tree frontier of each width, all in
     one-token target steps, measured now on the pair as loaded."""
-    from specdemo.bench.methods import forward_ms, head_step_ms
+    from specdemo.bench.timing import forward_ms, head_step_ms
 
     step = forward_ms(pair.target, pair.vocab_size, 1)
     return ({n: forward_ms(pair.target, pair.vocab_size, n) / step for n in sizes}, head_step_ms(pair) / step,

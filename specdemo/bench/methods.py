@@ -6,17 +6,14 @@ shared machine hits all of them alike. It reports tokens/s, speedups, alpha, the
 measured in the same run, and the theoretical ceiling those imply. strategies.py (bench --strategies) does
 the same for every drafting strategy, target-only decoding in each dtype, and transformers' equivalents. No UI.
 
-Decodings (static.prepare): the bench can run the pair's caches eagerly, over a static cache, or as captured CUDA
-graphs (`decoded_views`), each sized to the longest request of its prompt set (`longest_request`); the strategies
-bench can race several side by side. transformers' own `generate`, plain or with a static cache under torch.compile
-(`compile_generate`), gives the target-only rows that no specdemo code runs.
+What it builds on lives beside it: decodings.py (the pairs' caches run eagerly, over a static cache, or as captured
+CUDA graphs, sized to the longest request of the prompt set), hf_rows.py (transformers' own `generate`, assisted or
+target-only, plain or compiled: the rows that no specdemo code runs) and timing.py (the isolated costs: a draft
+step, a target step, a verify).
 """
 
 from __future__ import annotations
 
-import copy
-import statistics
-import time
 from dataclasses import replace
 
 import torch
@@ -24,14 +21,16 @@ import torch
 from specdemo.config import SamplingConfig, SpecConfig
 from specdemo.engine.autoregressive import baseline_generate
 from specdemo.engine.events import acceptance
-from specdemo.engine.speculative import device_sync, encode_prompt, speculative_generate
+from specdemo.engine.speculative import speculative_generate
 from specdemo.engine.theory import expected_tokens_per_round, measure, predicted_speedup
-from specdemo.engine.tree import sampled_plan
-from specdemo.engine.tree_drafter import run_tree_shape, tree_children, tree_prune, tree_shape
-from specdemo.models import CachedLM, ModelPair, PackedLinear, load_pair_uncached, static
-from specdemo.models.devices import cpu_has_bf16, dtype_name
+from specdemo.engine.tree_drafter import run_tree_shape, tree_children, tree_prune
+from specdemo.models import ModelPair
+from specdemo.models.devices import dtype_name
 
+from .decodings import decoded_views, decoding_info, longest_request, target_variants
+from .hf_rows import assisted_generate
 from .prompts import HELD_OUT
+from .timing import forward_ms, frontier_width, isolated_draft_ms, tree_verify_ms
 
 BENCH_PROMPTS = [
     "ROMEO:\n",
@@ -80,295 +79,6 @@ def bench_prompts(pair: ModelPair) -> list[str]:
     if pair.name == "smollm2-135m":
         return list(HELD_OUT)
     return list(BENCH_PROMPTS)
-
-
-ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
-
-
-@torch.inference_mode()
-def assisted_generate(pair: ModelPair, prompt: str, sampling: SamplingConfig, spec: SpecConfig,
-                      mode: str = "constant") -> tuple[int, float]:
-    """transformers' own speculative decoding; -> (tokens, seconds).
-
-    mode "constant": `generate(assistant_model=draft)` with a constant K and no confidence stop. "default": what a
-    user gets with no settings (transformers 5: num_assistant_tokens=20, a constant schedule, and a stop when the
-    draft's probability of its token falls below assistant_confidence_threshold=0.4). "lookup": no draft model,
-    `generate(prompt_lookup_num_tokens=spec.k)` (n-grams up to transformers' default max_matching_ngram_size=2).
-    """
-    ids = torch.tensor([encode_prompt(pair, prompt, spec.max_new_tokens)], device=pair.device)
-    config = pair.draft.generation_config
-    saved = getattr(config, "_specdemo_saved", None)
-    if saved is None:  # the checkpoint's own settings (None: transformers' global defaults apply)
-        saved = config._specdemo_saved = {a: getattr(config, a, None) for a in ASSISTANT_SETTINGS}
-    for attr, value in saved.items():
-        setattr(config, attr, value)
-    extra = {}
-    if mode == "constant":
-        config.num_assistant_tokens = spec.k
-        config.num_assistant_tokens_schedule = "constant"
-        config.assistant_confidence_threshold = 0.0
-        extra["assistant_model"] = pair.draft
-    elif mode == "default":
-        extra["assistant_model"] = pair.draft
-    elif mode == "lookup":
-        extra["prompt_lookup_num_tokens"] = spec.k
-    else:
-        raise ValueError(mode)
-    return timed_generate(pair, pair.target, ids, sampling, spec.max_new_tokens, spec.seed, **extra)
-
-
-def timed_generate(pair: ModelPair, model, ids: torch.Tensor, sampling: SamplingConfig, max_new_tokens: int,
-                   seed: int, **extra) -> tuple[int, float]:
-    """One `model.generate` from prompt ids [1, n] with the run's sampling settings, timed between two device
-    synchronisations; -> (new tokens, seconds). `extra`: generate's own arguments (an assistant, a cache)."""
-    kwargs = dict(do_sample=False)
-    if not sampling.greedy:
-        kwargs = dict(do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k or None,
-                      top_p=sampling.top_p)
-    torch.manual_seed(seed)
-    mask = torch.ones_like(ids)
-    device_sync(pair.device)  # the copies above are done before the clock starts, on the pair's own device
-    t0 = time.perf_counter()
-    out = model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, pad_token_id=pair.eos_token_id,
-                         **extra, **kwargs)
-    device_sync(pair.device)
-    return out.shape[1] - ids.shape[1], time.perf_counter() - t0
-
-
-@torch.inference_mode()
-def hf_generate(pair: ModelPair, prompt: str, sampling: SamplingConfig, max_new_tokens: int, seed: int,
-                compiled: CompiledGenerate | None = None) -> tuple[int, float]:
-    """transformers' own target-only decoding, `target.generate` (its dynamic cache, eager forwards), or with
-    `compiled` its static cache under torch.compile (CompiledGenerate); -> (tokens, seconds)."""
-    ids = torch.tensor([encode_prompt(pair, prompt, max_new_tokens)], device=pair.device)
-    if compiled is None:
-        return timed_generate(pair, pair.target, ids, sampling, max_new_tokens, seed)
-    return timed_generate(pair, compiled.model, ids, sampling, max_new_tokens, seed, **compiled.kwargs)
-
-
-class CompiledGenerate:
-    """transformers' `generate(cache_implementation="static")` with its one-token decode step compiled by
-    torch.compile, as transformers does it itself (`compile_config`, GenerationMixin._valid_auto_compile_criteria,
-    PreTrainedModel.get_compiled_call): CompileConfig(fullgraph=True, mode="reduce-overhead") on CUDA, which
-    replays the step as CUDA graphs; on a CPU mode "default" (there are no graphs to replay), where transformers
-    compiles only when asked to (`_compile_all_devices`). The prefill runs eagerly, as in transformers.
-
-    On a CPU whose bf16 linears specdemo packed for oneDNN (models.PackedLinear) inductor cannot lower the packed
-    weights, so the compiled model is a plain copy of the target (its own nn.Linear layers, the same weights).
-
-    `warm_up` compiles it: `calls` generate calls on the longest prompt of the run (transformers keeps the largest
-    static cache it has made, so the longest request first means one cache size and one compile), timed one by one;
-    the first holds the compile. It is not part of any row's time."""
-
-    def __init__(self, pair: ModelPair):
-        self.cuda = pair.device.type == "cuda"
-        self.configure(fullgraph=True)
-        self.model, self.copied = None, False  # warm_up makes it
-        self.warmup_s: list[float] = []
-        self.error: str | None = None
-
-    def configure(self, fullgraph: bool) -> None:
-        """A fresh CompileConfig (transformers recompiles when the config it is handed is a different one)."""
-        from transformers import CompileConfig
-
-        self.config = CompileConfig(fullgraph=fullgraph, mode="reduce-overhead" if self.cuda else "default")
-        if not self.cuda:
-            self.config._compile_all_devices = True  # transformers compiles on CUDA (and a few others) by itself
-        self.kwargs = {"cache_implementation": "static", "compile_config": self.config}
-
-    def describe(self) -> dict:
-        return {"compile_config": {"fullgraph": self.config.fullgraph, "mode": self.config.mode,
-                                   "backend": self.config.backend, "dynamic": self.config.dynamic},
-                "plain_copy": self.copied,
-                "warmup_s": self.warmup_s, "compile_s": self.warmup_s[0] if self.warmup_s else None,
-                "error": self.error}
-
-    def warm_up(self, pair: ModelPair, prompts: list[str], sampling: SamplingConfig, max_new_tokens: int,
-                seed: int = 0, calls: int = 3, log=print) -> bool:
-        """Compile and warm up, with fullgraph=True and, where that fails, once more with transformers' default
-        fullgraph=False; False (with `error` set) where both fail, so that the bench goes on without the row."""
-        longest = max(prompts, key=lambda p: len(encode_prompt(pair, p, max_new_tokens)))
-        for fullgraph in (True, False):
-            self.configure(fullgraph)
-            self.warmup_s, self.error = [], None
-            try:
-                if self.model is None:
-                    self.model = plain_copy(pair.target)
-                    self.copied = self.model is not pair.target
-                for _ in range(calls):
-                    self.warmup_s.append(hf_generate(pair, longest, sampling, max_new_tokens, seed, self)[1])
-            except Exception as err:  # noqa: BLE001 - a compile that fails drops the row, and says why
-                text = str(err).strip()
-                self.error = f"{type(err).__name__}: {text.splitlines()[0][:200] if text else ''}"
-                log(f"hf generate static compiled: compiling with fullgraph={fullgraph} failed ({self.error})"
-                    + ("; trying fullgraph=False" if fullgraph else "; the row is left out"))
-                torch._dynamo.reset()
-                continue
-            log(f"hf generate static compiled: CompileConfig(fullgraph={fullgraph}, mode={self.config.mode!r}); "
-                "warm-up calls " + ", ".join(f"{s:.1f} s" for s in self.warmup_s) + " (the first holds the compile)")
-            return True
-        return False
-
-
-def plain_copy(model):
-    """`model` itself, or where specdemo packed its bf16 linears (PackedLinear) a copy with plain nn.Linear layers
-    and the same weights, which torch.compile's inductor can lower."""
-    packed = {m: m.packed for m in model.modules() if isinstance(m, PackedLinear)}
-    if not packed:
-        return model
-    try:
-        for m in packed:
-            m.__class__ = torch.nn.Linear
-            del m.packed
-        return copy.deepcopy(model)
-    finally:
-        for m, p in packed.items():
-            m.__class__ = PackedLinear
-            m.packed = p
-
-
-def target_variants(pair: ModelPair) -> dict[str, ModelPair]:
-    """The pair with its target in every dtype worth timing: its own, float32, and bf16 where the device has it.
-    Target-only decoding is timed in each, and speedups are also given against the fastest."""
-    targets = {dtype_name(pair.dtype): pair}
-    for dt in (torch.float32, torch.bfloat16):
-        if dtype_name(dt) not in targets and (dt == torch.float32 or pair.device.type != "cpu" or cpu_has_bf16()):
-            targets[dtype_name(dt)] = load_pair_uncached((pair.draft_id, pair.target_id), str(pair.device),
-                                                         draft_dtype=pair.draft_dtype, target_dtype=dt)
-    return targets
-
-
-def longest_request(pair: ModelPair, prompts: list[str], max_new_tokens: int) -> int:
-    """The longest sequence a run of the bench makes: its longest prompt in tokens (chat template included, as the
-    runs encode it) plus the new tokens. The static caches are sized to it, as a per-run cache would be."""
-    return max(len(encode_prompt(pair, p, max_new_tokens)) for p in prompts) + max_new_tokens
-
-
-def decoded_views(pairs: dict[str, ModelPair], decodings: list[str] | None, max_request: int,
-                  log=print) -> dict[str, dict[str, ModelPair]]:
-    """The pairs (target_variants: one per target dtype) under each decoding asked, keyed by the decoding that runs
-    (a CPU runs "graphs" as "static", and "auto" as static.choose_mode says): {decoding: {dtype: pair}}.
-
-    Each is static.prepare'd with its caches sized to `max_request`. The first decoding asked is prepared on the
-    pairs themselves; each later one on shallow copies that share their models, tokenizer and head and hold static
-    caches (and CUDA graphs) of their own, so that the decodings can alternate prompt by prompt without preparing
-    again. A decoding that runs as one already prepared is left out, with a line that says so. No decodings: the
-    pairs as they loaded (SPECDEMO_DECODING)."""
-    if not decodings:
-        return {next(iter(pairs.values())).decoding: pairs}
-    out: dict[str, dict[str, ModelPair]] = {}
-    for i, asked in enumerate(decodings):
-        views = {name: p if i == 0 else copy.copy(p) for name, p in pairs.items()}
-        for view in views.values():
-            static.prepare(view, asked, max_request=max_request)
-        mode = next(iter(views.values())).decoding
-        if mode in out:
-            log(f"decoding {asked}: runs as {mode} here, which is measured already; left out")
-            continue
-        out[mode] = views
-        log(decoding_line(views, asked))
-    return out
-
-
-def decoding_info(views: dict[str, ModelPair]) -> dict:
-    """What a decoding's pairs record: the decoding, the one-line reason, the static caches' size in tokens and the
-    seconds each pair's capture took (CUDA graphs; 0 where nothing was captured), by target dtype."""
-    first = next(iter(views.values()))
-    slots = first.static_slots
-    return {"decoding": first.decoding, "note": first.decoding_note,
-            "cache_tokens": max((s.max_len for s in slots.values()), default=None),
-            "capture_s": {name: sum(s.capture_s for s in p.static_slots.values()) for name, p in views.items()}}
-
-
-def decoding_line(views: dict[str, ModelPair] | dict, asked: str | None = None) -> str:
-    """One line: the decoding that runs, why, the static caches' size and the capture seconds of each pair load.
-    views: the decoding's pairs, or their decoding_info."""
-    info = views if "capture_s" in views else decoding_info(views)
-    size = f"; static caches of {info['cache_tokens']} tokens" if info["cache_tokens"] else ""
-    capture = ", ".join(f"{s:.2f} s ({name} pair)" for name, s in info["capture_s"].items())
-    asked = f" (asked: {asked})" if asked and asked != info["decoding"] else ""
-    return f"decoding {info['decoding']}{asked}: {info['note'] or 'as loaded'}{size}; capture {capture}"
-
-
-def isolated_draft_ms(pair: ModelPair, strategy: str, width: int = 0) -> float | None:
-    """One draft step, hot, median: the draft model's cached forward, or the EAGLE head's step with its LM rows
-    (None for lookup, which runs no model)."""
-    if strategy == "lookup":
-        return None
-    if strategy == "eagle":
-        return head_step_ms(pair)
-    if strategy == "tree":
-        return head_step_ms(pair, width=width or tree_shape(SpecConfig(strategy="tree"), pair.head)[0])
-    return forward_ms(pair.draft, pair.vocab_size, 1)
-
-
-def frontier_width(shape: tuple[int, int, int], children: str) -> int:
-    """The most nodes one head call of a tree run reads after the root's: top-k children expand `topk` nodes a
-    depth; a sampled tree expands what tree.sampled_plan fixes (SmolLM2's (2, 4, 5) on a bf16 CPU: one)."""
-    if children == "top":
-        return shape[0]
-    return max((m for m, _ in sampled_plan(*shape)[1:]), default=1)
-
-
-@torch.inference_mode()
-def head_step_ms(pair: ModelPair, context: int = 128, reps: int = 30, width: int = 0) -> float:
-    """Median time of one EAGLE draft step (head layer, LM rows, argmax, next embedding) after `context` positions
-    of true features, the way EagleDrafter drafts its second and later tokens. width > 0: one depth of a draft
-    tree instead (TreeDrafter): `width` frontier positions in one head call with a tree mask, their LM rows and
-    their top-`width` children."""
-    from specdemo.engine.drafters import EagleDrafter
-
-    drafter = EagleDrafter(pair.head, pair.target, SamplingConfig(0.0), pair.vocab_size, context + reps + 8 + width)
-    gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(pair.vocab_size, (context + 1,), generator=gen).to(pair.device)
-    _, feats = CachedLM(pair.target, pair.vocab_size).feed_features(ids[:-1], layers=drafter.feature_layers)
-    g = drafter.read(feats, ids[1:])
-    times = []
-    for _ in range(reps):
-        device_sync(pair.device)
-        t0 = time.perf_counter()
-        if width:
-            n = drafter.cache.length
-            mask = torch.cat([torch.ones(width, n, dtype=torch.bool, device=pair.device),
-                              torch.eye(width, dtype=torch.bool, device=pair.device)], dim=1)
-            x = drafter.head.d2t[drafter.head.logits(g).topk(width, dim=-1).indices[0]]
-            out = drafter.head.step(g.expand(width, -1), drafter.embed(x).to(drafter.dtype), drafter.cache,
-                                    torch.full((width,), n, device=pair.device), mask)
-            drafter.head.logits(out).float().log_softmax(-1).topk(width, dim=-1)
-        else:
-            x = drafter.head.d2t[drafter.head.logits(g).argmax(-1)]
-            g = drafter.step(g, x)
-        device_sync(pair.device)
-        times.append(time.perf_counter() - t0)
-        drafter.cache.crop(context)
-    return statistics.median(times) * 1e3
-
-
-@torch.inference_mode()
-def tree_verify_ms(pair: ModelPair, nodes: int, context: int = 128, reps: int = 30) -> float:
-    """Median time of one target forward over the last fixed token and a `nodes`-node draft tree (the tree mask of
-    a bushy tree: two children per node, breadth first) after `context` cached tokens."""
-    from specdemo.engine.tree import DraftTree, tree_attention
-
-    lm = CachedLM(pair.target, pair.vocab_size)
-    gen = torch.Generator().manual_seed(0)
-    lm.feed(torch.randint(pair.vocab_size, (context,), generator=gen).to(pair.device))
-    parents = torch.tensor([i // 2 - 1 for i in range(nodes)], device=pair.device)
-    depths = torch.zeros(nodes, dtype=torch.long, device=pair.device)
-    for i in range(nodes):
-        depths[i] = 1 if parents[i] < 0 else depths[parents[i]] + 1
-    tree = DraftTree(parents, depths, torch.ones(nodes, device=pair.device), int(depths.max()))
-    x = torch.randint(pair.vocab_size, (nodes + 1,), generator=gen).to(pair.device)
-    attention = tree_attention(tree, context, 1, pair.dtype)
-    times = []
-    for _ in range(reps):
-        device_sync(pair.device)
-        t0 = time.perf_counter()
-        lm.feed_features(x, keep_logits=nodes + 1, tree=attention)
-        device_sync(pair.device)
-        times.append(time.perf_counter() - t0)
-        lm.crop(context)
-    return statistics.median(times) * 1e3
 
 
 def run_bench(
@@ -543,38 +253,3 @@ def format_bench(res: dict) -> str:
         f"{res['t_target_own_logits_ms']:.2f} ms with the logits in {res['pair']['target_dtype']}",
     ]
     return "\n".join(lines)
-
-
-# ------------------------------------------------------------------------------------------ bench --strategies
-
-
-@torch.inference_mode()
-def forward_ms(model, vocab: int, new_tokens: int, context: int = 128, reps: int = 30,
-               float32_logits: bool = True, lm=None) -> float:
-    """Median time of one cached forward over `new_tokens` tokens after a `context`-token prefix (hot caches).
-
-    The ids live on the model's device, and the device is synchronised before each reading of the clock: on a GPU
-    a forward returns once its kernels are queued, so an unsynchronised clock would time the queueing. lm: the
-    cache to time it through (a pair's `new_lm`, static or captured); a CachedLM of `model` by default. A static
-    cache too small for the prefix shortens it to what fits."""
-    if lm is None:
-        lm = CachedLM(model, vocab)
-    slot = getattr(lm, "slot", None)  # a StaticLM: its cache holds slot.max_len tokens
-    if slot is not None:
-        context = max(1, min(context, slot.max_len - new_tokens))
-    lm.reset()
-    if not float32_logits:  # the model's own forward: logits in its dtype (what specdemo did before)
-        lm.head32 = None
-    device = model.device
-    gen = torch.Generator().manual_seed(0)  # drawn on the CPU, so every device times the same ids
-    lm.feed(torch.randint(vocab, (context,), generator=gen).to(device))
-    x = torch.randint(vocab, (new_tokens,), generator=gen).to(device)
-    times = []
-    for _ in range(reps):
-        device_sync(device)
-        t0 = time.perf_counter()
-        lm.feed(x, keep_logits=new_tokens)
-        device_sync(device)
-        times.append(time.perf_counter() - t0)
-        lm.crop(context)
-    return statistics.median(times) * 1e3

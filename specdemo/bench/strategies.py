@@ -1,14 +1,17 @@
 """The strategies benchmark (`bench --strategies`): every drafting strategy against target-only decoding in each
 dtype the machine offers and transformers' assisted generation, on the same prompts, interleaved prompt by prompt.
 
-Owns the comparison table of drafting strategies: tokens/s, speedups against the pair's own and the fastest
-target-only decoding, target calls, acceptance, c in the loop against c in isolation, the verify cost, and the share
-of the ceiling E / (cK + v) each run reached. The protocol it shares with the main benchmark lives in methods.py.
+Owns the comparison of drafting strategies: tokens/s, speedups against the pair's own and the fastest target-only
+decoding, target calls, acceptance, c in the loop against c in isolation, the verify cost, and the share of the
+ceiling E / (cK + v) each run reached; strategies_table.py prints it as a table. The protocol it shares with the
+main benchmark lives in methods.py; the decodings, transformers' rows and the isolated costs in decodings.py,
+hf_rows.py and timing.py.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -20,20 +23,10 @@ from specdemo.engine.tree_drafter import run_tree_shape, tree_prune
 from specdemo.models import ModelPair
 from specdemo.models.devices import dtype_name
 
-from .methods import (
-    COPY_PROMPTS,
-    CompiledGenerate,
-    assisted_generate,
-    bench_prompts,
-    decoded_views,
-    decoding_info,
-    decoding_line,
-    forward_ms,
-    head_step_ms,
-    hf_generate,
-    longest_request,
-    target_variants,
-)
+from .decodings import decoded_views, decoding_info, longest_request, target_variants
+from .hf_rows import CompiledGenerate, assisted_generate, hf_generate
+from .methods import COPY_PROMPTS, bench_prompts
+from .timing import forward_ms, head_step_ms
 
 
 class CallCounter:
@@ -91,40 +84,12 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
     ks = list(range(1, 9)) if k_search else [k]
     trees = tree_methods(pair, sampling, tree, tree_prune_below)
     own_methods = method_names(pair, views[modes[0]], ks, k, lookup_k, False, list(trees))
-    hf_methods = method_names(pair, {}, [], k, lookup_k, include_hf)
-    compiler = None
-    if compiled:  # transformers' target-only, plain and compiled, side by side (also under --no-hf)
-        hf_methods = list(dict.fromkeys([HF_GENERATE, *hf_methods]))
-        compiler = CompiledGenerate(pair)
-        if compiler.warm_up(pair, general + copy, sampling, max_new_tokens, seed, log=log):
-            hf_methods.append(HF_COMPILED)
-    meta = {row_name(m, d, multi): (m, d) for m in own_methods for d in modes} | {m: (m, None) for m in hf_methods}
-    runs = {d: method_runner(v[own], v, sampling, k, max_new_tokens, ngram, lookup_k, CallCounter(pair.target), trees,
-                             compiler) for d, v in views.items()}
-
-    def run(row: str, prompt: str, s: int):
-        method, d = meta[row]
-        return runs[d or modes[0]](method, prompt, s)
-
-    for row in meta:  # warm-up: first calls pay for allocation, kernels, lazily built tables
-        run(row, general[0], seed)
-    groups = {}
-    for group, prompts in (("general", general), ("copy", copy)):
-        tot = {row: {"tokens": 0, "seconds": 0.0, "calls": 0, "rounds": [], "steps": []} for row in meta}
-        for i, prompt in enumerate(prompts):
-            turn = modes[i % len(modes):] + modes[: i % len(modes)]  # who goes first turns prompt by prompt
-            order = [row_name(m, d, multi) for m in own_methods for d in turn] + hf_methods
-            for row in order:
-                n, secs, calls, tr = run(row, prompt, seed + i)
-                t = tot[row]
-                t["tokens"] += n
-                t["seconds"] += secs
-                t["calls"] += calls
-                if tr is not None:
-                    t["rounds" if tr.mode == "speculative" else "steps"] += tr.rounds or tr.steps
-            log(f"  {group} prompt {i + 1}/{len(prompts)}, tok/s so far: " + ", ".join(
-                f"{row} {t['tokens'] / t['seconds']:.1f}" for row, t in tot.items() if t["seconds"] > 0))
-        groups[group] = tot
+    hf_methods, compiler = hf_entrants(pair, sampling, k, lookup_k, include_hf, compiled, general + copy,
+                                       max_new_tokens, seed, log)
+    race = Race(own_methods, hf_methods, modes, {
+        d: method_runner(v[own], v, sampling, k, max_new_tokens, ngram, lookup_k, CallCounter(pair.target), trees,
+                         compiler) for d, v in views.items()})
+    groups = race.time_groups({"general": general, "copy": copy}, seed, log)
     # isolated costs, hot caches, same run, through each decoding's caches: one draft step, one target step (each
     # dtype), one (k+1)-token verify; the head's step has its own cache and is measured once
     head_ms = head_step_ms(pair) if pair.head is not None else None
@@ -135,7 +100,7 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
         "copy_prompts": len(copy), "threads": torch.get_num_threads(), "target_dtype": own,
         "draft_dtype": dtype_name(pair.draft_dtype), "decoding": modes[0] if not multi else None,
         "decodings": modes, "reference_decoding": modes[0], "max_request": request}
-    summaries = {g: summarise(tot, meta, own, iso, modes[0]) for g, tot in groups.items()}
+    summaries = {g: summarise(tot, race.meta, own, iso, modes[0]) for g, tot in groups.items()}
     return {"pair": pair.describe(), "settings": settings,
             "decoding_info": {d: decoding_info(v) for d, v in views.items()},
             "hf_compiled": compiler.describe() if compiler else None,
@@ -143,6 +108,72 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
             "groups": {g: rows for g, (rows, _) in summaries.items()},
             "fastest_target_only": {g: fastest for g, (_, fastest) in summaries.items()},
             "ratios": {g: ratios(rows, modes) for g, (rows, _) in summaries.items()} if multi else None}
+
+
+def hf_entrants(pair: ModelPair, sampling: SamplingConfig, k: int, lookup_k: int, include_hf: bool, compiled: bool,
+                prompts: list[str], max_new_tokens: int, seed: int, log) -> tuple[list[str], CompiledGenerate | None]:
+    """transformers' rows in the race (method_names) and, with `compiled`, its target-only generate plain and
+    compiled side by side (also under --no-hf); the compiled row only where CompiledGenerate.warm_up on `prompts`
+    compiles. -> (the rows, the warmed-up CompiledGenerate or None)."""
+    hf_methods = method_names(pair, {}, [], k, lookup_k, include_hf)
+    if not compiled:
+        return hf_methods, None
+    hf_methods = list(dict.fromkeys([HF_GENERATE, *hf_methods]))
+    compiler = CompiledGenerate(pair)
+    if compiler.warm_up(pair, prompts, sampling, max_new_tokens, seed, log=log):
+        hf_methods.append(HF_COMPILED)
+    return hf_methods, compiler
+
+
+@dataclass
+class Race:
+    """A strategies run's rows and how each runs: specdemo's `own_methods` under every decoding of `modes` (the
+    reference first; row_name), transformers' `hf_methods` once. meta: row -> (method, decoding; None for
+    transformers' rows, which run under the reference decoding's runner); runs: decoding -> method_runner's run."""
+
+    own_methods: list[str]
+    hf_methods: list[str]
+    modes: list[str]
+    runs: dict
+
+    def __post_init__(self):
+        self.multi = len(self.modes) > 1
+        self.meta = ({row_name(m, d, self.multi): (m, d) for m in self.own_methods for d in self.modes}
+                     | {m: (m, None) for m in self.hf_methods})
+
+    def run(self, row: str, prompt: str, s: int):
+        method, d = self.meta[row]
+        return self.runs[d or self.modes[0]](method, prompt, s)
+
+    def order(self, i: int) -> list[str]:
+        """The rows in the order they run on the i-th prompt of a group: each specdemo method under the decodings
+        back to back, who goes first turning prompt by prompt, then transformers' rows."""
+        turn = self.modes[i % len(self.modes):] + self.modes[: i % len(self.modes)]
+        return [row_name(m, d, self.multi) for m in self.own_methods for d in turn] + self.hf_methods
+
+    def time_groups(self, groups: dict[str, list[str]], seed: int, log) -> dict[str, dict]:
+        """One warm-up call of every row on the first group's first prompt (not counted), then each group prompt by
+        prompt: -> {group: {row: tokens, seconds, target calls, rounds and steps}}."""
+        first = next(iter(groups.values()))[0]
+        for row in self.meta:  # warm-up: first calls pay for allocation, kernels, lazily built tables
+            self.run(row, first, seed)
+        return {group: self.time_group(group, prompts, seed, log) for group, prompts in groups.items()}
+
+    def time_group(self, group: str, prompts: list[str], seed: int, log) -> dict[str, dict]:
+        """Every row on every prompt of one group (the i-th prompt with seed + i), with a line of rates so far."""
+        tot = {row: {"tokens": 0, "seconds": 0.0, "calls": 0, "rounds": [], "steps": []} for row in self.meta}
+        for i, prompt in enumerate(prompts):
+            for row in self.order(i):
+                n, secs, calls, tr = self.run(row, prompt, seed + i)
+                t = tot[row]
+                t["tokens"] += n
+                t["seconds"] += secs
+                t["calls"] += calls
+                if tr is not None:
+                    t["rounds" if tr.mode == "speculative" else "steps"] += tr.rounds or tr.steps
+            log(f"  {group} prompt {i + 1}/{len(prompts)}, tok/s so far: " + ", ".join(
+                f"{row} {t['tokens'] / t['seconds']:.1f}" for row, t in tot.items() if t["seconds"] > 0))
+        return tot
 
 
 def isolated(pair: ModelPair, targets: dict[str, ModelPair], verify_ks: list[int], head_ms: float | None) -> dict:
@@ -283,91 +314,3 @@ def summarise(tot: dict, meta: dict, own: str, iso: dict, reference: str) -> tup
             row["mean_accepted_length"] = t["tokens"] / t["calls"]
         out[name] = row
     return out, fastest
-
-
-def format_strategies(res: dict) -> str:
-    s = res["settings"]
-    modes = s.get("decodings") or [None]
-    multi = len(modes) > 1
-    lines = [f"pair {res['pair']['name']} on {res['pair']['device']} ({s['threads']} threads), draft "
-             f"{s['draft_dtype']}, target {s['target_dtype']}; T={s['temperature']}, top-k={s['top_k']}, "
-             f"top-p={s['top_p']}, {s['max_new_tokens']} new tokens; hf K={s['k']}, lookup K={s['lookup_k']}, "
-             f"n-gram <= {s['ngram']}"]
-    if multi:
-        lines.append(f"decodings {', '.join(modes)}: every specdemo row under each, back to back on every prompt, "
-                     f"who goes first turning prompt by prompt; ratios against {modes[0]}")
-    lines += [decoding_line(info) for info in (res.get("decoding_info") or {}).values()]
-    for d, iso in (res.get("isolated_by_decoding") or {modes[0]: res["isolated"]}).items():
-        lines.append("isolated{} (hot, median): draft step {:.2f} ms{}; target step {}; verify {}".format(
-            f" [{d}]" if multi else "", iso["draft_ms"],
-            f", EAGLE head step {iso['head_ms']:.2f} ms" if iso.get("head_ms") else "",
-            ", ".join(f"{dt} {v:.2f} ms" for dt, v in iso["target_ms"].items()),
-            ", ".join(f"{int(kk) + 1} tokens {v:.2f} ms" for kk, v in iso["verify_ms"].items())))
-    hc = res.get("hf_compiled")
-    if hc:
-        cc = hc["compile_config"]
-        lines.append(f"{HF_COMPILED}: generate(cache_implementation=\"static\") with CompileConfig(fullgraph="
-                     f"{cc['fullgraph']}, mode={cc['mode']!r})" + (" on a plain copy of the target (unpacked "
-                     "linears)" if hc["plain_copy"] else "") + (f"; left out: {hc['error']}" if hc["error"] else
-                     f"; compile and warm-up, not timed in the row: first call {hc['compile_s']:.1f} s, then "
-                     + ", ".join(f"{v:.1f} s" for v in hc["warmup_s"][1:])))
-    for group, rows in res["groups"].items():
-        n = s["general_prompts"] if group == "general" else s["copy_prompts"]
-        fastest = (res.get("fastest_target_only") or {}).get(group)
-        lines += ["", f"{group} prompts ({n}):", ""]
-        if fastest:
-            lines += [(f"speedup (same dtype): against target-only {s['target_dtype']} under the row's decoding; "
-                       f"speedup (fastest target-only): against the fastest target-only row of this run, {fastest} "
-                       f"({rows[fastest]['tokens_per_s']:.1f} tok/s)"), ""]
-        lines += ["| method | tokens/s | speedup (same dtype) | speedup (fastest target-only) | target calls | "
-                  "acceptance | tokens/round | c loop / isolated | v | % of E/(cK+v) |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for m, r in rows.items():
-            cells = [m, f"{r['tokens_per_s']:.1f}", f"{r['speedup_same_dtype']:.2f}x", f"{r['speedup_vs_fastest']:.2f}x",
-                     str(r["target_calls"]), f"{r['acceptance_rate']:.2f}" if "acceptance_rate" in r else "",
-                     f"{r['mean_accepted_length']:.2f}" if "mean_accepted_length" in r else ""]
-            if "c_loop" in r:
-                c_iso = f"{r['c_isolated']:.3f}" if r["c_isolated"] else "-"
-                cells += [f"{r['c_loop']:.3f} / {c_iso}", f"{r['verify_cost']:.2f}",
-                          f"{100 * r['fraction_of_ceiling']:.0f}%"]
-            else:
-                cells += ["", "", ""]
-            lines.append("| " + " | ".join(cells) + " |")
-        if multi:
-            lines += ratio_lines(rows, modes, (res.get("ratios") or {}).get(group) or {})
-        by_method = {r.get("method", m): r for m, r in rows.items() if r.get("decoding") in (None, modes[0])}
-        fixed = {m: r["tokens_per_s"] for m, r in by_method.items() if m.startswith("fixed")}
-        if fixed and "adaptive" in by_method:
-            best = max(fixed, key=fixed.get)
-            lines.append("")
-            lines.append(f"adaptive / best fixed ({best}): {by_method['adaptive']['tokens_per_s'] / fixed[best]:.3f}")
-        if "hf assisted default" in by_method and "adaptive" in by_method:
-            ratio = by_method["adaptive"]["tokens_per_s"] / by_method["hf assisted default"]["tokens_per_s"]
-            lines.append(f"adaptive / transformers default assisted: {ratio:.2f}x")
-        look = next((m for m in by_method if m.startswith("lookup")), None)
-        hf_look = next((m for m in by_method if m.startswith("hf prompt lookup")), None)
-        if look and hf_look:
-            lines.append(f"lookup / transformers prompt lookup: "
-                         f"{by_method[look]['tokens_per_s'] / by_method[hf_look]['tokens_per_s']:.2f}x")
-    return "\n".join(lines)
-
-
-def ratio_lines(rows: dict, modes: list[str], summary: dict) -> list[str]:
-    """The decodings side by side, method by method: each one's tokens/s and each later one's ratio to the first's,
-    then their geometric mean, lowest and highest."""
-    ref = modes[0]
-    methods = list(dict.fromkeys(r["method"] for r in rows.values() if r["decoding"] is not None))
-    rate = {(r["method"], r["decoding"]): r["tokens_per_s"] for r in rows.values()}
-    lines = ["", "decodings side by side (the same prompts, alternated prompt by prompt):", "",
-             "| method | " + " | ".join(f"{d} tok/s" for d in modes) + " | "
-             + " | ".join(f"{d} / {ref}" for d in modes[1:]) + " |",
-             "|---|" + "---:|" * (2 * len(modes) - 1)]
-    for m in methods:
-        lines.append(f"| {m} | " + " | ".join(f"{rate[m, d]:.1f}" for d in modes) + " | "
-                     + " | ".join(f"{rate[m, d] / rate[m, ref]:.3f}x" for d in modes[1:]) + " |")
-    lines.append("")
-    for d, sm in summary.items():
-        r = sm["by_method"]
-        lines.append(f"{d} / {ref}: geometric mean {sm['geometric_mean']:.3f}x over {len(r)} rows, lowest "
-                     f"{r[sm['lowest']]:.3f}x ({sm['lowest']}), highest {r[sm['highest']]:.3f}x ({sm['highest']})")
-    return lines
