@@ -6,6 +6,7 @@ threads each of them uses."""
 from __future__ import annotations
 
 import os
+import platform
 import sys
 from pathlib import Path
 
@@ -38,6 +39,22 @@ def pytest_xdist_auto_num_workers(config):
     if config.option.keyword or any("::" in arg for arg in config.args):
         return 0
     return min(4, cpu_cores())
+
+
+def pytest_report_header(config):
+    """The machine kind every result depends on, at the top of each run's log (issue 39: bf16 sums differ between
+    AMX and AVX-512 BF16, so a CI result is reported with its CPU kind)."""
+    from specdemo.models.devices import cpu_bf16_kind, packs_bf16
+
+    model = platform.processor() or platform.machine()
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    kind = {"amx": "AMX", "avx512_bf16": "AVX-512 BF16, no AMX", "none": "no bf16 units"}[cpu_bf16_kind()]
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+    return (f"specdemo machine: {model}, {cpu_cores()} cores; bf16 units: {kind}; bf16 linears packed: "
+            f"{'yes' if packs_bf16(torch.device('cpu'), torch.bfloat16) else 'no'}; torch {torch.__version__}; "
+            f"CUDA: {gpu}")
 
 
 # The modules whose tests take tens of seconds each (chi-square samples, SmolLM2 runs, the app and the CLI in
