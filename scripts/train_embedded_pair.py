@@ -11,6 +11,7 @@ measures the numbers that go into the model card.
     python scripts/train_embedded_pair.py target --minutes 60
     python scripts/train_embedded_pair.py draft --minutes 20
     python scripts/train_embedded_pair.py onpolicy draft-onpolicy --minutes 10
+    python scripts/train_embedded_pair.py target draft --minutes 1 --out /tmp/trial   # a trial: assets/ untouched
 
 Everything is seeded (seed 1337); on a CPU the run is reproducible up to thread scheduling of float reductions.
 """
@@ -379,13 +380,26 @@ def save(model, tokenizer, out_dir: Path) -> None:
     tokenizer.save_pretrained(out_dir)
 
 
+def use_models_folder(folder: Path) -> None:
+    """--out: the stages write the target and the draft under `folder`, not assets/models/, and read them there."""
+    global TARGET_DIR, DRAFT_DIR
+    TARGET_DIR, DRAFT_DIR = folder / TARGET_DIR.name, folder / DRAFT_DIR.name
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("stages", nargs="+", choices=["corpus", "tokenizer", "target", "draft", "onpolicy",
                                                   "draft-onpolicy"])
     ap.add_argument("--minutes", type=float, default=None, help="wall-clock budget of a training stage")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--out", type=Path, metavar="DIR",
+                    help="write the target to DIR/shakespeare-target and the draft to DIR/shakespeare-draft, and read "
+                         "them there (the draft and onpolicy stages read the target, draft-onpolicy the draft); "
+                         "default: the committed assets/models/shakespeare-target and shakespeare-draft. The corpus, "
+                         "the tokenizer and the on-policy ids stay in data/")
     args = ap.parse_args(argv)
+    if args.out is not None:
+        use_models_folder(args.out)
     torch.set_num_threads(args.threads)
     for stage in args.stages:
         if stage == "corpus":

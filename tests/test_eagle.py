@@ -411,7 +411,7 @@ def test_save_and_load_round_trip(toy_pair, tmp_path, layers):
 
 @pytest.fixture(scope="module")
 def train_eagle():
-    """scripts/train_eagle.py, imported as a module."""
+    """scripts/train_eagle.py, imported as a module (scripts/ on sys.path: its eagle_* modules import too)."""
     import sys
     from pathlib import Path
 
@@ -427,15 +427,16 @@ def test_training_time_test_reads_what_drafting_reads(toy_pair, train_eagle, lay
     drafter computes when it drafts three tokens from a fixed prefix: a wrong mask or shift there would train the
     head for a different model than the one that drafts. With a feature layer, the features that training reads
     (HeadFeatures) are the verify forward's, and the drafter reads them as training does."""
-    from specdemo.models import CachedLM
+    from eagle_data import HeadFeatures, Teacher
+    from eagle_loss import UNROLL_WEIGHTS, unrolled
 
-    UNROLL_WEIGHTS, unrolled = train_eagle.UNROLL_WEIGHTS, train_eagle.unrolled
+    from specdemo.models import CachedLM
 
     head = random_head(toy_pair, torch.arange(toy_pair.vocab_size), seed=1, feature_layers=layers)
     ids = torch.randint(0, toy_pair.vocab_size, (16,), generator=torch.Generator().manual_seed(0))
-    teacher = train_eagle.Teacher.__new__(train_eagle.Teacher)  # the training script's teacher on the toy target
+    teacher = Teacher.__new__(Teacher)  # the training script's teacher on the toy target
     teacher.model = toy_pair.target
-    feats = train_eagle.HeadFeatures(teacher, [(ids.numpy(), 1)], tmp_path / "f.pt", layers).batch([0], ids.numel())
+    feats = HeadFeatures(teacher, [(ids.numpy(), 1)], tmp_path / "f.pt", layers).batch([0], ids.numel())
     with torch.inference_mode():
         _, verify_feats = CachedLM(toy_pair.target, toy_pair.vocab_size).feed_features(ids, layers=layers)
         torch.testing.assert_close(verify_feats.float(), feats[0], atol=0.05, rtol=0.02)  # cached in bf16
@@ -453,12 +454,11 @@ def test_training_time_test_reads_what_drafting_reads(toy_pair, train_eagle, lay
 
 
 def test_a_saved_feature_cache_is_reused_only_for_the_same_records(tmp_path, train_eagle):
-    """train_eagle.FeatureCache saves the teacher's features; a resumed run reads them back bit for bit, a run with
+    """eagle_data.FeatureCache saves the teacher's features; a resumed run reads them back bit for bit, a run with
     more records computes only the new ones, and a run over other records recomputes them (a stale cache would
     train the head on the wrong features)."""
     import numpy as np
-
-    FeatureCache, Teacher = train_eagle.FeatureCache, train_eagle.Teacher
+    from eagle_data import FeatureCache, Teacher
 
     teacher = Teacher("shakespeare")
     rng = np.random.default_rng(0)
@@ -495,10 +495,13 @@ def test_a_saved_feature_cache_is_reused_only_for_the_same_records(tmp_path, tra
 def test_training_resumes_from_the_committed_head_where_there_is_no_checkpoint(tmp_path, train_eagle):
     """Where a run starts: data/'s checkpoint if there is one; on a fresh clone (none) the committed head, its
     weights, draft vocabulary and step (not a new head at step 0); with --from-scratch, a new head."""
+    from eagle_data import Teacher
+    from eagle_loss import OVERLAP_T
+
     from specdemo.config import SHAKESPEARE_HEAD as exported
     from specdemo.models.eagle import new_head
 
-    teacher = train_eagle.Teacher("shakespeare")
+    teacher = Teacher("shakespeare")
     ckpt = tmp_path / "ckpt.pt"
     ck = train_eagle.starting_checkpoint(ckpt, exported, teacher)
     assert ck["step"] > 0 and ck["opt"] is None and ck["best"] is None  # best: scored afresh on today's dev set
@@ -507,7 +510,7 @@ def test_training_resumes_from_the_committed_head_where_there_is_no_checkpoint(t
     head.load_state_dict(ck["head"])  # strict: the committed head fits a new head's shapes
     for name in ("fc.weight", "o_proj.weight"):  # trained, not the new head's identity start
         assert not torch.equal(head.state_dict()[name], fresh[name])
-    assert ck["tvd"] == (0.0, train_eagle.OVERLAP_T)  # the Shakespeare head was trained without the TV term
+    assert ck["tvd"] == (0.0, OVERLAP_T)  # the Shakespeare head was trained without the TV term
     run = SimpleNamespace(batch=16, lr=1e-4, steps=10, threads=1)
     train_eagle.export_head(head, "shakespeare", ck["history"], 1.0, 5, run, phase=3, folder=tmp_path / "tvd",
                             tvd=(0.5, 0.7))
@@ -578,9 +581,11 @@ def test_a_run_grows_feature_layers_once_and_resumes_on_its_schedule(toy_pair, t
 
 
 def test_the_overlap_training_scores_is_the_engines_acceptance_probability(train_eagle):
-    """train_eagle.overlap (the total-variation term of the loss and the dev curve's overlap) is the chance that the
+    """eagle_loss.overlap (the total-variation term of the loss and the dev curve's overlap) is the chance that the
     engine accepts the head's token at T = 0.7: verify's overlap of the warped p and q, with q zero outside the draft
     vocabulary, and 1 - TV(p, q). A gradient step on 1 - overlap raises it."""
+    from eagle_loss import overlap
+
     from specdemo.engine.sampling import verify, warp
 
     gen = torch.Generator().manual_seed(0)
@@ -592,10 +597,10 @@ def test_the_overlap_training_scores_is_the_engines_acceptance_probability(train
     cfg = SamplingConfig(0.7)
     p, q = warp(p_logits, cfg), warp(q_full.detach(), cfg)
     engine = verify(torch.tensor([int(d2t[0])] * 5), q[:5], p, torch.Generator().manual_seed(1)).overlap
-    mine = train_eagle.overlap(p_logits, q_full, 0.7)
+    mine = overlap(p_logits, q_full, 0.7)
     torch.testing.assert_close(mine[:5].detach(), engine, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(mine.detach(), 1 - 0.5 * (p - q).abs().sum(-1), rtol=1e-5, atol=1e-6)
     (1 - mine).sum().backward()
     with torch.no_grad():
         stepped = torch.full((6, vocab), float("-inf")).index_copy(1, d2t, q_sub - 0.5 * q_sub.grad)
-        assert train_eagle.overlap(p_logits, stepped, 0.7).mean() > mine.detach().mean() + 0.01
+        assert overlap(p_logits, stepped, 0.7).mean() > mine.detach().mean() + 0.01
