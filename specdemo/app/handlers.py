@@ -11,6 +11,7 @@ what is on screen at every yield, so that Stop or an error never leaves the insp
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 
 import gradio as gr
@@ -28,6 +29,8 @@ from . import plots, render, runs, views
 from .session_locks import session_lock
 from .validation import CUSTOM, UserError, error_text, get_pair, has_head, pair_key, validate
 from .zerogpu import gpu
+
+log = logging.getLogger("specdemo")
 
 # While a run streams, the page gets at most one update per UPDATE_INTERVAL_S (about 20 a second, what a browser
 # draws; fewer where an update takes longer than that to build: `coalesced`). On a GPU the engine yields hundreds of
@@ -62,13 +65,16 @@ def user_errors(fn):
     signature = inspect.signature(fn)
 
     def convert(err: Exception, args, kwargs) -> gr.Error:
+        """The refusal as the visitor reads it, and one line in the server's log (in English): a refusal is planned,
+        so gradio prints no traceback for it (print_exception=False); a traceback in the log is for the unplanned."""
         if isinstance(err, torch.cuda.OutOfMemoryError):
             torch.cuda.empty_cache()
         try:
             lang = signature.bind_partial(*args, **kwargs).arguments.get("lang")
         except TypeError:
             lang = None
-        return gr.Error(error_text(err, lang))
+        log.info("refused (%s): %s", fn.__name__, error_text(err, None))
+        return gr.Error(error_text(err, lang), print_exception=False)
 
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
@@ -188,6 +194,14 @@ def run_started() -> dict:
 
 
 def run_ended() -> dict:
+    return views.run_buttons(False)
+
+
+def run_refused() -> dict:
+    """A run that ended in a refusal (or any error): the buttons as they were before the click. gradio runs a
+    `.then` only after an event that succeeded or was cancelled, not after one that raised (gradio 6.31's
+    frontend dispatches only the `.failure` listeners then), so ui.model_run wires this to `.failure`. Naming the
+    stats among its outputs replaces gradio's red "Error" pill there with this event's finished state."""
     return views.run_buttons(False)
 
 

@@ -197,7 +197,7 @@ def experiment_tabs(u, limits: Limits) -> None:
         with gr.Row():
             u.k_from = gr.Slider(1, limits.max_k, value=1, step=1, label=L("ui.k_from"))
             u.k_to = gr.Slider(1, limits.max_k, value=min(8, limits.max_k), step=1, label=L("ui.k_to"))
-        u.sweep_btn = gr.Button(L("ui.sweep_run"))
+        u.sweep_btn = gr.Button(L("ui.sweep_run"), elem_id="sd-sweep-run")
         u.sweep_plot = gr.Plot(plots.k_sweep([], None, None), show_label=False)
         u.sweep_md = gr.Markdown()
     with gr.Tab(L("tab.race"), id="race") as u.tab_race:
@@ -208,7 +208,7 @@ def experiment_tabs(u, limits: Limits) -> None:
     with gr.Tab(L("tab.dist"), id="dist") as u.tab_dist:
         u.n_samples = gr.Slider(100, limits.max_samples, value=min(2000, limits.max_samples), step=100,
                                 label=L("ui.samples"))
-        u.dist_btn = gr.Button(L("ui.draw"))
+        u.dist_btn = gr.Button(L("ui.draw"), elem_id="sd-dist-run")
         u.dist_plot = gr.Plot(show_label=False)
         u.dist_md = gr.Markdown()
 
@@ -240,6 +240,7 @@ def wire_runs(u, wire, view: list) -> None:
         started = trigger(**wire(handlers.run_started, handlers.BUTTON_OUTPUTS), **buttons)
         run = started.then(**wire(fn, outputs), concurrency_id="models", **kwargs)
         run.then(**wire(handlers.run_ended, handlers.BUTTON_OUTPUTS), **buttons)
+        run.failure(**wire(handlers.run_refused, handlers.BUTTON_OUTPUTS + ("stats",)), **buttons)
         return run
 
     inputs = [c[name] for name in GENERATE_INPUTS] + view + [c["ngram"]] + [c[name] for name in TREE_INPUTS]
