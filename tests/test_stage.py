@@ -64,3 +64,72 @@ def test_a_refused_run_leaves_the_buttons_as_they_were(stage, button, tab, promp
 
 def buttons_idle(page) -> bool:
     return page.is_enabled("#sd-generate") and not page.is_enabled("#sd-stop")
+
+
+# ------------------------------------------------------------------------------------ one meaning per number (item 2)
+def card_values(stats_html: str) -> dict:
+    """The stats cards' figures by label: {label: figure}."""
+    import re
+
+    return {label: value for value, label in re.findall(r"<b>([^<]*)</b><span>([^<]*)</span>", stats_html)}
+
+
+@pytest.mark.parametrize("strategy,row_name", [("tree", "EAGLE tree"), ("fixed", "fixed K = 3")])
+def test_the_race_table_and_the_stats_agree_for_a_seeded_run(client, strategy, row_name):
+    """The same seeded greedy run, once from Generate and once in the race: the race's alpha, target calls and
+    tokens per target call are the figures the stats cards give (before issue 44 the race's tree 'acceptance'
+    counted kept drafts over every node of every tree: 0.12 against the stats' alpha of 0.60)."""
+    from specdemo import i18n
+
+    common = ("shakespeare", "", "", "ROMEO:\n", 3, 0.0, 0, 1.0, 40, 5)
+    final = client.submit(*common, False, 1.0, None, strategy, "en", False, 3, 0, 0, 0,
+                          api_name="/generate_stream").result(timeout=300)
+    cards = card_values(final[1])
+    _, table = client.submit(*common, None, "en", False, 3, 0, 0, 0, api_name="/strategy_race").result(timeout=300)
+    row = next(r for r in table.splitlines() if r.startswith(f"| {row_name}"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    header = [c.strip() for c in table.splitlines()[0].strip("|").split("|")]
+    assert header[4] == i18n.EN["stats.alpha"], header
+    calls = cards[i18n.EN["stats.calls"]].split(" / ")[0]
+    assert (cells[3], cells[4], cells[5]) == (calls, cards[i18n.EN["stats.alpha"]], cards[i18n.EN["stats.per_call"]])
+    assert i18n.EN["race.columns"] in table
+
+
+# ------------------------------------------------------------------------------------ Stop says so (item 3)
+STOPPED = {"en-US": ("stopped", "Stopped"), "zh-CN": ("已停止", "已停止")}
+
+
+def set_number(page, elem_id: str, value) -> None:
+    """Type `value` into a control's number box and commit it, as a person does (Enter)."""
+    box = page.locator(f"#{elem_id} input[type=number]")
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def long_run(page) -> None:
+    """A run long enough to stop in either phase: 300 tokens of the Shakespeare pair (about 2 s each phase here)."""
+    page.locator("#sd-prompt textarea").fill("ROMEO:\n")
+    if not page.locator("#sd-settings .label-wrap.open").count():
+        page.locator("#sd-settings .label-wrap").click()
+    page.wait_for_selector("#sd-max-new")
+    set_number(page, "sd-max-new", 300)
+
+
+@pytest.mark.parametrize("phase", ["baseline", "speculative"])
+def test_stop_says_stopped_where_the_figures_would_have_come(stage, phase):
+    card, line = STOPPED[stage.locale]
+    long_run(stage)
+    stage.click("#sd-generate")
+    # the baseline's cards wait (pending), or the first streamed round is on the page
+    wait = "#sd-stats .sd-pending" if phase == "baseline" else "#sd-stats .sd-card"
+    stage.wait_for_function(f"!document.querySelector('#sd-stats .sd-recorded') && document.querySelector('{wait}')",
+                            timeout=60000)
+    stage.click("#sd-stop")
+    idle_within(stage)
+    stage.wait_for_timeout(500)  # nothing the cancelled run sent afterwards may put 'pending' back
+    assert stage.locator("#sd-stats .sd-pending").count() == 0, stage.inner_text("#sd-stats")
+    text = stage.inner_text("#sd-stats")
+    if phase == "baseline":
+        assert stage.locator("#sd-stats .sd-stopped").count() == 2, text
+        assert text.count(card) >= 2 and "\u2026" not in text, text
+    assert line in text, text

@@ -197,12 +197,15 @@ def run_ended() -> dict:
     return views.run_buttons(False)
 
 
-def run_refused() -> dict:
-    """A run that ended in a refusal (or any error): the buttons as they were before the click. gradio runs a
-    `.then` only after an event that succeeded or was cancelled, not after one that raised (gradio 6.31's
-    frontend dispatches only the `.failure` listeners then), so ui.model_run wires this to `.failure`. Naming the
-    stats among its outputs replaces gradio's red "Error" pill there with this event's finished state."""
-    return views.run_buttons(False)
+def run_over(state, lang=None) -> dict:
+    """After a model run, however it ended (ui.model_run wires this to both `.then` and `.failure`): the buttons as
+    before the run, and where Stop cut a Generate short, the stats say so (views.stopped_stats). gradio runs these
+    only once the cancelled stream has closed, so no late update of the run can put "pending" back; Stop's own
+    click cancels without awaiting the cancel, so it only sets the buttons. gradio runs a `.then` only after an
+    event that succeeded or was cancelled, not after one that raised (gradio 6.31's frontend dispatches only the
+    `.failure` listeners then): hence both. Naming the stats among the outputs also replaces gradio's red "Error"
+    pill there with this event's finished state."""
+    return views.run_buttons(False) | views.stopped_stats(state, lang)
 
 
 def refuse_busy(busy: bool, lang=None) -> None:

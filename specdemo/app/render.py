@@ -200,19 +200,22 @@ CARD_TIP_KEY = {"spec_tps": "tip.stat_spec_tps", "calls": "tip.stat_calls", "alp
 RECORDED_TIP_KEY = {True: "tip.recorded_tree", False: "tip.recorded_chain"}  # the recorded note's terms, plainly
 
 
-def card(value: str, name: str, lang: str | None = None, pending: bool = False) -> str:
+def card(value: str, name: str, lang: str | None = None, pending: bool = False, stopped: bool = False) -> str:
     """A stats card (CARD_KEY's `name`): its figure, its label, and a tooltip in plain words; a pending card (the
-    baseline still runs) shows no figure, and says what it waits for."""
-    tip = tr(CARD_TIP_KEY[name], lang) + ("\n" + tr("tip.pending", lang) if pending else "")
-    label = tr(CARD_KEY[name], lang) + (" \u00b7 " + tr("stats.pending", lang) if pending else "")
-    cls = "sd-card sd-pending" if pending else "sd-card"
+    baseline still runs) shows no figure, and says what it waits for; a stopped one (Stop during the baseline) says
+    that the figure will not come."""
+    wait = "pending" if pending else "stopped" if stopped else ""
+    tip = tr(CARD_TIP_KEY[name], lang) + ("\n" + tr(f"tip.{wait}", lang) if wait else "")
+    label = tr(CARD_KEY[name], lang) + (" \u00b7 " + tr(f"stats.{wait}", lang) if wait else "")
+    cls = f"sd-card sd-{wait}" if wait else "sd-card"
     return f'<div class="{cls}" title="{esc(tip)}"><b>{esc(value)}</b><span>{esc(label)}</span></div>'
 
 
 def stats_html(spec: Trace | None, base: Trace | None = None, running: str = "", lang: str | None = None,
-               pending: bool = False) -> str:
+               pending: bool = False, stopped: bool = False) -> str:
     """The live numbers: tokens/s of both runs, the measured speedup, target calls, alpha, accepted length. pending:
-    the baseline is running, so its two cards wait (a speed-up from part of it would move as it runs)."""
+    the baseline is running, so its two cards wait (a speed-up from part of it would move as it runs); stopped: Stop
+    ended the baseline, so they say that no figure comes."""
     cards = []
     if spec is not None and spec.rounds:
         m = spec.metrics()
@@ -220,8 +223,9 @@ def stats_html(spec: Trace | None, base: Trace | None = None, running: str = "",
                   card(f"{m['target_calls']} / {m['target_calls_saved']}", "calls", lang),
                   card(f"{m['alpha_empirical']:.2f}", "alpha", lang),
                   card(f"{m['mean_accepted_length']:.2f}", "per_call", lang)]
-    if pending:
-        cards += [card("\u2026", "base_tps", lang, pending=True), card("\u2026", "speedup", lang, True)]
+    if pending or stopped:
+        figure = "\u2026" if pending else "\u2014"
+        cards += [card(figure, name, lang, pending, stopped) for name in ("base_tps", "speedup")]
     elif base is not None and base.steps:
         bm = base.metrics()
         cards.append(card(f"{bm['tokens_per_s']:.1f}", "base_tps", lang))

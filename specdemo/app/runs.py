@@ -19,7 +19,7 @@ import torch
 from specdemo.config import SpecConfig
 from specdemo.engine.autoregressive import baseline_steps
 from specdemo.engine.drafters import Proposal
-from specdemo.engine.events import Trace
+from specdemo.engine.events import Trace, acceptance
 from specdemo.engine.sampling import sample, verify
 from specdemo.engine.speculative import encode_prompt, finish, run_settings, speculative_rounds, verify_forward
 from specdemo.engine.strategy import make_drafter, max_drafts
@@ -185,10 +185,11 @@ def strategy_race(pair: ModelPair, req: Request, limits: Limits) -> Iterator:
             if same == TIME_LIMIT:
                 yield TIME_LIMIT
                 return
-        drafted = sum(r.k for r in rounds)
+        # alpha as the stats above the reply count it (events.acceptance): kept drafts over the drafts the target
+        # judged, so a tree's unvisited branches do not count against it
         race["entries"] = race["entries"] + [{
             "strategy": strategy, "k": spec.k, "ngram": spec.ngram, "tokens_per_s": len(out_ids) / rounds[-1].elapsed_s,
-            "rounds": len(rounds), "accepted": sum(r.n_accepted for r in rounds) / drafted if drafted else 0.0,
+            "rounds": len(rounds), "alpha": acceptance(rounds)["alpha_empirical"],
             "per_call": len(out_ids) / len(rounds), "points": points, "same": same,
             "tree": run_tree_shape(spec, req.sampling, pair) if strategy == "tree" else None}]
         yield dict(race)

@@ -236,11 +236,12 @@ def wire_runs(u, wire, view: list) -> None:
 
     def model_run(trigger, fn, outputs, **kwargs):
         """A model run that `trigger` (a click) starts: the buttons say that a run is going, the run, and then they
-        say that none is (after an error or a Stop as well: a .then follows either)."""
+        say that none is, however it ended (handlers.run_over)."""
         started = trigger(**wire(handlers.run_started, handlers.BUTTON_OUTPUTS), **buttons)
         run = started.then(**wire(fn, outputs), concurrency_id="models", **kwargs)
-        run.then(**wire(handlers.run_ended, handlers.BUTTON_OUTPUTS), **buttons)
-        run.failure(**wire(handlers.run_refused, handlers.BUTTON_OUTPUTS + ("stats",)), **buttons)
+        over = dict(**wire(handlers.run_over, handlers.BUTTON_OUTPUTS + ("stats",)), inputs=[u.state, u.lang], **buttons)
+        run.then(**over)
+        run.failure(**over)
         return run
 
     inputs = [c[name] for name in GENERATE_INPUTS] + view + [c["ngram"]] + [c[name] for name in TREE_INPUTS]

@@ -109,6 +109,20 @@ def run_buttons(running: bool) -> dict:
         "stop_btn": gr.Button(interactive=running)}
 
 
+def stopped_stats(state, lang=None) -> dict:
+    """The stats after Stop, from the run as far as the page last showed it (the session's state): a run stopped in
+    its baseline says so on the baseline's two cards, one stopped while drafting says so under its cards. A run
+    that had ended (or none) leaves them as they are."""
+    spec, base = (state.get("spec"), state.get("base")) if state else (None, None)
+    if spec is None or spec.settings.get("recorded") is not None:
+        return {}
+    if spec.stop_reason is None:
+        return {"stats": render.stats_html(spec, None, tr("status.stopped", lang), lang)}
+    if base is not None and base.stop_reason is None:
+        return {"stats": render.stats_html(spec, None, tr("status.stopped", lang), lang, stopped=True)}
+    return {}
+
+
 # ------------------------------------------------------------------------------------------------ inspection
 
 
@@ -237,9 +251,10 @@ def race_view(race: dict | None, lang=None, presenter=False) -> dict:
     for e in race["entries"]:
         lines[race_label(e, lang)] = e["points"]
         rows.append(f"| {race_label(e, lang)} | {e['tokens_per_s']:.1f} | {e['tokens_per_s'] / race['base_tps']:.2f}x"
-                    f" | {e['rounds']} | {e['accepted']:.2f} | {e['per_call']:.2f} | {same_text(e['same'], lang)} |")
+                    f" | {e['rounds']} | {e['alpha']:.2f} | {e['per_call']:.2f} | {same_text(e['same'], lang)} |")
     header = tr("race.header", lang) + "\n|---|---:|---:|---:|---:|---:|:---:|\n"
-    return {"race_plot": plots.present(plots.strategy_race(lines, lang), presenter), "race_md": header + "\n".join(rows)}
+    table = header + "\n".join(rows) + "\n\n" + tr("race.columns", lang)
+    return {"race_plot": plots.present(plots.strategy_race(lines, lang), presenter), "race_md": table}
 
 
 DIST_WHO_KEY = {"draft": "dist.who_draft", "eagle": "dist.who_eagle", "lookup": "dist.who_lookup",
