@@ -133,3 +133,87 @@ def test_stop_says_stopped_where_the_figures_would_have_come(stage, phase):
         assert stage.locator("#sd-stats .sd-stopped").count() == 2, text
         assert text.count(card) >= 2 and "\u2026" not in text, text
     assert line in text, text
+
+
+# ------------------------------------------------------------------------------------ a typed number out of range (item 4)
+CLAMPED = {"en-US": ("below the lowest", "above the highest"), "zh-CN": ("低于", "高于")}
+
+
+def test_a_temperature_out_of_range_is_said_beside_the_control(stage):
+    low, high = CLAMPED[stage.locale]
+    if not stage.locator("#sd-settings .label-wrap.open").count():
+        stage.locator("#sd-settings .label-wrap").click()
+    stage.wait_for_selector("#sd-temperature")
+    note = stage.locator("#sd-temperature .sd-clamp-note")
+    set_number(stage, "sd-temperature", -1)
+    assert low in note.inner_text() and "-1" in note.inner_text() and "0" in note.inner_text()
+    set_number(stage, "sd-temperature", 99)
+    stage.locator("#sd-temperature input[type=number]").blur()
+    assert high in note.inner_text() and "99" in note.inner_text() and "2" in note.inner_text()
+    assert stage.input_value("#sd-temperature input[type=number]") == "2"  # the value the run will take
+    assert note.bounding_box()["height"] < 60, "one line beside the control"
+    set_number(stage, "sd-temperature", 0.7)
+    assert note.count() == 0, "a value that fits takes the note away"
+
+
+# ------------------------------------------------------------------------------------ the four kinds (item 5)
+CONTRAST_JS = """() => {
+  const rgb = (c) => (c.match(/[\\d.]+/g) || []).map(Number);
+  const lum = (c) => { const [r, g, b] = rgb(c).slice(0, 3).map(v => v / 255)
+    .map(v => v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4); return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+  const page = getComputedStyle(document.querySelector('#sd-token-view .sd-text')).backgroundColor;
+  const out = {page: lum(page)};
+  for (const kind of ['accepted', 'resampled', 'bonus', 'rejected']) {
+    const s = getComputedStyle(document.querySelector('#sd-legend .sd-tok.sd-' + kind));
+    const marks = [s.borderBottomColor, s.textDecorationColor, s.outlineColor]
+      .filter((c, i) => [s.borderBottomStyle, s.textDecorationLine, s.outlineStyle][i] !== 'none');
+    out[kind] = {fill: lum(s.backgroundColor), text: lum(s.color), marks: marks.map(lum), weight: s.fontWeight,
+                 line: s.textDecorationLine, style: s.textDecorationStyle, alpha: rgb(s.backgroundColor)[3] ?? 1};
+  }
+  return out; }"""
+
+
+def contrast(a: float, b: float) -> float:
+    """WCAG 2.1's contrast ratio of two relative luminances."""
+    return (max(a, b) + 0.05) / (min(a, b) + 0.05)
+
+
+def test_the_four_kinds_read_apart_on_a_projector(stage):
+    stage.locator("#sd-view label").nth(1).click()  # the full story: the rejected kind shows in the legend too
+    stage.wait_for_function("document.body.classList.contains('sd-story')")
+    k = stage.evaluate(CONTRAST_JS)
+    kinds = ("accepted", "resampled", "bonus", "rejected")
+    for kind in kinds:
+        assert k[kind]["alpha"] == 1, f"{kind}: an opaque fill, so that its contrast is what is measured"
+        cue = max([contrast(k[kind]["fill"], k["page"])] + [contrast(m, k["page"]) for m in k[kind]["marks"]])
+        assert cue >= 3, f"{kind}: neither its fill nor its mark reaches 3:1 against the page ({cue:.2f})"
+        assert contrast(k[kind]["text"], k[kind]["fill"]) >= 4.5, kind
+    for i, a in enumerate(kinds[:3]):  # the three that share the reply: 3:1 apart, read apart in grey
+        for b in kinds[i + 1:3]:
+            assert contrast(k[a]["fill"], k[b]["fill"]) >= 3, (a, b, contrast(k[a]["fill"], k[b]["fill"]))
+    shapes = {kind: (k[kind]["weight"], k[kind]["line"], k[kind]["style"], len(k[kind]["marks"])) for kind in kinds}
+    assert len(set(shapes.values())) == 4, f"each kind keeps a shape of its own: {shapes}"
+    assert "line-through" in k["rejected"]["line"] and "underline" in k["resampled"]["line"]
+    assert int(k["bonus"]["weight"]) >= 700
+
+
+def test_the_replys_own_bold_is_not_a_bonus_token(browser):  # noqa: F811
+    """Markdown bold in a reply ("**Avoiding Caffeine:**", kept drafts) next to a bonus token, drawn with the page's
+    CSS: the bold chips keep their kind's pale fill, 3:1 or more from the bonus's amber, and no bonus outline."""
+    from specdemo.app import render, style
+    from specdemo.app.reply import markdown_html
+
+    labels = {0: "accepted", 1: "accepted", 2: "accepted", 3: "bonus"}
+    pieces = ["**Avoiding", " Caffeine:**", " Try", " tea"]
+    entries = [(ch, i) for i, text in enumerate(pieces) for ch in text]
+    body = markdown_html(entries, lambda key, text, classes: render.span(text, labels[key], "", cls="".join(" " + c for c in classes)))
+    page = browser.new_page()
+    page.set_content(f"<style>{style.CSS}</style><div class='sd-text'><div class='sd-reply'>{body}</div></div>")
+    fills = page.evaluate(CONTRAST_JS.split("const page")[0] + """
+      const f = (sel) => { const s = getComputedStyle(document.querySelector(sel));
+        return {fill: lum(s.backgroundColor), weight: s.fontWeight, outline: s.outlineStyle}; };
+      return {bold: f('.sd-md-b'), bonus: f('.sd-bonus')}; }""")
+    page.close()
+    assert int(fills["bold"]["weight"]) >= 700, "the reply's bold stays bold"
+    assert contrast(fills["bold"]["fill"], fills["bonus"]["fill"]) >= 3, fills
+    assert fills["bold"]["outline"] == "none" and fills["bonus"]["outline"] != "none"

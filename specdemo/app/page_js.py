@@ -37,6 +37,34 @@ if (!window.sdKeysBound) {
 }
 """
 
+# A number typed outside a control's range: gradio puts it back inside without a word (a temperature of -1 becomes
+# 0, of 99 becomes 2). This says so in one line under the control, in the page's language, until the next value
+# that fits. Bound once on the whole page, so that it holds for every slider and number box, folded ones included.
+CLAMP_JS = """
+if (!window.sdClampBound) {
+  window.sdClampBound = true;
+  const SAY = MESSAGES;
+  document.addEventListener('change', (e) => {
+    const box = e.target;
+    if (!box.matches || !box.matches('input[type=number]')) return;
+    const block = box.closest('.block');
+    if (!block) return;
+    const v = parseFloat(box.value), lo = parseFloat(box.min), hi = parseFloat(box.max);
+    const key = v < lo ? 'low' : v > hi ? 'high' : null;
+    let note = block.querySelector(':scope .sd-clamp-note');
+    if (!key) { if (note) note.remove(); return; }
+    if (!note) {
+      note = document.createElement('div');
+      note.className = 'sd-clamp-note';
+      note.setAttribute('role', 'status');
+      block.appendChild(note);
+    }
+    const say = SAY[document.body.dataset.sdLang] || SAY.en;
+    note.textContent = say[key].replace('{value}', box.value).replace('{bound}', key === 'low' ? box.min : box.max);
+  }, true);
+}
+"""
+
 # On load: define the client-side locale switch, and send the browser's language to handlers.initial_lang (in place
 # of the hidden textbox's value).
 # gradio translates the i18n labels with svelte-i18n; its `changeLocale` lives in the frontend's core module, which
@@ -65,6 +93,9 @@ async (lang) => {
   document.body.dataset.sdLocaleDone = lang;  // gradio has redrawn the page in it (tests wait for this)
 }
 """.replace("TITLES", json.dumps({code: i18n.MESSAGES[code]["app.title"] for _, code in i18n.CHOICES}))
+CLAMP_JS = CLAMP_JS.replace("MESSAGES", json.dumps({code: {"low": i18n.MESSAGES[code]["ui.clamped_low"],
+                                                           "high": i18n.MESSAGES[code]["ui.clamped_high"]}
+                                                    for _, code in i18n.CHOICES}))
 
 # The reply as text (kept tokens only) or the full story (the rejected drafts too): a class on the page that style.CSS
 # reads, so the switch is instant and holds for every token view, live or recorded, without a server call.

@@ -29,6 +29,17 @@ PALETTE = {  # Okabe-Ito colours (Okabe & Ito 2008, "Color Universal Design")
     "residual": "#D55E00",
     "baseline": "#555555",
 }
+# How each kind of token looks (style.TOKENS): its fill, its text, and its mark (underline, strike, outline), on the
+# Okabe-Ito hues. Four kinds and a white page cannot all be 3:1 apart in contrast (each step of 3:1 multiplies
+# L + 0.05 by 3, and 1.05 / 0.05 leaves room for fewer than three steps), so the three kinds that share the reply
+# step from pale to dark, 3:1 apart, and the rejected draft, seen only in the full story, is set apart by its strike.
+# docs/decisions.md (2026-11-27, the four kinds on a projector) has the figures.
+KIND_STYLE = {
+    "accepted": {"fill": "#CDEEE2", "text": "#111111", "mark": "#007A5A"},
+    "resampled": {"fill": "#00304F", "text": "#FFFFFF", "mark": "#8FD3FF"},
+    "bonus": {"fill": "#AE7400", "text": "#000000", "mark": "#4A3100"},
+    "rejected": {"fill": "#FBE3D6", "text": "#7A2E00", "mark": "#D55E00"},
+}
 LABELS = ("accepted", "rejected", "resampled", "bonus")
 # catalogue keys per label, written out so that tests/test_i18n.py sees every key the code uses
 LABEL_KEY = {"accepted": "label.accepted", "rejected": "label.rejected", "resampled": "label.resampled",

@@ -7,6 +7,8 @@ import json
 
 from specdemo.i18n import CHOICES, DEFAULT, tr
 
+from .render import KIND_STYLE
+
 MONO = "ui-monospace, SFMono-Regular, Menlo, monospace"
 
 TOKENS = """
@@ -16,12 +18,17 @@ TOKENS = """
 .sd-tokens { white-space: pre-wrap; word-break: break-word; font-family: MONO; }
 .sd-prompt { color: var(--body-text-color-subdued, #666); }
 .sd-tok { border-radius: 3px; padding: 1px 0; cursor: help; color: #111; }
-.sd-accepted { background: #009E7333; border-bottom: 2px solid #009E73; }
-.sd-rejected { background: #D55E0026; text-decoration: line-through; text-decoration-thickness: 2px;
-  text-decoration-color: #D55E00; color: #7a2e00; }
-.sd-resampled { background: #0072B233; text-decoration: underline; text-decoration-thickness: 2px;
-  text-decoration-color: #0072B2; }
-.sd-bonus { background: #E69F0040; font-weight: 700; outline: 1px dotted #9a6a00; }
+/* the four kinds (render.KIND_STYLE, measured by tests/test_stage.py): the three that share the reply have fills
+   3:1 apart in contrast (pale, mid, dark), so that they read apart in grey on a washed-out projector; each keeps its
+   shape (underline, white on dark with a double underline, bold on amber, struck through), and each has a fill or a
+   mark at 3:1 or more against the page */
+.sd-accepted { background: ACC_FILL; border-bottom: 2px solid ACC_MARK; }
+.sd-rejected { background: REJ_FILL; text-decoration: line-through; text-decoration-thickness: 2px;
+  text-decoration-color: REJ_MARK; color: REJ_TEXT; }
+.sd-resampled { background: RES_FILL; color: RES_TEXT; text-decoration: underline double; text-decoration-color: RES_MARK;
+  text-underline-offset: 2px; }
+.sd-bonus { background: BON_FILL; color: BON_TEXT; font-weight: 700; outline: 1px dotted BON_MARK; }
+.sd-tok.sd-resampled, .sd-tok.sd-bonus { padding: 1px 2px; }
 .sd-piece::after { content: "\\00b7"; opacity: 0.6; }  /* a piece of a character: render.PIECE */
 .sd-legend { display: flex; flex-wrap: wrap; gap: 10px; font-size: 13px; margin: 6px 0; }
 .sd-legend .sd-tok { padding: 1px 6px; }
@@ -44,6 +51,9 @@ body:not(.sd-story) .sd-tokens .sd-eos { display: none; }  /* the end-of-text to
 .sd-md-h { font-weight: 700; }
 .sd-md-h1 { font-size: 1.3em; } .sd-md-h2 { font-size: 1.2em; } .sd-md-h3 { font-size: 1.1em; }
 """.replace("MONO", MONO)
+for _kind, _style in KIND_STYLE.items():
+    for _part, _colour in _style.items():
+        TOKENS = TOKENS.replace(f"{_kind[:3].upper()}_{_part.upper()}", _colour)
 
 PAGE = """
 /* the first screen (1280x720): a compact header, and a token view that ends above the fold */
@@ -66,6 +76,8 @@ body:has(#sd-notice) #sd-token-view .html-container {  /* the sentence on a miss
 .label-wrap > .icon { flex: none; width: 1.5em; text-align: center; transition: none; }  /* turned, in its box */
 #sd-intro p { margin: 0; }
 #sd-notice { border-left: 4px solid #E69F00; padding-left: 8px; }
+/* page_js.CLAMP_JS: a typed number that the control put back inside its range, said under it */
+.sd-clamp-note { font-size: 14px; color: #8A3B00; margin: 4px 0 0; }
 .sd-cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(118px, 1fr)); gap: 8px; }
 .sd-card { border: 1px solid var(--border-color-primary, #ddd); border-radius: 8px; padding: 4px 10px;
   cursor: help; min-width: 0; overflow-wrap: anywhere; }

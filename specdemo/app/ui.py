@@ -24,7 +24,7 @@ from specdemo.config import DEFAULT_PRESET, NGRAM_RANGE, PRESETS, TREE_DEPTH_RAN
 from specdemo.limits import Limits
 
 from . import experiments, handlers, plots, recorded, render, style, tree_view, views
-from .page_js import CLICK_JS, DETECT_JS, DOWNLOAD_JS, KEYS_JS, LOCALE_JS, SUBMIT_JS, VIEW_JS
+from .page_js import CLAMP_JS, CLICK_JS, DETECT_JS, DOWNLOAD_JS, KEYS_JS, LOCALE_JS, SUBMIT_JS, VIEW_JS
 
 GENERATE_INPUTS = ("pair", "draft", "target", "prompt", "k", "temperature", "top_k", "top_p", "max_new", "seed",
                    "baseline", "lenience", "chat", "strategy")  # then lang, presenter, ngram and TREE_INPUTS
@@ -147,7 +147,7 @@ def results(u, limits: Limits, first: dict, n_rounds: int) -> None:
     u.stats = gr.HTML(first["stats"], elem_id="sd-stats")  # above the text, so a growing reply never moves it
     u.tokens = gr.HTML(first["tokens"], elem_id="sd-token-view", js_on_load=CLICK_JS, max_height=400,
                        autoscroll=True)
-    u.keys = gr.HTML(render.keys_hint(), elem_id="sd-keys", js_on_load=KEYS_JS)
+    u.keys = gr.HTML(render.keys_hint(), elem_id="sd-keys", js_on_load=KEYS_JS + CLAMP_JS)
     with gr.Row(elem_id="sd-charts-row"):
         u.race = gr.Plot(first["race"], elem_id="sd-race", show_label=False)
         u.acc_round = gr.Plot(first["acc_round"], elem_id="sd-acc-round", show_label=False)
