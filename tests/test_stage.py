@@ -217,3 +217,83 @@ def test_the_replys_own_bold_is_not_a_bonus_token(browser):  # noqa: F811
     assert int(fills["bold"]["weight"]) >= 700, "the reply's bold stays bold"
     assert contrast(fills["bold"]["fill"], fills["bonus"]["fill"]) >= 3, fills
     assert fills["bold"]["outline"] == "none" and fills["bonus"]["outline"] != "none"
+
+
+# ------------------------------------------------------------------------------------ nothing moves (item 9)
+# every animation frame while the run streams: where the reply starts, what sits above it, and whether the baseline's
+# bar shows while its cards wait
+WATCH_LAYOUT_JS = """() => { window.sdFrames = [];
+  const look = () => {
+    const stats = document.querySelector('#sd-stats');
+    window.sdFrames.push({reply: document.querySelector('#sd-token-view').getBoundingClientRect().top,
+      stats: stats.getBoundingClientRect().height, legend: document.querySelector('#sd-legend').getBoundingClientRect().height,
+      pending: !!stats.querySelector('.sd-pending'), bar: !!stats.querySelector('[role=progressbar]'),
+      done: !stats.querySelector('.sd-pending') && !!stats.querySelector('.sd-card') && !stats.querySelector('.sd-recorded')
+            && /done|完成/.test(stats.innerText)});
+    if (!window.sdFrames.at(-1).done) requestAnimationFrame(look); };
+  requestAnimationFrame(look); }"""
+
+
+def test_nothing_above_the_reply_moves_while_a_run_streams(stage):
+    long_run(stage)
+    stage.evaluate("window.scrollTo(0, 0)")
+    stage.evaluate(WATCH_LAYOUT_JS)
+    stage.click("#sd-generate")
+    stage.wait_for_function("window.sdFrames.length && window.sdFrames.at(-1).done", timeout=180000)
+    frames = stage.evaluate("window.sdFrames")
+    assert len(frames) > 30
+    for key in ("reply", "stats", "legend"):
+        seen = {round(f[key], 1) for f in frames}
+        assert len(seen) == 1, f"{key} moved: {sorted(seen)}"
+    waiting = [f for f in frames if f["pending"]]
+    assert len(waiting) > 5, "the baseline's phase was on the page"
+    assert all(f["bar"] for f in waiting), f"the bar blinked: shown in {sum(f['bar'] for f in waiting)} of {len(waiting)}"
+    assert not frames[-1]["bar"], "the bar goes once the baseline has ended"
+
+
+# ------------------------------------------------------------------------------------ presenter mode (items 8, 13)
+# every visible text on the page, with the size it is drawn at, where that is under 16 px
+SMALL_TEXT_JS = """() => {
+  const out = [], walker = document.createTreeWalker(document.querySelector('#sd-app'), NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const t = walker.currentNode, el = t.parentElement;
+    if (!t.textContent.trim() || !el.getBoundingClientRect().width) continue;
+    if (!el.checkVisibility({checkOpacity: true, checkVisibilityCSS: true})) continue;
+    const size = parseFloat(getComputedStyle(el).fontSize);
+    if (size < 16) out.push([size, (el.closest('[id]') || {}).id, t.textContent.trim().slice(0, 40)]);
+  }
+  return out; }"""
+
+
+def presenter_on(page) -> None:
+    page.click("#sd-presenter input")
+    page.wait_for_selector(".sd-present")
+    page.wait_for_timeout(500)
+
+
+def test_presenter_mode_draws_no_text_under_16_px(stage):
+    presenter_on(stage)
+    stage.locator("#sd-prompt textarea").fill("JULIET:\n")
+    stage.click("#sd-generate")
+    stage.wait_for_function("/done|完成/.test(document.querySelector('#sd-stats .sd-line').innerText)", timeout=180000)
+    stage.wait_for_timeout(500)
+    small = stage.evaluate(SMALL_TEXT_JS)
+    assert small == [], small[:10]
+    for tab in ("charts", "step"):  # the other tabs a talk opens
+        stage.locator(f"#sd-tabs button[id$='-{tab}-button'], #sd-tabs [role=tab]").nth(
+            {"charts": 1, "step": 5}[tab]).click()
+        stage.wait_for_timeout(400)
+        small = stage.evaluate(SMALL_TEXT_JS)
+        assert small == [], (tab, small[:10])
+
+
+def test_presenter_mode_keeps_a_prompt_and_generate(stage):
+    presenter_on(stage)
+    box = stage.locator("#sd-prompt textarea")
+    assert box.is_visible() and stage.locator("#sd-generate").is_visible()
+    assert box.bounding_box()["height"] < 90, "compact: the reply keeps the screen"
+    box.fill("KING LEAR:\n")
+    stage.click("#sd-generate")
+    stage.wait_for_function("document.querySelector('#sd-token-view').innerText.startsWith('KING LEAR')",
+                            timeout=60000)
+    idle_within(stage, 180000)

@@ -124,11 +124,11 @@ def on_screen(spec, base, first: bool, lang=None, presenter=False) -> dict:
 @user_errors
 def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
                 run_baseline, lenience, chat=None, strategy="fixed", lang=None, presenter=False, ngram=3, tree_topk=0,
-                tree_depth=0, tree_budget=0, progress=gr.Progress()):
+                tree_depth=0, tree_budget=0):
     """The Generate button: streams RUN_OUTPUTS, coalesced to one update per UPDATE_INTERVAL_S at most (`coalesced`).
     The text, stats and state change with every update; the charts every CHART_EVERY_S. While the baseline runs,
-    its cards wait and a progress bar counts its tokens (a speed-up from part of it would move); the finished run
-    opens the inspector on its first tree round (views.finished). The trace is downloaded in the browser from the
+    its cards wait (a speed-up from part of it would move) and a bar under them counts its tokens
+    (render.progress_bar); the finished run opens the inspector on its first tree round (views.finished). The trace is downloaded in the browser from the
     trace JSON (page_js.DOWNLOAD_JS, after `trace_of`): a server file would put its path (gradio's cache folder)
     into the page and the API's answer."""
     limits = Limits.from_env()
@@ -148,9 +148,9 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
             elif first:  # nothing shows the previous run's charts, even if this run stops before the next redraw
                 out |= views.empty_charts(lang, presenter)
         else:
-            progress((len(base.steps), req.spec.max_new_tokens), desc=tr("status.baseline_bar", lang), unit="tokens")
-            out = {"stats": render.stats_html(spec, None, tr("status.baseline", lang, n=len(base.steps)), lang,
-                                              pending=True)}
+            done, total = len(base.steps), req.spec.max_new_tokens
+            out = {"stats": render.stats_html(spec, None, tr("status.baseline", lang, n=done, total=total), lang,
+                                              pending=True, progress=(done, total))}
             if started:  # the whole speculative run, whose last rounds the coalesced updates may not have shown
                 out = views.run_view(spec, None, lang=lang) | views.charts(spec, base, lang, presenter) | out
                 redraw = True

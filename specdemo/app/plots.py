@@ -36,7 +36,7 @@ def present(fig: go.Figure, on: bool) -> go.Figure:
     if on:
         fig.update_layout(font=dict(size=17), title_font_size=24, height=max(fig.layout.height or 300, 300) + 50,
                           margin=dict(l=70, r=20, t=60, b=60), legend=dict(y=-0.32, font_size=16))
-        fig.update_traces(selector=dict(type="bar"), textfont_size=15)
+        fig.update_traces(selector=dict(type="bar"), textfont_size=16)
     return fig
 
 

@@ -223,10 +223,14 @@ def card(value: str, name: str, lang: str | None = None, pending: bool = False, 
 
 
 def stats_html(spec: Trace | None, base: Trace | None = None, running: str = "", lang: str | None = None,
-               pending: bool = False, stopped: bool = False) -> str:
-    """The live numbers: tokens/s of both runs, the measured speedup, target calls, alpha, accepted length. pending:
-    the baseline is running, so its two cards wait (a speed-up from part of it would move as it runs); stopped: Stop
-    ended the baseline, so they say that no figure comes."""
+               pending: bool = False, stopped: bool = False, progress: tuple[int, int] | None = None) -> str:
+    """The live numbers: tokens/s of both runs, the measured speedup, target calls, alpha, accepted length; under them
+    one line: the recorded run's note, the run's status, or the baseline's progress. pending: the baseline is
+    running, so its two cards wait (a speed-up from part of it would move as it runs), and `progress` (tokens done,
+    tokens asked for) draws its bar; stopped: Stop ended the baseline, so they say that no figure comes.
+
+    The cards sit in one row of fixed height and the line under them has a fixed height too (style.PAGE), whatever
+    they hold: nothing above the reply moves while a run streams."""
     cards = []
     if spec is not None and spec.rounds:
         m = spec.metrics()
@@ -245,15 +249,25 @@ def stats_html(spec: Trace | None, base: Trace | None = None, running: str = "",
                               lang))
     elif spec is not None and spec.settings.get("baseline") == "not measured":  # runs.run_stream: the time limit
         cards.append(card("\u2014", "not_measured", lang))
-    note = ""
+    line = ""
     if spec is not None and spec.metrics()["lossy"]:
-        note = f'<div class="sd-lossy">{esc(tr("stats.lossy", lang))}</div>'
+        line = f'<span class="sd-lossy">{esc(tr("stats.lossy", lang))}</span> '
     if spec is not None and spec.settings.get("recorded") is not None:  # recorded.py: the run the page opens on
-        note += recorded_note(spec, lang)
-    status = f"<div><small>{esc(running)}</small></div>" if running else ""
-    if pending:  # room for the baseline's progress bar, which gradio draws over the bottom of the stats (style.py)
-        status = f'<div class="sd-bar-room" title="{esc(running)}"></div>'
-    return f'{note}<div class="sd-cards">{"".join(cards)}</div>{status}'
+        line += recorded_note(spec, lang)
+    elif progress is not None:
+        line += progress_bar(*progress, running)
+    elif running:
+        line += f'<span class="sd-status">{esc(running)}</span>'
+    return f'<div class="sd-cards">{"".join(cards)}</div><div class="sd-line">{line}</div>'
+
+
+def progress_bar(done: int, total: int, label: str) -> str:
+    """The baseline's progress, drawn in the stats' own line with every update (gradio's tracker, redrawn between
+    a generator's updates, blinked: shown in 27 of 45 samples), so it shows steadily until the baseline ends."""
+    pct = 100 * min(done, total) / total if total else 0
+    return (f'<div class="sd-bar" role="progressbar" aria-valuemin="0" aria-valuemax="{total}" '
+            f'aria-valuenow="{done}" aria-label="{esc(label)}"><div class="sd-bar-fill" style="width: {pct:.1f}%">'
+            f'</div><span>{esc(label)}</span></div>')
 
 
 # The CPU's bf16 matrix units, as the recorded note names them: the recorded speed-up depends on them (with AMX a
@@ -281,7 +295,7 @@ def recorded_note(spec: Trace, lang: str | None = None) -> str:
     text = tr("stats.recorded", lang, pair=s.get("pair", "?"), strategy=name, size=size,
               t=f"{s.get('temperature', 0):g}", seed=s.get("seed", "?"), date=rec.get("date", "?"), machine=machine)
     tip = tr(RECORDED_TIP_KEY[strategy == "tree"], lang)
-    return f'<div class="sd-recorded" title="{esc(tip)}">{esc(text)}</div>'
+    return f'<span class="sd-recorded" title="{esc(tip)}">{esc(text)}</span>'
 
 
 def done_status(spec: Trace, lang: str | None = None) -> str:

@@ -30,7 +30,8 @@ TOKENS = """
 .sd-bonus { background: BON_FILL; color: BON_TEXT; font-weight: 700; outline: 1px dotted BON_MARK; }
 .sd-tok.sd-resampled, .sd-tok.sd-bonus { padding: 1px 2px; }
 .sd-piece::after { content: "\\00b7"; opacity: 0.6; }  /* a piece of a character: render.PIECE */
-.sd-legend { display: flex; flex-wrap: wrap; gap: 10px; font-size: 13px; margin: 6px 0; }
+.sd-legend { display: flex; flex-wrap: wrap; gap: 10px; font-size: 14px; margin: 6px 0; }
+.sd-legend small { font-size: 14px; }
 .sd-legend .sd-tok { padding: 1px 6px; }
 .sd-leg { white-space: nowrap; }
 /* "the reply" (page_js.VIEW_JS): the kept text read as Markdown (reply.py), chips kept; "the full story": every
@@ -78,16 +79,23 @@ body:has(#sd-notice) #sd-token-view .html-container {  /* the sentence on a miss
 #sd-notice { border-left: 4px solid #E69F00; padding-left: 8px; }
 /* page_js.CLAMP_JS: a typed number that the control put back inside its range, said under it */
 .sd-clamp-note { font-size: 14px; color: #8A3B00; margin: 4px 0 0; }
-.sd-cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(118px, 1fr)); gap: 8px; }
-.sd-card { border: 1px solid var(--border-color-primary, #ddd); border-radius: 8px; padding: 4px 10px;
-  cursor: help; min-width: 0; overflow-wrap: anywhere; }
-.sd-card b { display: block; font-size: 19px; }
-.sd-card span { font-size: 12px; color: var(--body-text-color-subdued, #666); }
-.sd-pending b { color: var(--body-text-color-subdued, #888); }
-/* the baseline's progress bar (handlers.generate_ui, gr.Progress) sits in a strip under the cards, not over them */
-#sd-stats > [data-testid="status-tracker"] { top: auto !important; bottom: 0; height: 40px; }
+/* the stats (render.stats_html): one row of cards and one line under them, each of fixed height whatever it holds,
+   so that nothing above the reply moves while a run streams (tests/test_stage.py samples it) */
+.sd-cards { display: grid; grid-template-columns: repeat(6, minmax(0, 1fr)); grid-auto-rows: 84px; gap: 8px;
+  height: 84px; overflow: hidden; }
+@media (max-width: 760px) { .sd-cards { grid-template-columns: repeat(3, minmax(0, 1fr)); height: 176px; } }
+.sd-card { border: 1px solid var(--border-color-primary, #ddd); border-radius: 8px; padding: 4px 8px;
+  cursor: help; min-width: 0; overflow: hidden; overflow-wrap: break-word; }
+.sd-card b { display: block; font-size: 19px; white-space: nowrap; }
+.sd-card span { display: block; font-size: 13px; line-height: 1.3; color: #555; }
+.sd-pending b, .sd-stopped b { color: #767676; }
 #sd-stats .html-container.pending { opacity: 1; }  /* the live numbers stay readable while the run streams */
-.sd-bar-room { height: 40px; }
+.sd-line { height: 40px; margin-top: 6px; font-size: 13px; line-height: 20px; overflow: hidden; }
+.sd-line .sd-recorded { display: block; height: 100%; box-sizing: border-box; }
+.sd-bar { position: relative; height: 26px; margin-top: 7px; border-radius: 6px; background: #0072B21f;
+  overflow: hidden; }
+.sd-bar-fill { position: absolute; inset: 0 auto 0 0; background: #0072B2; opacity: 0.35; }
+.sd-bar > span { position: relative; padding: 0 10px; line-height: 26px; white-space: nowrap; }
 /* the film strip: the round, its tokens (they wrap), and its verdict (as wide as it needs, up to 45%; it wraps) */
 .sd-film { font-family: ui-monospace, monospace; font-size: 13px; max-height: 420px; overflow-y: auto; }
 .sd-row { display: grid; grid-template-columns: 4.5em minmax(0, 1fr) fit-content(45%); gap: 8px; align-items: center;
@@ -100,8 +108,8 @@ body:has(#sd-notice) #sd-token-view .html-container {  /* the sentence on a miss
 .sd-cell { border: 1px solid #8886; border-radius: 3px; margin-right: 2px; padding: 0 3px; }
 .sd-caption { font-size: 15px; padding: 4px 0; }
 .sd-lossy { color: #D55E00; font-weight: 700; }
-.sd-recorded { font-size: 13px; border-left: 4px solid #0072B2; background: #0072B214; padding: 4px 8px;
-  margin-bottom: 6px; border-radius: 4px; cursor: help; }
+.sd-recorded { font-size: 13px; border-left: 4px solid #0072B2; background: #0072B214; padding: 0 8px;
+  border-radius: 4px; cursor: help; }
 .sd-keys { font-size: 13px; color: var(--body-text-color-subdued, #666); margin: 2px 0 6px; }
 .sd-keys kbd { font-family: ui-monospace, monospace; font-size: 12px; border: 1px solid #8888; border-bottom-width: 2px;
   border-radius: 4px; padding: 0 5px; background: var(--block-background-fill, #fff); }
@@ -111,8 +119,17 @@ PRESENTER = """
 /* presenter mode: .sd-present on the page's outer column (the toggle in ui.py); sized for a 1280x720 projector */
 .sd-present .sd-text { font-size: 26px; line-height: 1.8; }
 .sd-present .sd-legend { font-size: 18px; }
+/* no text a viewer reads under 16 px (tests/test_stage.py walks every text on the page): gradio's labels, tabs,
+   slider ends and key caps included; max() keeps anything already larger as it is */
+.sd-present :is(span, button, label, kbd, small, input, textarea, p, li, td, th, a, em, strong, code) {
+  font-size: max(16px, 1em); }
+.sd-present .sd-legend small { font-size: 16px; }
+.sd-present .sd-cards { grid-auto-rows: 116px; height: 116px; }
 .sd-present .sd-card b { font-size: 30px; }
 .sd-present .sd-card span { font-size: 16px; }
+.sd-present .sd-line { height: 52px; font-size: 16px; line-height: 24px; }
+.sd-present .sd-bar { height: 34px; margin-top: 9px; }
+.sd-present .sd-bar > span { line-height: 34px; }
 .sd-present .sd-film { font-size: 18px; }
 .sd-present .sd-caption, .sd-present #sd-step-caption, .sd-present #sd-step-caption p { font-size: 24px;
   line-height: 1.4; }
@@ -128,7 +145,10 @@ PRESENTER = """
 .sd-present #sd-header > :not(#sd-switches):not(:has(#sd-notice:not(.hidden))) { display: none; }
 .sd-present #sd-controls > :has(#sd-view) { flex: 0 1 auto !important; width: auto !important; min-width: 0; }
 .sd-present #sd-results { width: 100%; max-width: none; }
-.sd-present #sd-controls > :not(#sd-run-row):not(:has(#sd-view)) { display: none; }
+.sd-present #sd-controls > :not(#sd-run-row):not(:has(#sd-view)):not(:has(#sd-prompt)) { display: none; }
+/* a compact prompt stays, so that a speaker can change it without leaving presenter mode */
+.sd-present #sd-controls > :has(#sd-prompt) { flex: 1 1 100% !important; min-width: 0; }
+.sd-present #sd-prompt textarea { min-height: 0; height: 2.6em !important; font-size: 18px; }
 /* a step key scrolls the tabs to the top of the screen (page_js.KEYS_JS): they are a screen tall, so that it can; one
    screen holds the round's sentence, its tree (scrolling in its own box) and the text so far (its end in view) */
 .sd-present #sd-tabs { min-height: 100vh; }

@@ -245,10 +245,10 @@ def wire_runs(u, wire, view: list) -> None:
         return run
 
     inputs = [c[name] for name in GENERATE_INPUTS] + view + [c["ngram"]] + [c[name] for name in TREE_INPUTS]
-    # the progress shows on the stats only: the baseline's bar (handlers.generate_ui) where its cards wait
+    # no gradio tracker: the stats draw the run's status and the baseline's bar themselves (render.stats_html), in a
+    # line of fixed height, so that nothing above the reply moves or blinks while the run streams
     gen = model_run(u.go_btn.click, handlers.generate_ui, handlers.RUN_OUTPUTS, inputs=inputs,
-                    api_name="generate_stream", api_visibility="undocumented", show_progress="full",
-                    show_progress_on=[u.stats])
+                    api_name="generate_stream", api_visibility="undocumented", show_progress="hidden")
     gen.success(**wire(handlers.select_round, handlers.INSPECT_OUTPUTS), inputs=[u.state, u.round_sl] + view,
                 api_visibility="private")
     u.busy = gr.Checkbox(visible=False)  # carries SUBMIT_JS's finding (Generate disabled: a run is going)
