@@ -297,3 +297,78 @@ def test_presenter_mode_keeps_a_prompt_and_generate(stage):
     stage.wait_for_function("document.querySelector('#sd-token-view').innerText.startsWith('KING LEAR')",
                             timeout=60000)
     idle_within(stage, 180000)
+
+
+# ------------------------------------------------------------------------------------ no word broken (item 7)
+# every run of letters or digits (a CJK character may end a line anywhere, so each is a run of its own) that the
+# browser drew on more than one line, inside `root`
+BROKEN_WORDS_JS = """(root) => {
+  const out = [], walker = document.createTreeWalker(document.querySelector(root), NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const t = walker.currentNode;
+    if (!t.parentElement.getBoundingClientRect().width) continue;
+    for (const m of t.textContent.matchAll(/[^\\s\\u2e80-\\u9fff\\u3000-\\u303f\\uff00-\\uffef]+/g)) {
+      const r = document.createRange();
+      r.setStart(t, m.index);
+      r.setEnd(t, m.index + m[0].length);
+      const tops = new Set([...r.getClientRects()].filter(q => q.width > 0).map(q => Math.round(q.bottom)));
+      if (tops.size > 1) out.push(m[0]);
+    }
+  }
+  return out; }"""
+
+
+def test_the_race_table_breaks_no_word_or_number(stage):
+    stage.get_by_role("tab", name=TABS[stage.locale]["race"]).click()
+    long_run(stage)
+    set_number(stage, "sd-max-new", 24)
+    stage.click("#sd-race-run")
+    stage.wait_for_function("document.querySelectorAll('#sd-race-table tr').length >= 7", timeout=240000)
+    idle_within(stage, 240000)
+    assert stage.evaluate(BROKEN_WORDS_JS, "#sd-race-table") == []
+    table = stage.locator("#sd-race-table table").bounding_box()
+    box = stage.locator("#sd-race-table").bounding_box()
+    assert table["x"] + table["width"] <= box["x"] + box["width"] + 1, "the table fits its box at 1280x720"
+    assert stage.evaluate(BROKEN_WORDS_JS, "#sd-stats") == []
+
+
+# ------------------------------------------------------------------------------------ the pair's name (item 10)
+# the content width of the pair box's input, and the width each choice's label would take in its font
+PAIR_FIT_JS = """(labels) => { const i = document.querySelector('#sd-pair input'), s = getComputedStyle(i);
+  const ctx = document.createElement('canvas').getContext('2d');
+  ctx.font = s.font;
+  const room = i.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight);
+  return {room, widths: labels.map(l => ctx.measureText(l).width), scroll: i.scrollWidth, client: i.clientWidth}; }"""
+
+
+def test_the_pairs_whole_name_is_readable(stage):
+    from specdemo import i18n
+    from specdemo.app.views import pair_line
+    from specdemo.config import PRESETS
+
+    labels = list(PRESETS) + [i18n.MESSAGES[i18n.normalize(stage.locale)]["ui.pair_custom"]]
+    fit = stage.evaluate(PAIR_FIT_JS, labels)
+    assert fit["scroll"] <= fit["client"], fit
+    assert all(w <= fit["room"] for w in fit["widths"]), fit
+    line = pair_line("shakespeare")
+    assert line == "shakespeare-draft \u2192 shakespeare-target"
+    info = stage.locator("#sd-pair [data-testid='block-info'] ~ *, #sd-pair .info, #sd-pair span").filter(has_text=line)
+    assert info.count() >= 1 and info.first.is_visible(), "the models the pair means, on the line above its box"
+    assert stage.evaluate(BROKEN_WORDS_JS, "#sd-pair") == []
+
+
+# ------------------------------------------------------------------------------------ the inspector in view (item 11)
+def test_a_film_strip_click_brings_the_inspector_into_view(stage):
+    stage.locator("#sd-prompt textarea").fill("ROMEO:\n")
+    stage.click("#sd-generate")
+    stage.wait_for_function("/done|完成/.test(document.querySelector('#sd-stats .sd-line').innerText)", timeout=180000)
+    rows = stage.locator("#sd-film .sd-row")
+    stage.locator("#sd-film").scroll_into_view_if_needed()
+    last = rows.nth(min(rows.count(), 12) - 1)  # a row low in the strip
+    last.click()
+    round_no = int(last.get_attribute("data-round")) + 1
+    stage.wait_for_function(f"document.querySelector('#sd-reason').innerText.includes('{round_no}')", timeout=20000)
+    stage.wait_for_timeout(300)
+    for sel in ("#sd-round-row", "#sd-inspector"):
+        top = stage.locator(sel).bounding_box()["y"]
+        assert 0 <= top < 720 - 150, f"{sel} opens on screen (top at {top:.0f} px)"

@@ -350,11 +350,14 @@ def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, progress
         back = (loaded or {}).get("chosen")
         if back is None:  # nothing loaded yet to go back to
             return out | {"custom_box": gr.update(visible=custom)}
-        return out | back | {"custom_box": gr.update(visible=back["pair"] == CUSTOM)}
+        line = views.pair_line(back["pair"], back.get("draft", ""), back.get("target", ""))
+        return out | back | {"pair": gr.update(value=back["pair"], info=line),
+                             "custom_box": gr.update(visible=back["pair"] == CUSTOM)}
     progress(1.0, desc=tr("pair.done", lang))
     desc = pair.describe() | {"chosen": chosen}
     chat = {} if keep_settings else {"value": pair.chat}
     out = {"pair_status": views.pair_info(desc, lang), "custom_box": gr.update(visible=custom), "pair_state": desc,
+           "pair": gr.update(info=views.pair_line(pair_name, draft_id, target_id)),
            "chat": gr.update(**chat, interactive=pair.has_chat_template)}
     if examples:
         out["examples"] = gr.Dataset(samples=[[e] for e in examples])

@@ -17,6 +17,14 @@ element.addEventListener('click', pick);
 element.addEventListener('keydown', (e) => { if (e.key === 'Enter' || e.key === ' ') pick(e); });
 """
 
+# The film strip's rows also bring the round they open into view: the inspector sits under the strip, and a click
+# near the strip's end would open it off screen (the round's sliders, its chart and its reason, from the top).
+FILM_CLICK_JS = CLICK_JS + """
+element.addEventListener('click', (e) => {
+  if (e.target.closest('[data-round]')) document.querySelector('#sd-round-row')?.scrollIntoView({block: 'start'});
+});
+"""
+
 # Step-through keys, on the whole page (render.KEYS shows the same names): next, previous, first round. Keys typed into
 # a field, a slider, a tab list or a dropdown keep their usual meaning, and so do all keys before a run is on screen.
 KEYS_JS = """

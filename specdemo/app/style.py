@@ -96,6 +96,11 @@ body:has(#sd-notice) #sd-token-view .html-container {  /* the sentence on a miss
   overflow: hidden; }
 .sd-bar-fill { position: absolute; inset: 0 auto 0 0; background: #0072B2; opacity: 0.35; }
 .sd-bar > span { position: relative; padding: 0 10px; line-height: 26px; white-space: nowrap; }
+/* the race table (views.race_view): words and numbers whole (gradio's prose breaks them anywhere); the numeric
+   columns never wrap, the names and headers wrap between words, and the table fits its box at 1280x720 */
+#sd-race-table table { table-layout: auto; width: 100%; font-size: 14px; }
+#sd-race-table th, #sd-race-table td { overflow-wrap: normal; word-break: normal; hyphens: none; padding: 4px 6px; }
+#sd-race-table td:nth-child(n+2):nth-child(-n+6) { white-space: nowrap; }
 /* the film strip: the round, its tokens (they wrap), and its verdict (as wide as it needs, up to 45%; it wraps) */
 .sd-film { font-family: ui-monospace, monospace; font-size: 13px; max-height: 420px; overflow-y: auto; }
 .sd-row { display: grid; grid-template-columns: 4.5em minmax(0, 1fr) fit-content(45%); gap: 8px; align-items: center;

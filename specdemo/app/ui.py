@@ -24,7 +24,7 @@ from specdemo.config import DEFAULT_PRESET, NGRAM_RANGE, PRESETS, TREE_DEPTH_RAN
 from specdemo.limits import Limits
 
 from . import experiments, handlers, plots, recorded, render, style, tree_view, views
-from .page_js import CLAMP_JS, CLICK_JS, DETECT_JS, DOWNLOAD_JS, KEYS_JS, LOCALE_JS, SUBMIT_JS, VIEW_JS
+from .page_js import CLAMP_JS, CLICK_JS, DETECT_JS, DOWNLOAD_JS, FILM_CLICK_JS, KEYS_JS, LOCALE_JS, SUBMIT_JS, VIEW_JS
 
 GENERATE_INPUTS = ("pair", "draft", "target", "prompt", "k", "temperature", "top_k", "top_p", "max_new", "seed",
                    "baseline", "lenience", "chat", "strategy")  # then lang, presenter, ngram and TREE_INPUTS
@@ -86,10 +86,9 @@ def talk_controls(u, pair_name: str) -> None:
                       label=L("ui.view"), elem_id="sd-view")
     u.examples = gr.Dataset(components=[c["prompt"]], samples=[[e] for e in preset.examples],
                             label=L("ui.examples"))
-    c["pair"] = gr.Dropdown(
-        choices=[(f"{name}: {p.draft.split('/')[-1]} \u2192 {p.target.split('/')[-1]}", name)
-                 for name, p in PRESETS.items()] + [(L("ui.pair_custom"), handlers.CUSTOM)],
-        value=pair_name, label=L("ui.pair"), elem_id="sd-pair")
+    # the short name in the box, which fits it; the models it means on the line above (views.pair_line)
+    c["pair"] = gr.Dropdown(choices=[(name, name) for name in PRESETS] + [(L("ui.pair_custom"), handlers.CUSTOM)],
+                            value=pair_name, label=L("ui.pair"), info=views.pair_line(pair_name), elem_id="sd-pair")
     with gr.Group(visible=False) as u.custom_box:
         c["draft"] = gr.Textbox(label=L("ui.draft_id"), placeholder=L("ui.draft_placeholder"),
                                 elem_id="sd-draft-id")
@@ -179,8 +178,8 @@ def film_tab(u, limits: Limits, first: dict, n_rounds: int) -> None:
     """The film strip, the round and position sliders, and the round inspector (its chart, then its reason with
     the round's tree below), opened on first["round_sl"]."""
     L = i18n.label
-    u.film = gr.HTML(first["film"], elem_id="sd-film", js_on_load=CLICK_JS)
-    with gr.Row():
+    u.film = gr.HTML(first["film"], elem_id="sd-film", js_on_load=FILM_CLICK_JS)
+    with gr.Row(elem_id="sd-round-row"):
         u.round_sl = gr.Slider(1, max(2, n_rounds), value=first["round_sl"], step=1, label=L("ui.round"),
                                interactive=n_rounds > 1)
         # a chain keeps at most K + 1 tokens a round, a tree at most its depth + 1

@@ -334,6 +334,16 @@ def decoding_info(desc: dict, lang=None) -> str:
     return tr("pair.decoding", lang, mode=shown, note=md_cell(render.esc(note)))
 
 
+def pair_line(pair_name: str, draft_id: str = "", target_id: str = "") -> str:
+    """Which models a pair choice means, as the selector's line under its label ("draft → target"): the selector
+    itself shows the short name only, which fits its box (issue 44: the whole name needed 426 px of its 344)."""
+    if pair_name in PRESETS:
+        draft_id, target_id = PRESETS[pair_name].draft, PRESETS[pair_name].target
+    if not (draft_id and target_id):
+        return ""
+    return f"{str(draft_id).strip().split('/')[-1]} \u2192 {str(target_id).strip().split('/')[-1]}"
+
+
 def pair_info(desc: dict, lang=None) -> str:
     """The loaded pair (Markdown), from ModelPair.describe(): the models and the device, and below them how the pair
     decodes (ModelPair.decoding and decoding_note, which models.static.prepare chose at load)."""
