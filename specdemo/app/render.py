@@ -208,6 +208,8 @@ CARD_KEY = {"spec_tps": "stats.spec_tps", "calls": "stats.calls", "alpha": "stat
 CARD_TIP_KEY = {"spec_tps": "tip.stat_spec_tps", "calls": "tip.stat_calls", "alpha": "tip.stat_alpha",
                 "per_call": "tip.stat_per_call", "base_tps": "tip.stat_base_tps", "speedup": "tip.stat_speedup",
                 "not_measured": "tip.stat_speedup"}
+WAIT_KEY = {"pending": "stats.pending", "stopped": "stats.stopped"}  # a waiting card's word
+WAIT_TIP_KEY = {"pending": "tip.pending", "stopped": "tip.stopped"}  # and what its tooltip adds
 RECORDED_TIP_KEY = {True: "tip.recorded_tree", False: "tip.recorded_chain"}  # the recorded note's terms, plainly
 
 
@@ -216,8 +218,8 @@ def card(value: str, name: str, lang: str | None = None, pending: bool = False, 
     baseline still runs) shows no figure, and says what it waits for; a stopped one (Stop during the baseline) says
     that the figure will not come."""
     wait = "pending" if pending else "stopped" if stopped else ""
-    tip = tr(CARD_TIP_KEY[name], lang) + ("\n" + tr(f"tip.{wait}", lang) if wait else "")
-    label = tr(CARD_KEY[name], lang) + (" \u00b7 " + tr(f"stats.{wait}", lang) if wait else "")
+    tip = tr(CARD_TIP_KEY[name], lang) + ("\n" + tr(WAIT_TIP_KEY[wait], lang) if wait else "")
+    label = tr(CARD_KEY[name], lang) + (" \u00b7 " + tr(WAIT_KEY[wait], lang) if wait else "")
     cls = f"sd-card sd-{wait}" if wait else "sd-card"
     return f'<div class="{cls}" title="{esc(tip)}"><b>{esc(value)}</b><span>{esc(label)}</span></div>'
 

@@ -81,18 +81,18 @@ body:has(#sd-notice) #sd-token-view .html-container {  /* the sentence on a miss
 .sd-clamp-note { font-size: 14px; color: #8A3B00; margin: 4px 0 0; }
 /* the stats (render.stats_html): one row of cards and one line under them, each of fixed height whatever it holds,
    so that nothing above the reply moves while a run streams (tests/test_stage.py samples it) */
-.sd-cards { display: grid; grid-template-columns: repeat(6, minmax(0, 1fr)); grid-auto-rows: 84px; gap: 8px;
-  height: 84px; overflow: hidden; }
+.sd-cards { display: grid; grid-template-columns: repeat(6, minmax(0, 1fr)); grid-auto-rows: 80px; gap: 8px;
+  height: 80px; overflow: hidden; }
 @media (max-width: 760px) { .sd-cards { grid-template-columns: repeat(3, minmax(0, 1fr)); height: 176px; } }
-.sd-card { border: 1px solid var(--border-color-primary, #ddd); border-radius: 8px; padding: 4px 8px;
+.sd-card { border: 1px solid var(--border-color-primary, #ddd); border-radius: 8px; padding: 3px 8px;
   cursor: help; min-width: 0; overflow: hidden; overflow-wrap: break-word; }
 .sd-card b { display: block; font-size: 19px; white-space: nowrap; }
-.sd-card span { display: block; font-size: 13px; line-height: 1.3; color: #555; }
+.sd-card span { display: block; font-size: 13px; line-height: 1.25; color: #555; }
 .sd-pending b, .sd-stopped b { color: #767676; }
 #sd-stats .html-container.pending { opacity: 1; }  /* the live numbers stay readable while the run streams */
-.sd-line { height: 40px; margin-top: 6px; font-size: 13px; line-height: 20px; overflow: hidden; }
+.sd-line { height: 36px; margin-top: 5px; font-size: 13px; line-height: 18px; overflow: hidden; }
 .sd-line .sd-recorded { display: block; height: 100%; box-sizing: border-box; }
-.sd-bar { position: relative; height: 26px; margin-top: 7px; border-radius: 6px; background: #0072B21f;
+.sd-bar { position: relative; height: 26px; margin-top: 5px; border-radius: 6px; background: #0072B21f;
   overflow: hidden; }
 .sd-bar-fill { position: absolute; inset: 0 auto 0 0; background: #0072B2; opacity: 0.35; }
 .sd-bar > span { position: relative; padding: 0 10px; line-height: 26px; white-space: nowrap; }
