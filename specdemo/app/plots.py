@@ -112,7 +112,8 @@ def race(spec: Trace | None, base: Trace | None, lang: str | None = None) -> go.
                         line=dict(strategy_line(run_strategy(spec)), shape="hv"), marker=dict(size=5))
     if base is not None and base.steps:
         fig.add_scatter(x=[0.0] + [s.elapsed_s for s in base.steps], y=list(range(len(base.steps) + 1)),
-                        mode="lines", name=tr("chart.target_only", lang), line=dict(strategy_line("target"), shape="hv"))
+                        mode="lines", name=tr("chart.target_only", lang),
+                        line=dict(strategy_line("target"), shape="hv"))
     return _axes_from_zero(fig)
 
 
