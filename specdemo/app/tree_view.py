@@ -88,7 +88,8 @@ def chip_words(text: str, lang: str | None = None) -> tuple[str, str] | None:
     """What a node shows for a token that has nothing to read on its own: (the chip's words, "special" or "blank");
     None for a token that reads as it is. Special tokens by name (<|im_end|> as "im_end"); an empty token, or a
     piece of a character (U+FFFD), as a piece; a control or format character by its code point; newlines, tabs and
-    spaces named and counted ("↵ newline", "␣ 3 spaces"), and a mix of them by their marks and one word."""
+    spaces named and counted ("↵ newline", "␣ 3 spaces"), and a mix of them by their marks and one word ("↵␣ blank").
+    The words fit a node's chip at 12 px (tests/test_stage_charts.py measures them in Chromium)."""
     if SPECIAL.fullmatch(text):
         return text.removeprefix("<|").removesuffix("|>"), "special"
     if not text.strip("\ufffd"):
