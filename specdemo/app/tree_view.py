@@ -74,8 +74,8 @@ SPECIAL = re.compile(r"<\|[^<>|\s]{1,40}\|>|</?s>|<(unk|pad|bos|eos|mask)>|\[(PA
 NEWLINE = re.compile(r"\r\n|\r|\n")
 WS_GLYPH = {"newline": "\u21b5", "tab": "\u21e5", "space": "\u2423"}
 # catalogue keys, one and several, written out so that tests/test_i18n.py sees every key the code uses
-WS_KEY = {"newline": ("tree.chip_newline", "tree.chip_newlines"), "tab": ("tree.chip_tab", "tree.chip_tabs"),
-          "space": ("tree.chip_space", "tree.chip_spaces")}
+WS_ONE_KEY = {"newline": "tree.chip_newline", "tab": "tree.chip_tab", "space": "tree.chip_space"}
+WS_MANY_KEY = {"newline": "tree.chip_newlines", "tab": "tree.chip_tabs", "space": "tree.chip_spaces"}
 CHIP_X, CHIP_Y, CHIP_H = 5, 3, 20  # where a chip sits inside its node's box, in SVG pixels
 
 
@@ -105,8 +105,8 @@ def chip_words(text: str, lang: str | None = None) -> tuple[str, str] | None:
     if len(kinds) > 1:
         return "".join(WS_GLYPH[k] for k in kinds) + " " + tr("tree.chip_blank", lang), "blank"
     (kind,) = kinds
-    one, many = WS_KEY[kind]
-    return f"{WS_GLYPH[kind]} {tr(one, lang) if counts[kind] == 1 else tr(many, lang, n=counts[kind])}", "blank"
+    n = counts[kind]
+    return f"{WS_GLYPH[kind]} {tr(WS_ONE_KEY[kind], lang) if n == 1 else tr(WS_MANY_KEY[kind], lang, n=n)}", "blank"
 
 
 def chip_svg(words: str, kind: str) -> str:
