@@ -125,6 +125,7 @@ def strategy_race(runs: dict[str, list[tuple[float, int]]], lang: str | None = N
         strategy = label_strategy(label, lang) if i else "target"
         fig.add_scatter(x=[0.0] + [p[0] for p in points], y=[0] + [p[1] for p in points], mode="lines",
                         name=plain(label), line=dict(strategy_line(strategy), shape="hv"))
+    fig.update_layout(height=380)  # six runs' legend takes up to three rows from the figure's foot at 1280x720
     return _axes_from_zero(fig)
 
 
