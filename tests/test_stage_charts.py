@@ -295,8 +295,8 @@ def legend_clear_of_the_axis_title(page, plot: str) -> dict:
 @browser_only
 def test_the_legend_never_covers_the_axis_title_on_the_served_page(browser, app_url):
     """At 1280x720: the empty race chart's axes start at 0; a strategy race draws six lines in six looks, and its
-    legend and the main race chart's stay clear of their x axis titles, in English, in Chinese (the same charts
-    redrawn) and in presenter mode."""
+    legend, the main race chart's and every other shown chart's stay clear of their x axis titles, in English, in
+    Chinese (the same charts redrawn) and in presenter mode."""
     from test_browser import open_page, set_slider
 
     context, page = open_page(browser, app_url, "en-US", 1280, 720)
@@ -323,6 +323,13 @@ def test_the_legend_never_covers_the_axis_title_on_the_served_page(browser, app_
             checks.append((step, plot, got))
             assert got["legend"] and got["title"] and not got["overlap"], (step, plot, got)
             assert got["legend"][1] >= got["title"][3] - 0.5, (step, plot, got)  # the legend sits below the title
+        everywhere = page.eval_on_selector_all(".js-plotly-plot", """ps => ps.filter(p => p.offsetParent).map(p => {
+            const l = p.querySelector('.legend'), t = p.querySelector('.g-xtitle');
+            if (!l || !t) return null;
+            const a = l.getBoundingClientRect(), b = t.getBoundingClientRect();
+            return [p.closest('[id]').id, a.top >= b.bottom - 0.5 || a.bottom <= b.top + 0.5
+                    || a.left >= b.right || a.right <= b.left]; }).filter(Boolean)""")
+        assert len(everywhere) >= 3 and all(clear for _, clear in everywhere), (step, everywhere)  # every chart shown
         race = checks[-2][2]["traces"]
         assert len(race) == 6 and len({tuple(t) for t in race}) == 6, race
         assert sorted((c.upper(), d) for c, d in race) == sorted((s["color"].upper(), s["dash"]) for s in
