@@ -21,8 +21,54 @@ from specdemo.i18n import tr
 
 from .render import PALETTE
 
-LAYOUT = dict(template="plotly_white", height=300, margin=dict(l=50, r=20, t=50, b=45),
-              legend=dict(orientation="h", y=-0.25), font=dict(size=12))
+# The legend sits at the foot of the whole figure (yref "container"): plotly.js reserves its height below the bottom
+# margin, which the x axis's automargin has already widened to hold the tick labels and the axis title, so the
+# legend cannot cover the title however many rows it wraps to (a legend at y = -0.25 of the plot did, issue 44).
+LEGEND = dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0, xanchor="left")
+LAYOUT = dict(template="plotly_white", height=300, margin=dict(l=50, r=20, t=50, b=10), legend=LEGEND,
+              font=dict(size=12), xaxis=dict(automargin=True), yaxis=dict(automargin=True))
+
+# One look per strategy, and one for target-only decoding, in every chart that draws a run (the race, the strategy
+# race, the K sweep, the theory chart's measured point): Okabe & Ito's colour-blind-safe palette ("Color Universal
+# Design", 2008), the five of its colours with at least 3:1 contrast on the white page (WCAG 2.1, 1.4.11: black 21,
+# blue 5.2, vermillion 3.9, bluish green 3.4, reddish purple 3.1), and its orange darkened to #9A6A00 (4.7; the pure
+# orange gives 2.2). Each has its own dash too, so no two look alike in grey or to any colour vision.
+STRATEGY_STYLE = {
+    "target": {"color": "#000000", "dash": "solid"},
+    "fixed": {"color": "#0072B2", "dash": "dash"},
+    "adaptive": {"color": "#D55E00", "dash": "dot"},
+    "lookup": {"color": "#009E73", "dash": "dashdot"},
+    "eagle": {"color": "#CC79A7", "dash": "longdash"},
+    "tree": {"color": "#9A6A00", "dash": "longdashdot"},
+}
+THEORY_STYLE = {"color": "#777777", "dash": "dash"}  # the closed forms: grey, so no strategy is taken for them
+
+
+def strategy_line(strategy: str, width: float = 3) -> dict:
+    """A run's line: its strategy's colour and dash (STRATEGY_STYLE; "target" for target-only decoding)."""
+    return dict(STRATEGY_STYLE[strategy], width=width)
+
+
+def run_strategy(trace: Trace) -> str:
+    """The strategy a speculative run used (its settings; traces from before strategies existed were "fixed")."""
+    strategy = trace.settings.get("strategy", "fixed")
+    return strategy if strategy in STRATEGY_STYLE else "fixed"
+
+
+def label_strategy(label: str, lang: str | None) -> str:
+    """The strategy that a race line's label (views.race_label) names: the longest strategy name it starts with
+    ("EAGLE tree (top-k 4, ...)" starts with "EAGLE tree", not only "EAGLE")."""
+    names = sorted(((tr(f"strategy.{s}", lang), s) for s in STRATEGY_STYLE if s != "target"), key=lambda n: -len(n[0]))
+    return next((s for name, s in names if label.startswith(name)), "fixed")
+
+
+def _axes_from_zero(fig: go.Figure, y_top: float = 1.0) -> go.Figure:
+    """An empty figure's axes from 0 (plotly's autorange for no data runs from -1); a figure with data keeps its
+    own ranges."""
+    if not any(len(t.x or ()) or len(t.y or ()) for t in fig.data):
+        fig.update_xaxes(range=[0, 1], autorange=False)
+        fig.update_yaxes(range=[0, y_top], autorange=False)
+    return fig
 
 
 def _fig(title: str, x: str, y: str) -> go.Figure:
@@ -35,7 +81,7 @@ def present(fig: go.Figure, on: bool) -> go.Figure:
     """Presenter mode: larger type and taller charts, for a 1280x720 projector. Off returns the figure as it is."""
     if on:
         fig.update_layout(font=dict(size=17), title_font_size=24, height=max(fig.layout.height or 300, 300) + 50,
-                          margin=dict(l=70, r=20, t=60, b=60), legend=dict(y=-0.32, font_size=16))
+                          margin=dict(l=70, r=20, t=60, b=10), legend=dict(font_size=16))
         fig.update_traces(selector=dict(type="bar"), textfont_size=16)
     return fig
 
@@ -62,27 +108,25 @@ def race(spec: Trace | None, base: Trace | None, lang: str | None = None) -> go.
             n += len(r.output)
             xs.append(r.elapsed_s)
             ys.append(n)
-        fig.add_scatter(x=xs, y=ys, mode="lines+markers", name=tr("chart.speculative", lang), line=dict(color=PALETTE["accepted"],
-                        shape="hv", width=3), marker=dict(size=5))
+        fig.add_scatter(x=xs, y=ys, mode="lines+markers", name=tr("chart.speculative", lang),
+                        line=dict(strategy_line(run_strategy(spec)), shape="hv"), marker=dict(size=5))
     if base is not None and base.steps:
         fig.add_scatter(x=[0.0] + [s.elapsed_s for s in base.steps], y=list(range(len(base.steps) + 1)),
-                        mode="lines", name=tr("chart.target_only", lang), line=dict(color=PALETTE["baseline"], shape="hv", width=2))
-    return fig
-
-
-RACE_COLOURS = {"fixed": "target", "adaptive": "accepted", "lookup": "bonus", "eagle": "resampled"}
+                        mode="lines", name=tr("chart.target_only", lang),
+                        line=dict(strategy_line("target"), shape="hv"))
+    return _axes_from_zero(fig)
 
 
 def strategy_race(runs: dict[str, list[tuple[float, int]]], lang: str | None = None) -> go.Figure:
     """Tokens generated against wall time for each run of the strategy race: {label: [(seconds, tokens), ...]};
-    the first run is target-only decoding."""
+    the first run is target-only decoding, each other is drawn in the look of the strategy its label names."""
     fig = _fig(tr("chart.strategy_race", lang), tr("chart.race_x", lang), tr("chart.race_y", lang))
     for i, (label, points) in enumerate(runs.items()):
-        key = next((s for s in RACE_COLOURS if tr(f"strategy.{s}", lang) in label), "fixed") if i else None
-        colour = PALETTE["baseline"] if i == 0 else PALETTE[RACE_COLOURS[key]]
+        strategy = label_strategy(label, lang) if i else "target"
         fig.add_scatter(x=[0.0] + [p[0] for p in points], y=[0] + [p[1] for p in points], mode="lines",
-                        name=plain(label), line=dict(color=colour, shape="hv", width=2 if i == 0 else 3))
-    return fig
+                        name=plain(label), line=dict(strategy_line(strategy), shape="hv"))
+    fig.update_layout(height=380)  # six runs' legend takes up to three rows from the figure's foot at 1280x720
+    return _axes_from_zero(fig)
 
 
 def most_kept(rnd: Round) -> int:
@@ -106,7 +150,7 @@ def acceptance_per_round(spec: Trace | None, lang: str | None = None) -> go.Figu
         fig.add_bar(x=[r.index + 1 for r in rs], y=[most_kept(r) - r.n_accepted for r in rs],
                     name=tr("chart.not_accepted", lang), marker_color=PALETTE["rejected"], marker_pattern_shape="/")
         fig.update_layout(barmode="stack")
-    return fig
+    return _axes_from_zero(fig)
 
 
 def accepted_length_histogram(spec: Trace | None, lang: str | None = None) -> go.Figure:
@@ -117,7 +161,7 @@ def accepted_length_histogram(spec: Trace | None, lang: str | None = None) -> go
         counts = [lengths.count(i) for i in range(1, k + 2)]
         fig.add_bar(x=list(range(1, k + 2)), y=counts, marker_color=PALETTE["target"], name=tr("chart.rounds", lang))
         fig.update_xaxes(dtick=1)
-    return fig
+    return _axes_from_zero(fig)
 
 
 def acceptance_by_position(spec: Trace | None, lang: str | None = None) -> go.Figure:
@@ -138,7 +182,7 @@ def acceptance_by_position(spec: Trace | None, lang: str | None = None) -> go.Fi
                         line=dict(color=PALETTE["draft"], dash="dash"))
         fig.update_yaxes(range=[0, 1.15])
         fig.update_xaxes(dtick=1)
-    return fig
+    return _axes_from_zero(fig)
 
 
 def speedup_vs_theory(spec: Trace | None, base: Trace | None, k_max: int = 12, lang: str | None = None) -> go.Figure:
@@ -146,26 +190,26 @@ def speedup_vs_theory(spec: Trace | None, base: Trace | None, k_max: int = 12, l
     if spec is None or not spec.rounds or base is None or not base.steps:
         fig.add_annotation(text=tr("chart.theory_needs_baseline", lang), showarrow=False,
                            x=0.5, y=0.5, xref="paper", yref="paper")
-        return fig
+        return _axes_from_zero(fig)
     if spec.settings.get("strategy") == "tree":  # a tree's round is not K drafts in a row: no E/(cK+1) for it
         m = spec.metrics()
         fig.add_annotation(text=tr("chart.theory_tree", lang, per_call=f"{m['mean_accepted_length']:.2f}",
                                    speedup=f"{m['tokens_per_s'] / base.metrics()['tokens_per_s']:.2f}"),
                            showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-        return fig
+        return _axes_from_zero(fig)
     model = measure(spec.rounds, base.steps, spec.settings["k"])
     a, c, v = model["alpha_empirical"], model["c"], model["verify_cost"]
     ks = list(range(1, k_max + 1))
     fig.add_scatter(x=ks, y=[predicted_speedup(a, k, c) for k in ks], mode="lines",
-                    name=f"E/(cK+1), \u03b1={a:.2f}, c={c:.3f}", line=dict(color=PALETTE["target"]))
+                    name=f"E/(cK+1), \u03b1={a:.2f}, c={c:.3f}", line=THEORY_STYLE)
     fig.add_scatter(x=ks, y=[predicted_speedup(a, k, c, v) for k in ks], mode="lines",
-                    line=dict(dash="dot", color=PALETTE["draft"]), name=tr("chart.verify_cost", lang, v=f"{v:.2f}"))
+                    line=dict(THEORY_STYLE, dash="dot"), name=tr("chart.verify_cost", lang, v=f"{v:.2f}"))
     kb, sb = best_k(a, c, k_max)
     fig.add_scatter(x=[kb], y=[sb], mode="markers+text", text=[tr("chart.best_k", lang, k=kb)], textposition="top center",
                     marker=dict(symbol="star", size=14, color=PALETTE["bonus"]), name=tr("chart.best_k_theory", lang))
     measured = spec.metrics()["tokens_per_s"] / base.metrics()["tokens_per_s"]
     fig.add_scatter(x=[spec.settings["k"]], y=[measured], mode="markers", name=tr("chart.measured", lang),
-                    marker=dict(symbol="diamond", size=13, color=PALETTE["accepted"]))
+                    marker=dict(symbol="diamond", size=13, color=STRATEGY_STYLE[run_strategy(spec)]["color"]))
     fig.add_hline(y=1.0, line=dict(color="#999", width=1))
     return fig
 
@@ -217,22 +261,23 @@ def inspector_empty(lang: str | None = None) -> go.Figure:
     fig = _fig(tr("chart.inspector", lang), tr("chart.token", lang), tr("chart.probability", lang))
     fig.add_annotation(text=tr("chart.inspector_empty", lang), showarrow=False, x=0.5, y=0.5,
                        xref="paper", yref="paper")
-    return fig
+    return _axes_from_zero(fig)
 
 
 def k_sweep(results: list[dict], alpha: float | None, c: float | None, lang: str | None = None) -> go.Figure:
-    """Measured speedup per K (results: [{k, speedup, alpha}]), with the theory curve from the sweep's alpha and c."""
+    """Measured speedup per K (results: [{k, speedup, alpha}]; runs.k_sweep drafts with fixed K), with the theory
+    curve from the sweep's alpha and c."""
     fig = _fig(tr("chart.sweep", lang), "K", tr("chart.speedup_axis", lang))
     if results:
         fig.add_scatter(x=[r["k"] for r in results], y=[r["speedup"] for r in results], mode="lines+markers",
-                        name=tr("chart.measured", lang), line=dict(color=PALETTE["accepted"], width=3))
+                        name=tr("chart.measured", lang), line=strategy_line("fixed"))
     if results and alpha is not None and c is not None:
         ks = list(range(1, max(r["k"] for r in results) + 1))
         fig.add_scatter(x=ks, y=[predicted_speedup(alpha, k, c) for k in ks], mode="lines", name="E/(cK+1)",
-                        line=dict(color=PALETTE["target"], dash="dash"))
+                        line=THEORY_STYLE)
     fig.add_hline(y=1.0, line=dict(color="#999", width=1))
     fig.update_xaxes(dtick=1)
-    return fig
+    return _axes_from_zero(fig, y_top=2)
 
 
 def distribution(tokens: list[str], target_p: list[float], freq: list[float], reference: list[float] | None,

@@ -4,20 +4,22 @@ only; the page's CSS for it is TREE_CSS, which ui.py adds beside style.CSS."""
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from dataclasses import dataclass
 
 from specdemo.engine.captions import round_caption, said, tree_end
 from specdemo.engine.events import Round, Token
 from specdemo.i18n import tr
 
-from .render import PIECE, esc, fmt, kept_texts, visible
+from .render import PIECE, esc, fmt, kept_texts
 
 TREE_CSS = """
 .sd-tree { margin: 6px 0; }
 .sd-tree-title { font-size: 13px; color: var(--body-text-color-subdued, #666); margin-bottom: 2px; }
 .sd-tree-legend { display: flex; flex-wrap: wrap; gap: 4px 12px; font-size: 12px; margin-bottom: 4px; }
 .sd-tree-sw { display: inline-block; width: 1.6em; height: 0.9em; border-radius: 3px; vertical-align: middle;
-  margin-right: 4px; }
+  margin-right: 4px; text-align: center; font: 700 0.9em/0.9em sans-serif; color: #D55E00; }
 .sd-tree-scroll { overflow: auto; max-height: 480px; }
 .sd-tree svg { display: block; width: 100%; height: auto; max-width: var(--w); min-width: min(var(--w), 560px); }
 .sd-tree svg text { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 14px; fill: #111;
@@ -25,15 +27,21 @@ TREE_CSS = """
 .sd-tree-node rect { stroke-width: 1.5; }
 .sd-tree-path rect { fill: #009E73; stroke: #009E73; stroke-width: 3; }
 .sd-tree-refused rect { fill: #D55E00; stroke: #D55E00; stroke-width: 2; stroke-dasharray: 5 3; }
-.sd-tree-refused text { text-decoration: line-through; }
+.sd-tree-mark circle { fill: #fff; stroke: #D55E00; stroke-width: 2; }
+.sd-tree svg .sd-tree-mark text { fill: #D55E00; font-family: sans-serif; font-size: 12px; font-weight: 700; }
+.sd-chip { display: inline-block; box-sizing: border-box; max-width: 100%; overflow: hidden; text-overflow: ellipsis;
+  white-space: nowrap; vertical-align: top; font: 600 12px/16px system-ui, sans-serif; padding: 0 5px;
+  border: 1.5px solid #222; border-radius: 4px; background: #fff; color: #111; }
+.sd-chip-special { background: #222; color: #fff; }
+.sd-tree svg tspan.sd-ws { font-weight: 700; }
+.sd-tree svg text.sd-tok-punct { font-size: 19px; font-weight: 700; }
 .sd-tree-unused { opacity: 0.4; }
 .sd-tree-unused rect { fill: #777; stroke: #888; }
 .sd-tree-root rect { fill: #fff; stroke: #555; stroke-width: 2; }
-.sd-tree-root text { font-weight: 700; }
+.sd-tree-root .sd-tok-text { font-weight: 700; }
 .sd-tree-resampled rect { fill: #0072B2; fill-opacity: 0.3; stroke: #0072B2; stroke-width: 3; }
-.sd-tree-resampled text { text-decoration: underline; }
 .sd-tree-bonus rect { fill: #E69F00; fill-opacity: 0.4; stroke: #9a6a00; stroke-width: 2.5; stroke-dasharray: 2 2; }
-.sd-tree-bonus text { font-weight: 700; }
+.sd-tree-bonus .sd-tok-text { font-weight: 700; }
 .sd-edge { fill: none; stroke: #aaa; stroke-width: 1.5; }
 .sd-edge-path { stroke: #009E73; stroke-width: 3.5; }
 .sd-edge-refused { stroke: #D55E00; stroke-dasharray: 5 3; }
@@ -60,9 +68,77 @@ TREE_SWATCH = {"path": "background: #009E73b0; border: 2px solid #009E73",
 TREE_CHARS = 11  # the characters a node shows (its tooltip has the whole token)
 
 
-def tree_label(text: str) -> str:
-    shown = visible(text)
-    return shown if len(shown) <= TREE_CHARS else shown[: TREE_CHARS - 1] + "\u2026"
+# Tokens that show nothing readable on their own are drawn as chips that name them (issue 44, item 12): a bare "⏎"
+# was faint, and a space or an empty token showed nothing at all.
+SPECIAL = re.compile(r"<\|[^<>|\s]{1,40}\|>|</?s>|<(unk|pad|bos|eos|mask)>|\[(PAD|CLS|SEP|MASK|UNK)\]")
+NEWLINE = re.compile(r"\r\n|\r|\n")
+WS_GLYPH = {"newline": "\u21b5", "tab": "\u21e5", "space": "\u2423"}
+# catalogue keys, one and several, written out so that tests/test_i18n.py sees every key the code uses
+WS_ONE_KEY = {"newline": "tree.chip_newline", "tab": "tree.chip_tab", "space": "tree.chip_space"}
+WS_MANY_KEY = {"newline": "tree.chip_newlines", "tab": "tree.chip_tabs", "space": "tree.chip_spaces"}
+CHIP_X, CHIP_Y, CHIP_H = 5, 3, 20  # where a chip sits inside its node's box, in SVG pixels
+
+
+def invisible(c: str) -> bool:
+    """Whitespace, a line or paragraph separator, a control or a format character (zero-width space, BOM)."""
+    return c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Zs", "Zl", "Zp")
+
+
+def chip_words(text: str, lang: str | None = None) -> tuple[str, str] | None:
+    """What a node shows for a token that has nothing to read on its own: (the chip's words, "special" or "blank");
+    None for a token that reads as it is. Special tokens by name (<|im_end|> as "im_end"); an empty token, or a
+    piece of a character (U+FFFD), as a piece; a control or format character by its code point; newlines, tabs and
+    spaces named and counted ("↵ newline", "␣ 3 spaces"), and a mix of them by their marks and one word ("↵␣ blank").
+    The words fit a node's chip at 12 px (tests/test_stage_charts.py measures them in Chromium)."""
+    if SPECIAL.fullmatch(text):
+        return text.removeprefix("<|").removesuffix("|>"), "special"
+    if not text.strip("\ufffd"):
+        return f"{PIECE} {tr('tree.chip_piece', lang)}", "blank"
+    if not all(invisible(c) for c in text):
+        return None
+    control = next((c for c in NEWLINE.sub("", text) if c != "\t" and unicodedata.category(c) in ("Cc", "Cf")), None)
+    if control is not None:
+        return tr("tree.chip_control", lang, code=f"U+{ord(control):04X}"), "blank"
+    n_newlines, rest = len(NEWLINE.findall(text)), NEWLINE.sub("", text)
+    counts = {"newline": n_newlines, "tab": rest.count("\t"), "space": len(rest) - rest.count("\t")}
+    kinds = [k for k, n in counts.items() if n]
+    if len(kinds) > 1:
+        return "".join(WS_GLYPH[k] for k in kinds) + " " + tr("tree.chip_blank", lang), "blank"
+    (kind,) = kinds
+    n = counts[kind]
+    return f"{WS_GLYPH[kind]} {tr(WS_ONE_KEY[kind], lang) if n == 1 else tr(WS_MANY_KEY[kind], lang, n=n)}", "blank"
+
+
+def chip_svg(words: str, kind: str) -> str:
+    """A bordered chip with words in it, inside a node's box: an HTML span in a foreignObject, so that the browser
+    sizes the border to the words in whatever font it has (an SVG rect would need their width up front)."""
+    return (f'<foreignObject x="{CHIP_X}" y="{CHIP_Y}" width="{TREE_NODE_W - 2 * CHIP_X}" height="{CHIP_H}">'
+            f'<span xmlns="http://www.w3.org/1999/xhtml" class="sd-chip sd-chip-{kind}">{esc(words)}</span>'
+            f"</foreignObject>")
+
+
+def token_svg(text: str, lang: str | None = None) -> str:
+    """A node's token: a chip (chip_words), or its text cut to TREE_CHARS, escaped, with each newline and tab as a
+    bold mark; a lone punctuation mark or symbol larger and bold, so that "," and ";" read from the back."""
+    chip = chip_words(text, lang)
+    if chip is not None:
+        return chip_svg(*chip)
+    shown = NEWLINE.sub("\n", text)
+    shown = shown if len(shown) <= TREE_CHARS else shown[: TREE_CHARS - 1] + "\u2026"
+    marks = {"\n": WS_GLYPH["newline"], "\t": WS_GLYPH["tab"]}
+    inner = "".join(f'<tspan class="sd-ws">{marks[c]}</tspan>' if c in marks else esc(c) for c in shown)
+    punct = " sd-tok-punct" if len(shown) <= 2 and all(unicodedata.category(c)[0] in "PS" for c in shown) else ""
+    return f'<text class="sd-tok-text{punct}" x="7" y="{TREE_NODE_H - 8}">{inner}</text>'
+
+
+CROSS = "\u00d7"  # a refused child's mark, in its node and in the legend's swatch
+
+
+def refused_mark() -> str:
+    """A refused child's cross, on a white disc at the box's corner: the strike-through that marked it ran into
+    one-character tokens (a struck "," read as "-,")."""
+    return (f'<g class="sd-tree-mark"><circle cx="{TREE_NODE_W - 2}" cy="2" r="7"/>'
+            f'<text x="{TREE_NODE_W - 2}" y="6.5" text-anchor="middle">{CROSS}</text></g>')
 
 
 @dataclass
@@ -83,10 +159,11 @@ class TreeLayout:
 def tree_html(rnd: Round, lang: str | None = None, root: str | None = None) -> str:
     """A tree round's draft tree as SVG (empty for other rounds). Depth runs left to right from the root, the last
     fixed token (`root`: its text, where the caller knows it). The target's path runs along the top row in the
-    accepted colour, followed by the token that ended the round (the correction, underlined, or the bonus at a
-    leaf, bold); the children it refused at the path's end are struck through, and the branches it never visited
-    are faded. A node's shade is the head's probability; its tooltip gives that and the target's p. Every token's
-    text is escaped."""
+    accepted colour, followed by the token that ended the round (the correction in the resampled blue, or the bonus
+    at a leaf, bold); the children it refused at the path's end are dashed in vermillion with a cross at the corner
+    (no line through the text, which turned a struck "," into "-,"), and the branches it never visited are faded.
+    Tokens with nothing to read on their own are chips that name them (chip_words). A node's shade is the head's
+    probability; its tooltip gives that and the target's p. Every token's text is escaped."""
     if not rnd.tree:
         return ""
     layout = tree_layout(rnd)
@@ -149,21 +226,21 @@ def tree_node(layout: TreeLayout, nid, lang: str | None, root: str | None) -> st
     kind, (x, y), end_tok = layout.kind[nid], layout.xy[nid], layout.end_tok
     y_end = said(end_tok.text, lang) if end_tok is not None else ""
     if nid == -1:
-        text = "\u2026" if root is None else root or PIECE
+        text = "\u2026" if root is None else root
         tip, shade = tr(TREE_TIP_KEY[kind], lang, x=text if root is None else said(root, lang)), None
     elif nid == "end":
-        text = end_tok.text or PIECE
+        text = end_tok.text
         tip, shade = tr(TREE_TIP_KEY[kind], lang, y=y_end, p=fmt(end_tok.p, lang)), None
     else:
         nd = layout.rnd.tree[nid]
-        text = layout.path_text.get(nid, nd.text) or PIECE  # a path node as the reply has it (kept_texts)
+        text = layout.path_text.get(nid, nd.text)  # a path node as the reply has it (kept_texts)
         shade = 0.1 + 0.75 * min(max(nd.head_p, 0.0), 1.0) ** 0.5  # sqrt: small p stay apart
         tip = node_tip(nd, lang) + "\n" + tr(TREE_TIP_KEY[kind], lang, y=y_end)
     style = f' style="fill-opacity: {shade:.2f}"' if shade is not None else ""
+    mark = refused_mark() if kind == "refused" else ""
     return (f'<g class="sd-tree-node sd-tree-{kind}" data-node="{"root" if nid == -1 else nid}" '
             f'transform="translate({x},{y})"><title>{esc(tip)}</title>'
-            f'<rect width="{TREE_NODE_W}" height="{TREE_NODE_H}" rx="5"{style}/>'
-            f'<text x="7" y="{TREE_NODE_H - 8}">{esc(tree_label(text))}</text></g>')
+            f'<rect width="{TREE_NODE_W}" height="{TREE_NODE_H}" rx="5"{style}/>{token_svg(text, lang)}{mark}</g>')
 
 
 def node_tip(nd, lang: str | None) -> str:
@@ -180,6 +257,6 @@ def node_tip(nd, lang: str | None) -> str:
 
 def tree_legend(lang: str | None = None) -> str:
     """The drawing's key: the path, a refused child, a branch not visited, the two ways a round ends, the shade."""
-    items = "".join(f'<span><span class="sd-tree-sw" style="{TREE_SWATCH[kind]}"></span>{esc(tr(key, lang))}</span>'
-                    for kind, key in TREE_LEGEND_KEY.items())
+    items = "".join(f'<span><span class="sd-tree-sw" style="{TREE_SWATCH[kind]}">{CROSS * (kind == "refused")}'
+                    f'</span>{esc(tr(key, lang))}</span>' for kind, key in TREE_LEGEND_KEY.items())
     return f'<div class="sd-tree-legend">{items}</div>'
