@@ -47,7 +47,7 @@ def test_a_pipe_in_a_token_keeps_the_race_table_whole(spec_text, base_text, lang
     parted = Divergence(position=3, spec_token=7, base_token=9, spec_text=spec_text, base_text=base_text,
                         gap_verify=0.01, gap_step=-0.01, logit=12.0)
     race = {"base_tps": 100.0, "base_n": 8, "base_points": [(0.01, 1), (0.08, 8)],
-            "entries": [{"strategy": "fixed", "k": 3, "tokens_per_s": 150.0, "rounds": 4, "accepted": 0.6,
+            "entries": [{"strategy": "fixed", "k": 3, "tokens_per_s": 150.0, "rounds": 4, "alpha": 0.6,
                          "per_call": 2.0, "points": [(0.05, 8)], "same": parted}]}
     rows = table_cells(views.race_view(race, lang)["race_md"])
     assert len(rows) == 3 and {len(r) for r in rows} == {len(rows[0])} == {7}, rows

@@ -249,7 +249,7 @@ def wire_runs(u, wire, view: list) -> None:
     gen = model_run(u.go_btn.click, handlers.generate_ui, handlers.RUN_OUTPUTS, inputs=inputs,
                     api_name="generate_stream", api_visibility="undocumented", show_progress="hidden")
     gen.success(**wire(handlers.select_round, handlers.INSPECT_OUTPUTS), inputs=[u.state, u.round_sl] + view,
-                api_visibility="private")
+                api_visibility="private", show_progress="hidden")
     u.busy = gr.Checkbox(visible=False)  # carries SUBMIT_JS's finding (Generate disabled: a run is going)
     c["prompt"].submit(handlers.refuse_busy, [u.busy, u.lang], None, js=SUBMIT_JS, api_visibility="private",
                        concurrency_id="notices", concurrency_limit=None, show_progress="hidden")
@@ -274,14 +274,16 @@ def wire_runs(u, wire, view: list) -> None:
 
 
 def wire_browsing(u, wire, view: list) -> None:
-    """Moving through a finished run: the round and position sliders, the film strip, the step-through keys."""
+    """Moving through a finished run: the round and position sliders, the film strip, the step-through keys. None
+    shows gradio's timer: a round opens in a fraction of a second, and a "0.4s" in 12 px over the inspector is noise
+    on a projector."""
+    quiet = dict(api_visibility="private", show_progress="hidden")
     u.round_sl.change(**wire(handlers.select_round, handlers.INSPECT_OUTPUTS), inputs=[u.state, u.round_sl] + view,
-                      api_visibility="private")
+                      **quiet)
     u.pos_sl.release(**wire(handlers.inspect_round, handlers.INSPECT_OUTPUTS[1:]),
-                     inputs=[u.state, u.round_sl, u.pos_sl] + view, api_visibility="private")
+                     inputs=[u.state, u.round_sl, u.pos_sl] + view, **quiet)
     for clickable in (u.film, u.tokens):
-        clickable.click(**wire(handlers.film_click, ("round_sl", "film")), inputs=[u.state, u.lang],
-                        api_visibility="private")
+        clickable.click(**wire(handlers.film_click, ("round_sl", "film")), inputs=[u.state, u.lang], **quiet)
 
     # no queue limit: one session's steps never wait for another's; within a session they take turns on the
     # session's own lock (handlers.step_round), so quick presses each read the cursor the previous one wrote
