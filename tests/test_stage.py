@@ -11,6 +11,7 @@ import re
 
 import pytest
 from conftest import CHROMIUM
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from test_browser import browser, open_page  # noqa: F401  (browser: a fixture)
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian chromium is not installed")
@@ -132,8 +133,16 @@ def check_stop(stage, phase: str) -> None:
                                 f" && !document.querySelector('#sd-stats .sd-recorded') && "
                                 f"!document.querySelector('#sd-stats .sd-stopped') && "
                                 f"document.querySelector('{wait}')", timeout=60000)
-        stage.click("#sd-stop", timeout=5000)
+        try:
+            stage.click("#sd-stop", timeout=3000)
+        except PlaywrightTimeout:  # the run had ended: try again
+            continue
         idle_within(stage)
+        try:  # the stats say so once the cancelled stream has closed (handlers.run_over)
+            stage.wait_for_function(f"/{line}|done|完成/.test(document.querySelector('#sd-stats').innerText)",
+                                    timeout=10000)
+        except PlaywrightTimeout:
+            pass
         stage.wait_for_timeout(500)  # nothing the cancelled run sent afterwards may put 'pending' back
         text = stage.inner_text("#sd-stats")
         if not re.search("done|完成", text):
