@@ -128,9 +128,9 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
     """The Generate button: streams RUN_OUTPUTS, coalesced to one update per UPDATE_INTERVAL_S at most (`coalesced`).
     The text, stats and state change with every update; the charts every CHART_EVERY_S. While the baseline runs,
     its cards wait (a speed-up from part of it would move) and a bar under them counts its tokens
-    (render.progress_bar); the finished run opens the inspector on its first tree round (views.finished). The trace is downloaded in the browser from the
-    trace JSON (page_js.DOWNLOAD_JS, after `trace_of`): a server file would put its path (gradio's cache folder)
-    into the page and the API's answer."""
+    (render.progress_bar); the finished run opens the inspector on its first tree round (views.finished). The trace
+    is downloaded in the browser from the trace JSON (page_js.DOWNLOAD_JS, after `trace_of`): a server file would
+    put its path (gradio's cache folder) into the page and the API's answer."""
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
                    run_baseline, lenience, limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget)
