@@ -234,7 +234,10 @@ def test_the_replys_own_bold_is_not_a_bonus_token(browser):  # noqa: F811
     labels = {0: "accepted", 1: "accepted", 2: "accepted", 3: "bonus"}
     pieces = ["**Avoiding", " Caffeine:**", " Try", " tea"]
     entries = [(ch, i) for i, text in enumerate(pieces) for ch in text]
-    body = markdown_html(entries, lambda key, text, classes: render.span(text, labels[key], "", cls="".join(" " + c for c in classes)))
+    def chip(key, text, classes):
+        return render.span(text, labels[key], "", cls="".join(" " + c for c in classes))
+
+    body = markdown_html(entries, chip)
     page = browser.new_page()
     page.set_content(f"<style>{style.CSS}</style><div class='sd-text'><div class='sd-reply'>{body}</div></div>")
     fills = page.evaluate(CONTRAST_JS.split("const page")[0] + """
@@ -254,16 +257,17 @@ def test_a_run_moves_nothing_above_the_reply_and_opens_its_rounds_in_view(stage)
 
 
 # nothing moves (item 9)
-# after every change the page draws, and every 10 ms, while the run streams: where the reply starts, what sits above it, and whether the baseline's
-# bar shows while its cards wait
+# after every change the page draws, and every 10 ms, while the run streams: where the reply starts, what sits above
+# it, and whether the baseline's bar shows while its cards wait
 WATCH_LAYOUT_JS = """() => { window.sdFrames = [];
   const look = () => {
     const stats = document.querySelector('#sd-stats');
     window.sdFrames.push({reply: document.querySelector('#sd-token-view').getBoundingClientRect().top,
-      stats: stats.getBoundingClientRect().height, legend: document.querySelector('#sd-legend').getBoundingClientRect().height,
+      stats: stats.getBoundingClientRect().height,
+      legend: document.querySelector('#sd-legend').getBoundingClientRect().height,
       pending: !!stats.querySelector('.sd-pending'), bar: !!stats.querySelector('[role=progressbar]'),
-      done: !stats.querySelector('.sd-pending') && !!stats.querySelector('.sd-card') && !stats.querySelector('.sd-recorded')
-            && /done|完成/.test(stats.innerText)});
+      done: !stats.querySelector('.sd-pending') && !!stats.querySelector('.sd-card')
+            && !stats.querySelector('.sd-recorded') && /done|完成/.test(stats.innerText)});
     if (window.sdFrames.at(-1).done) { clearInterval(window.sdWatch); window.sdSeer.disconnect(); } };
   window.sdWatch = setInterval(look, 10);
   window.sdSeer = new MutationObserver(look);
@@ -283,7 +287,8 @@ def check_nothing_moves(stage) -> None:
         assert len(seen) == 1, f"{key} moved: {sorted(seen)}"
     waiting = [f for f in frames if f["pending"]]
     assert len(waiting) > 5, "the baseline's phase was on the page"
-    assert all(f["bar"] for f in waiting), f"the bar blinked: shown in {sum(f['bar'] for f in waiting)} of {len(waiting)}"
+    shown = sum(f["bar"] for f in waiting)
+    assert shown == len(waiting), f"the bar blinked: shown in {shown} of {len(waiting)}"
     assert not frames[-1]["bar"], "the bar goes once the baseline has ended"
 
 

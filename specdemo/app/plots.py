@@ -205,7 +205,8 @@ def speedup_vs_theory(spec: Trace | None, base: Trace | None, k_max: int = 12, l
     fig.add_scatter(x=ks, y=[predicted_speedup(a, k, c, v) for k in ks], mode="lines",
                     line=dict(THEORY_STYLE, dash="dot"), name=tr("chart.verify_cost", lang, v=f"{v:.2f}"))
     kb, sb = best_k(a, c, k_max)
-    fig.add_scatter(x=[kb], y=[sb], mode="markers+text", text=[tr("chart.best_k", lang, k=kb)], textposition="top center",
+    fig.add_scatter(x=[kb], y=[sb], mode="markers+text", text=[tr("chart.best_k", lang, k=kb)],
+                    textposition="top center",
                     marker=dict(symbol="star", size=14, color=PALETTE["bonus"]), name=tr("chart.best_k_theory", lang))
     measured = spec.metrics()["tokens_per_s"] / base.metrics()["tokens_per_s"]
     fig.add_scatter(x=[spec.settings["k"]], y=[measured], mode="markers", name=tr("chart.measured", lang),

@@ -25,8 +25,8 @@ TOKENS = """
 .sd-accepted { background: ACC_FILL; border-bottom: 2px solid ACC_MARK; }
 .sd-rejected { background: REJ_FILL; text-decoration: line-through; text-decoration-thickness: 2px;
   text-decoration-color: REJ_MARK; color: REJ_TEXT; }
-.sd-resampled { background: RES_FILL; color: RES_TEXT; text-decoration: underline double; text-decoration-color: RES_MARK;
-  text-underline-offset: 2px; }
+.sd-resampled { background: RES_FILL; color: RES_TEXT; text-decoration: underline double;
+  text-decoration-color: RES_MARK; text-underline-offset: 2px; }
 .sd-bonus { background: BON_FILL; color: BON_TEXT; font-weight: 700; outline: 1px dotted BON_MARK; }
 .sd-tok.sd-resampled, .sd-tok.sd-bonus { padding: 1px 2px; }
 .sd-piece::after { content: "\\00b7"; opacity: 0.6; }  /* a piece of a character: render.PIECE */

@@ -238,7 +238,8 @@ def wire_runs(u, wire, view: list) -> None:
         say that none is, however it ended (handlers.run_over)."""
         started = trigger(**wire(handlers.run_started, handlers.BUTTON_OUTPUTS), **buttons)
         run = started.then(**wire(fn, outputs), concurrency_id="models", **kwargs)
-        over = dict(**wire(handlers.run_over, handlers.BUTTON_OUTPUTS + ("stats",)), inputs=[u.state, u.lang], **buttons)
+        over = dict(**wire(handlers.run_over, handlers.BUTTON_OUTPUTS + ("stats",)), inputs=[u.state, u.lang],
+                    **buttons)
         run.then(**over)
         run.failure(**over)
         return run
