@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 from transformers.models.qwen3.configuration_qwen3 import Qwen3Config
 
@@ -57,7 +57,9 @@ def verifier(out: Path) -> LlamaForCausalLM:
         for p in model.parameters():
             p.normal_(0, 0.4)
     model.to(torch.bfloat16).save_pretrained(out / "verifier")
-    return model.float().eval()
+    # read back from the saved files in float32: a model cast to bf16 and back keeps RoPE frequencies rounded to
+    # bf16 (its unsaved inv_freq buffer), which a model loaded from the files does not have
+    return LlamaForCausalLM.from_pretrained(out / "verifier", dtype=torch.float32).eval()
 
 
 def layer_config(kind: str):
@@ -94,7 +96,13 @@ def speculator(kind: str, target: LlamaForCausalLM, out: Path, seed: int) -> Eag
             else:
                 p.normal_(0, 0.35)
     model.to(torch.bfloat16).save_pretrained(out / f"head-{kind}")
-    return model.float().eval()
+    # a fresh module holding the saved bf16 values in float32 (fresh RoPE frequencies, as for the verifier)
+    fresh = Eagle3DraftModel(config)
+    saved = load_file(str(out / f"head-{kind}" / "model.safetensors"))
+    missing, unexpected = fresh.load_state_dict({k: v.float() if v.is_floating_point() else v
+                                                 for k, v in saved.items()}, strict=False)
+    assert not unexpected and all(k.startswith("verifier_") for k in missing), (missing, unexpected)
+    return fresh.float().eval()
 
 
 def causal(n: int, past: int) -> torch.Tensor:
