@@ -110,6 +110,11 @@ class Eagle3Head(nn.Module):
         head.lm_rows = head.lm_head.weight
         return head
 
+    @property
+    def published_name(self) -> str:
+        """The head's public name (a Hub id, or local:<folder>): captions and the trace name the head by it."""
+        return self.cfg.name
+
     def embedder(self, target) -> nn.Module:
         """The embedding the head reads tokens through: its own where it has one, else the target's."""
         return self.embed_tokens if self.embed_tokens is not None else target.get_input_embeddings()

@@ -290,3 +290,16 @@ def load_eagle3(source: str, target, target_name: str, dtype: torch.dtype, devic
     head = Eagle3Head(cfg)
     load_weights(head, files, shapes, cfg.target_vocab_size)
     return head.attach(target, dtype, device)
+
+
+def attach_eagle3(pair, source: str, dtype: torch.dtype | None = None) -> None:
+    """Give `pair` the EAGLE-3 head at `source` (in `dtype`; None: pick_dtype's choice for a head), in place of any
+    head of its own, or raise ModelLoadError (one sentence) and leave the pair as it was. The head must fit in the
+    model memory cap beside its pair (devices.model_budget_bytes)."""
+    from .devices import model_budget_bytes, pick_dtype
+    from .loading import pair_bytes
+
+    left = model_budget_bytes(pair.device) - pair_bytes(pair)
+    head = load_eagle3(source, pair.target, pair.target_id if not is_local(pair.target_id) else pair.target_label,
+                       dtype or pick_dtype(pair.device, "head"), pair.device, left)
+    pair.head, pair.head_error = head, None

@@ -173,8 +173,9 @@ def preset_target(name: str) -> str:
 
 def load_pair_uncached(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None = None, dtype: DTypeArg = None,
                        draft_dtype: DTypeArg = None, target_dtype: DTypeArg = None,
-                       decoding: str | None = None) -> ModelPair:
-    """Load a pair. Each model's dtype: draft_dtype / target_dtype, else dtype (both), else the environment
+                       decoding: str | None = None, head: str | None = None) -> ModelPair:
+    """Load a pair, with the EAGLE-3 head `head` (a folder or Hub id; eagle3_files) in place of any of its own. Each
+    model's dtype: draft_dtype / target_dtype, else dtype (both), else the environment
     (SPECDEMO_DRAFT_DTYPE, SPECDEMO_TARGET_DTYPE, SPECDEMO_DTYPE), else automatic by role (pick_dtype). How it
     decodes: `decoding` (static.MODES), else SPECDEMO_DECODING, else auto (static.prepare)."""
     name, draft_id, target_id = resolve(pair)
@@ -195,6 +196,10 @@ def load_pair_uncached(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str
         from .eagle import attach_head
 
         attach_head(loaded, Path(PRESETS[name].eagle_head), want_d)  # a draft dtype asked for holds for the head
+    if head:  # a published head: checked against the target, refused in one sentence before anything runs
+        from .eagle3_files import attach_eagle3
+
+        attach_eagle3(loaded, head, want_d)
     loaded.token_text(0)  # build the token table now, not inside the first request
     static.prepare(loaded, decoding)  # static caches and CUDA graphs where they run: made now, not in the first request
     return loaded
@@ -312,8 +317,10 @@ def _reserve(key: tuple, need: int) -> None:
 
 
 def load_pair(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None = None, dtype: DTypeArg = None,
-              draft_dtype: DTypeArg = None, target_dtype: DTypeArg = None, decoding: str | None = None) -> ModelPair:
-    """Load (or fetch from the LRU) a draft/target pair. The LRU holds SPECDEMO_MAX_PAIRS pairs (default 2).
+              draft_dtype: DTypeArg = None, target_dtype: DTypeArg = None, decoding: str | None = None,
+              head: str | None = None) -> ModelPair:
+    """Load (or fetch from the LRU) a draft/target pair, with the published EAGLE-3 head `head` (a folder or Hub
+    id, models/eagle3_files.py) if given. The LRU holds SPECDEMO_MAX_PAIRS pairs (default 2).
 
     dtype sets both models' dtype, draft_dtype / target_dtype one each, and decoding how it decodes (see
     load_pair_uncached); a pair asked for with a decoding is cached apart from the one the environment decides. A
@@ -323,7 +330,7 @@ def load_pair(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None =
     """
     _, draft_id, target_id = resolve(pair)
     want = (requested_dtype("draft", draft_dtype, dtype), requested_dtype("target", target_dtype, dtype))
-    key = (draft_id, target_id, str(pick_device(device)), *want, decoding)
+    key = (draft_id, target_id, str(pick_device(device)), *want, decoding) + ((head.strip(),) if head else ())
     with _CACHE_LOCK:  # held only to look up: a download or a load never stalls other sessions' cached pairs
         if (hit := _cached(key)) is not None:
             return hit
@@ -334,7 +341,8 @@ def load_pair(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None =
                 return hit
         try:
             _reserve(key, load_bytes(draft_id, target_id, torch.device(key[2]), want))
-            loaded = load_pair_uncached(pair, device, draft_dtype=want[0], target_dtype=want[1], decoding=decoding)
+            loaded = load_pair_uncached(pair, device, draft_dtype=want[0], target_dtype=want[1], decoding=decoding,
+                                        head=head)
         except BaseException:
             with _CACHE_LOCK:
                 _LOADING.pop(key, None)
