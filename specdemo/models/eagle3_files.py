@@ -240,7 +240,7 @@ def load_weights(head: Eagle3Head, files: list[Path], shapes: dict, vocab: int) 
     theirs = {SAVED[k]: shape for k, (shape, _) in shapes.items() if k in SAVED}
     for key, shape in want.items():
         if theirs.get(key) != shape:
-            raise refuse("err.eagle3_weight", head=name, key=key, shape=list(theirs.get(key) or ()), want=list(shape))
+            raise refuse("err.eagle3_weight", head=name, weight=key, shape=list(theirs.get(key) or ()), want=list(shape))
     state = {}
     try:
         for f in files:
@@ -286,7 +286,7 @@ def load_eagle3(source: str, target, target_name: str, dtype: torch.dtype, devic
     shapes = read_header(files, name)
     need = head_bytes(shapes, dtype)
     if budget_left is not None and need > budget_left:
-        raise refuse("err.eagle3_memory", head=name, need=f"{need / 1e9:.2f}", left=f"{max(0, budget_left) / 1e9:.2f}")
+        raise refuse("err.eagle3_memory", head=name, need=f"{need / 1e6:.1f}", left=f"{max(0, budget_left) / 1e6:.1f}")
     head = Eagle3Head(cfg)
     load_weights(head, files, shapes, cfg.target_vocab_size)
     return head.attach(target, dtype, device)
