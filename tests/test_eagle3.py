@@ -24,7 +24,8 @@ from specdemo.engine.speculative import speculative_rounds
 from specdemo.engine.tree_drafter import TreeDrafter
 from specdemo.models import ModelLoadError
 from specdemo.models.eagle3 import Eagle3Head
-from specdemo.models.eagle3_files import attach_eagle3, load_eagle3
+from specdemo.models.eagle3_files import load_eagle3
+from specdemo.models.loading import attach_eagle3
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "eagle3"

@@ -19,7 +19,8 @@ from test_eagle3 import FIXTURE, ROOT, verifier_folder
 from specdemo import load_pair
 from specdemo.i18n import tr
 from specdemo.models import ModelLoadError
-from specdemo.models.eagle3_files import attach_eagle3, load_eagle3
+from specdemo.models.eagle3_files import load_eagle3
+from specdemo.models.loading import attach_eagle3
 
 
 @pytest.fixture(scope="module")

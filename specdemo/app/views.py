@@ -277,12 +277,13 @@ def dist_view(dist: dict | None, lang=None, presenter=False) -> dict:
 # ------------------------------------------------------------------------------------------------ the page
 
 
-def strategy_choices(pair_name):
+def strategy_choices(pair_name, custom_head: bool = False):
     """The strategy selector's choices for a pair: eagle and tree only where the pair has a head (a pure function of
-    the preset, so a pair change updates it without loading anything)."""
+    the preset, so a pair change updates it without loading anything; a custom pair loaded with an EAGLE-3 head
+    says so with custom_head)."""
     choices = [(i18n.label("strategy.fixed"), "fixed"), (i18n.label("strategy.adaptive"), "adaptive"),
                (i18n.label("strategy.lookup"), "lookup")]
-    if has_head(pair_name):
+    if has_head(pair_name) or custom_head:
         choices += [(i18n.label("strategy.eagle"), "eagle"), (i18n.label("strategy.tree"), "tree")]
     return choices
 

@@ -139,8 +139,6 @@ class Eagle3Head(nn.Module):
         """cos/sin [n, head_dim] for positions 0..n-1, from transformers' rotary embedding for the layer's config
         (so Llama 3's scaled frequencies, YaRN and the rest are computed as the layer's own model does), float32."""
         if self._rope is None or self._rope[0].shape[0] < n or self._rope[0].device != torch.device(device):
-            from .eagle3_files import rotary_for
-
             size = max(n, 2048)
             rotary = rotary_for(self.cfg).to(device)
             probe = torch.zeros(1, size, 1, device=device, dtype=torch.float32)
@@ -185,3 +183,16 @@ class Eagle3Head(nn.Module):
         cfg = self.cfg
         return (f"EAGLE-3 head {cfg.name} ({cfg.layer_type} layer, draft vocabulary {cfg.draft_vocab_size}, "
                 f"aux layers {list(cfg.aux_ids)})")
+
+
+def rotary_for(cfg: Eagle3Config) -> torch.nn.Module:
+    """transformers' rotary embedding for the head's layer config (its rope fields only; no code is loaded)."""
+    from transformers import LlamaConfig, Qwen3Config
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
+
+    config_class, rotary = ((LlamaConfig, LlamaRotaryEmbedding) if cfg.layer_type == "llama"
+                            else (Qwen3Config, Qwen3RotaryEmbedding))
+    config = config_class(hidden_size=cfg.hidden_size, num_attention_heads=cfg.num_heads, head_dim=cfg.head_dim,
+                          num_key_value_heads=cfg.num_kv_heads, **cfg.rope)
+    return rotary(config)

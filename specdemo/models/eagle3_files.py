@@ -32,10 +32,6 @@ OTHER_TYPES = {"dflash": "DFlash", "dflash2": "DFlash-2", "mtp": "MTP", "peagle"
 AUTHORS_ARCH = "LlamaForCausalLMEagle3"  # the EAGLE authors' config names this architecture
 
 
-def refuse(key: str, **params) -> ModelLoadError:
-    return ModelLoadError(key, **params)
-
-
 # ------------------------------------------------------------------------------------------------ where it is
 def head_folder(source: str) -> Path:
     """A local folder, or a Hub id fetched into the Hub cache: config.json and the safetensors files only (never
@@ -44,17 +40,17 @@ def head_folder(source: str) -> Path:
     if is_local(source) or Path(source).expanduser().is_dir():
         folder = Path(source).expanduser()
         if not folder.is_dir():
-            raise refuse("err.eagle3_missing", head=display_id(source), file="folder")
+            raise ModelLoadError("err.eagle3_missing", head=display_id(source), file="folder")
         return folder
     if hub_offline() or not hub_reachable():
-        raise refuse("err.eagle3_offline", head=source)
+        raise ModelLoadError("err.eagle3_offline", head=source)
     from huggingface_hub import snapshot_download
 
     try:
         return Path(snapshot_download(source, allow_patterns=["config.json", "*.safetensors",
                                                               "model.safetensors.index.json"]))
     except Exception as err:  # a missing or gated repository, a network failure mid-download
-        raise refuse("err.eagle3_fetch", head=source, error=type(err).__name__) from None
+        raise ModelLoadError("err.eagle3_fetch", head=source, error=type(err).__name__) from None
 
 
 # ------------------------------------------------------------------------------------------------ config.json
@@ -62,11 +58,11 @@ def read_json(folder: Path, name: str, head: str, file: str) -> dict:
     try:
         meta = json.loads((folder / file).read_text())
     except FileNotFoundError:
-        raise refuse("err.eagle3_missing", head=head, file=file) from None
+        raise ModelLoadError("err.eagle3_missing", head=head, file=file) from None
     except (OSError, ValueError) as err:
-        raise refuse("err.eagle3_truncated", head=head, file=file, error=type(err).__name__) from None
+        raise ModelLoadError("err.eagle3_truncated", head=head, file=file, error=type(err).__name__) from None
     if not isinstance(meta, dict):
-        raise refuse("err.eagle3_truncated", head=head, file=file, error="not an object")
+        raise ModelLoadError("err.eagle3_truncated", head=head, file=file, error="not an object")
     return meta
 
 
@@ -77,12 +73,12 @@ def read_config(folder: Path, name: str) -> Eagle3Config:
     if kind is None and AUTHORS_ARCH in (meta.get("architectures") or []):
         return config_from(meta, meta, (), {}, name)  # aux ids fixed once the target's depth is known
     if kind is None:
-        raise refuse("err.eagle3_config", head=name, what="it names no speculators_model_type")
+        raise ModelLoadError("err.eagle3_config", head=name, what="it names no speculators_model_type")
     if kind != "eagle3":
-        raise refuse("err.eagle3_type", head=name, kind=OTHER_TYPES.get(str(kind), repr(str(kind)[:40])))
+        raise ModelLoadError("err.eagle3_type", head=name, kind=OTHER_TYPES.get(str(kind), repr(str(kind)[:40])))
     layer = meta.get("transformer_layer_config")
     if not isinstance(layer, dict):
-        raise refuse("err.eagle3_config", head=name, what="it has no transformer_layer_config")
+        raise ModelLoadError("err.eagle3_config", head=name, what="it has no transformer_layer_config")
     ids = meta.get("eagle_aux_hidden_state_layer_ids") or ()
     verifier = (meta.get("speculators_config") or {}).get("verifier") or {}
     return config_from(meta, layer, tuple(ids), verifier, name)
@@ -91,11 +87,11 @@ def read_config(folder: Path, name: str) -> Eagle3Config:
 def config_from(meta: dict, layer: dict, aux_ids: tuple, verifier: dict, name: str) -> Eagle3Config:
     kind = layer.get("model_type", "llama")
     if kind not in LAYER_TYPES:
-        raise refuse("err.eagle3_layer", head=name, what=f"a {str(kind)[:40]} layer")
+        raise ModelLoadError("err.eagle3_layer", head=name, what=f"a {str(kind)[:40]} layer")
     if layer.get("num_hidden_layers", 1) != 1:
-        raise refuse("err.eagle3_layer", head=name, what=f"{layer.get('num_hidden_layers')} layers")
+        raise ModelLoadError("err.eagle3_layer", head=name, what=f"{layer.get('num_hidden_layers')} layers")
     if layer.get("hidden_act", "silu") != "silu" or layer.get("layer_types") not in (None, ["full_attention"]):
-        raise refuse("err.eagle3_layer", head=name, what="a layer other than full attention with SwiGLU")
+        raise ModelLoadError("err.eagle3_layer", head=name, what="a layer other than full attention with SwiGLU")
     try:
         h, nh = int(layer["hidden_size"]), int(layer["num_attention_heads"])
         rope = {k: layer[k] for k in ("rope_parameters", "rope_scaling", "rope_theta", "max_position_embeddings",
@@ -113,23 +109,10 @@ def config_from(meta: dict, layer: dict, aux_ids: tuple, verifier: dict, name: s
             attention_bias=bool(layer.get("attention_bias", False)), mlp_bias=bool(layer.get("mlp_bias", False)),
             rope=rope, verifier=dict(verifier), name=name)
     except (KeyError, TypeError, ValueError) as err:
-        raise refuse("err.eagle3_config", head=name, what=f"a field is missing or malformed ({err})") from None
+        raise ModelLoadError("err.eagle3_config", head=name, what=f"a field is missing or malformed ({err})") from None
     if cfg.num_heads % cfg.num_kv_heads or cfg.fc_norm and cfg.norm_before_fc:
-        raise refuse("err.eagle3_config", head=name, what="its heads or norms contradict each other")
+        raise ModelLoadError("err.eagle3_config", head=name, what="its heads or norms contradict each other")
     return cfg
-
-
-def rotary_for(cfg: Eagle3Config) -> torch.nn.Module:
-    """transformers' rotary embedding for the head's layer config (its rope fields only; no code is loaded)."""
-    from transformers import LlamaConfig, Qwen3Config
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
-    from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
-
-    config_class, rotary = ((LlamaConfig, LlamaRotaryEmbedding) if cfg.layer_type == "llama"
-                            else (Qwen3Config, Qwen3RotaryEmbedding))
-    config = config_class(hidden_size=cfg.hidden_size, num_attention_heads=cfg.num_heads, head_dim=cfg.head_dim,
-                          num_key_value_heads=cfg.num_kv_heads, **cfg.rope)
-    return rotary(config)
 
 
 # ------------------------------------------------------------------------------------------------ the target
@@ -145,20 +128,20 @@ def check_target(cfg: Eagle3Config, target, target_name: str) -> Eagle3Config:
     archs, want = set(getattr(tcfg, "architectures", None) or []), set(cfg.verifier.get("architectures") or [])
     named = str(cfg.verifier.get("name_or_path") or "")
     if (want and archs and not want & archs) or (named and not same_model(named, target_name)):
-        raise refuse("err.eagle3_verifier", head=cfg.name, verifier=named or "/".join(sorted(want)),
+        raise ModelLoadError("err.eagle3_verifier", head=cfg.name, verifier=named or "/".join(sorted(want)),
                      target=target_name)
     if cfg.target_hidden_size != width:
-        raise refuse("err.eagle3_hidden", head=cfg.name, head_width=cfg.target_hidden_size, target=target_name,
+        raise ModelLoadError("err.eagle3_hidden", head=cfg.name, head_width=cfg.target_hidden_size, target=target_name,
                      target_width=width)
     if cfg.target_vocab_size != vocab:
-        raise refuse("err.eagle3_vocab", head=cfg.name, head_vocab=cfg.target_vocab_size, target=target_name,
+        raise ModelLoadError("err.eagle3_vocab", head=cfg.name, head_vocab=cfg.target_vocab_size, target=target_name,
                      target_vocab=vocab)
     if not cfg.aux_ids:
         cfg = replace(cfg, aux_ids=(2, n_layers // 2, n_layers - 3))  # the EAGLE code's fixed choice
     if any(k == n_layers for k in cfg.aux_ids):
-        raise refuse("err.eagle3_aux_last", head=cfg.name, id=n_layers)
+        raise ModelLoadError("err.eagle3_aux_last", head=cfg.name, id=n_layers)
     if not all(0 <= k < n_layers for k in cfg.aux_ids) or len(set(cfg.aux_ids)) != len(cfg.aux_ids):
-        raise refuse("err.eagle3_aux", head=cfg.name, ids=list(cfg.aux_ids), target=target_name, n=n_layers,
+        raise ModelLoadError("err.eagle3_aux", head=cfg.name, ids=list(cfg.aux_ids), target=target_name, n=n_layers,
                      last=n_layers - 1)
     return cfg
 
@@ -180,7 +163,7 @@ def weight_files(folder: Path, name: str) -> list[Path]:
     if (folder / "model.safetensors.index.json").exists():
         index = read_json(folder, name, name, "model.safetensors.index.json").get("weight_map") or {}
         return [folder / f for f in sorted(set(index.values()))]
-    raise refuse("err.eagle3_missing", head=name, file="model.safetensors")
+    raise ModelLoadError("err.eagle3_missing", head=name, file="model.safetensors")
 
 
 def read_header(files: list[Path], name: str) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -195,9 +178,9 @@ def read_header(files: list[Path], name: str) -> dict[str, tuple[tuple[int, ...]
                     sl = handle.get_slice(key)
                     shapes[key] = (tuple(sl.get_shape()), sl.get_dtype())
         except FileNotFoundError:
-            raise refuse("err.eagle3_missing", head=name, file=f.name) from None
+            raise ModelLoadError("err.eagle3_missing", head=name, file=f.name) from None
         except (SafetensorError, OSError, ValueError) as err:
-            raise refuse("err.eagle3_truncated", head=name, file=f.name, error=type(err).__name__) from None
+            raise ModelLoadError("err.eagle3_truncated", head=name, file=f.name, error=type(err).__name__) from None
     return {k.replace("midlayer.", "layers.0.").removeprefix("model."): v for k, v in shapes.items()}
 
 
@@ -240,13 +223,13 @@ def load_weights(head: Eagle3Head, files: list[Path], shapes: dict, vocab: int) 
     theirs = {SAVED[k]: shape for k, (shape, _) in shapes.items() if k in SAVED}
     for key, shape in want.items():
         if theirs.get(key) != shape:
-            raise refuse("err.eagle3_weight", head=name, weight=key, shape=list(theirs.get(key) or ()), want=list(shape))
+            raise ModelLoadError("err.eagle3_weight", head=name, weight=key, shape=list(theirs.get(key) or ()), want=list(shape))
     state = {}
     try:
         for f in files:
             state |= load_file(str(f))
     except Exception as err:  # noqa: BLE001 - a file cut short after its header
-        raise refuse("err.eagle3_truncated", head=name, file=f.name, error=type(err).__name__) from None
+        raise ModelLoadError("err.eagle3_truncated", head=name, file=f.name, error=type(err).__name__) from None
     state = {k.replace("midlayer.", "layers.0.").removeprefix("model."): v for k, v in state.items()}
     head.load_state_dict({SAVED[k]: v.float() for k, v in state.items() if k in SAVED}, strict=True)
     head.d2t = target_ids(state.get("d2t"), cfg, vocab)
@@ -258,17 +241,17 @@ def target_ids(d2t: torch.Tensor | None, cfg: Eagle3Config, vocab: int) -> torch
     n = cfg.draft_vocab_size
     if d2t is None:
         if n != vocab:
-            raise refuse("err.eagle3_d2t", head=cfg.name, what=f"is missing for a draft vocabulary of {n}",
+            raise ModelLoadError("err.eagle3_d2t", head=cfg.name, what=f"is missing for a draft vocabulary of {n}",
                          vocab=vocab)
         return torch.arange(n)
     if tuple(d2t.shape) != (n,) or d2t.is_floating_point():
-        raise refuse("err.eagle3_d2t", head=cfg.name, what=f"has shape {list(d2t.shape)}, not [{n}]", vocab=vocab)
+        raise ModelLoadError("err.eagle3_d2t", head=cfg.name, what=f"has shape {list(d2t.shape)}, not [{n}]", vocab=vocab)
     ids = torch.arange(n) + d2t.long()
     if int(ids.min()) < 0 or int(ids.max()) >= vocab:
         bad = int(ids.max()) if int(ids.max()) >= vocab else int(ids.min())
-        raise refuse("err.eagle3_d2t", head=cfg.name, what=f"sends a draft id to {bad}", vocab=vocab)
+        raise ModelLoadError("err.eagle3_d2t", head=cfg.name, what=f"sends a draft id to {bad}", vocab=vocab)
     if (repeats := n - torch.unique(ids).numel()) > 0:
-        raise refuse("err.eagle3_d2t", head=cfg.name, what=f"sends {repeats} draft ids to a target id already taken",
+        raise ModelLoadError("err.eagle3_d2t", head=cfg.name, what=f"sends {repeats} draft ids to a target id already taken",
                      vocab=vocab)
     return ids
 
@@ -286,20 +269,8 @@ def load_eagle3(source: str, target, target_name: str, dtype: torch.dtype, devic
     shapes = read_header(files, name)
     need = head_bytes(shapes, dtype)
     if budget_left is not None and need > budget_left:
-        raise refuse("err.eagle3_memory", head=name, need=f"{need / 1e6:.1f}", left=f"{max(0, budget_left) / 1e6:.1f}")
+        raise ModelLoadError("err.eagle3_memory", head=name, need=f"{need / 1e6:.1f}", left=f"{max(0, budget_left) / 1e6:.1f}")
     head = Eagle3Head(cfg)
     load_weights(head, files, shapes, cfg.target_vocab_size)
     return head.attach(target, dtype, device)
 
-
-def attach_eagle3(pair, source: str, dtype: torch.dtype | None = None) -> None:
-    """Give `pair` the EAGLE-3 head at `source` (in `dtype`; None: pick_dtype's choice for a head), in place of any
-    head of its own, or raise ModelLoadError (one sentence) and leave the pair as it was. The head must fit in the
-    model memory cap beside its pair (devices.model_budget_bytes)."""
-    from .devices import model_budget_bytes, pick_dtype
-    from .loading import pair_bytes
-
-    left = model_budget_bytes(pair.device) - pair_bytes(pair)
-    head = load_eagle3(source, pair.target, pair.target_id if not is_local(pair.target_id) else pair.target_label,
-                       dtype or pick_dtype(pair.device, "head"), pair.device, left)
-    pair.head, pair.head_error = head, None

@@ -20,6 +20,7 @@ from specdemo.config import DEFAULT_PRESET, PRESETS, env_int
 
 from . import static
 from .devices import DTypeArg, model_budget_bytes, packs_bf16, pick_device, pick_dtype, requested_dtype
+from .eagle3_files import load_eagle3
 from .lm import PackedLinear, pack_linears
 from .pair import ModelPair, check_tokenizers
 from .weights import (
@@ -29,6 +30,7 @@ from .weights import (
     find_packaged_file,
     hub_offline,
     hub_reachable,
+    is_local,
     labels,
     load_error,
     offline_for,
@@ -141,7 +143,7 @@ def resolve(pair: str | tuple[str, str]) -> tuple[str, str, str]:
         if pair not in PRESETS:
             raise ModelLoadError("err.unknown_preset", name=repr(pair), presets=", ".join(PRESETS))
         return pair, preset_draft(pair), preset_target(pair)
-    draft_id, target_id = (s.strip() for s in pair)
+    draft_id, target_id = (s.strip() for s in pair[:2])  # a third item is an EAGLE-3 head (load_pair)
     if not draft_id or not target_id:
         raise ModelLoadError("err.both_needed")
     return " -> ".join(labels((draft_id, target_id))), draft_id, target_id
@@ -171,6 +173,17 @@ def preset_target(name: str) -> str:
 # ------------------------------------------------------------------------------------ loading, and the LRU
 
 
+def attach_eagle3(pair: ModelPair, source: str, dtype: torch.dtype | None = None) -> None:
+    """Give `pair` the EAGLE-3 head at `source` (a folder or Hub id; eagle3_files.load_eagle3), in `dtype` (None:
+    pick_dtype's choice for a head), in place of any head of its own; or raise ModelLoadError (one sentence) and
+    leave the pair as it was. The head must fit in the model memory cap beside its pair (model_budget_bytes)."""
+    left = model_budget_bytes(pair.device) - pair_bytes(pair)
+    target = pair.target_id if not is_local(pair.target_id) else pair.target_label
+    head = load_eagle3(source, pair.target, target, dtype or pick_dtype(pair.device, "head"), pair.device, left)
+    pair.head, pair.head_error = head, None
+
+
+
 def load_pair_uncached(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None = None, dtype: DTypeArg = None,
                        draft_dtype: DTypeArg = None, target_dtype: DTypeArg = None,
                        decoding: str | None = None, head: str | None = None) -> ModelPair:
@@ -197,8 +210,6 @@ def load_pair_uncached(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str
 
         attach_head(loaded, Path(PRESETS[name].eagle_head), want_d)  # a draft dtype asked for holds for the head
     if head:  # a published head: checked against the target, refused in one sentence before anything runs
-        from .eagle3_files import attach_eagle3
-
         attach_eagle3(loaded, head, want_d)
     loaded.token_text(0)  # build the token table now, not inside the first request
     static.prepare(loaded, decoding)  # static caches and CUDA graphs where they run: made now, not in the first request
@@ -320,7 +331,8 @@ def load_pair(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None =
               draft_dtype: DTypeArg = None, target_dtype: DTypeArg = None, decoding: str | None = None,
               head: str | None = None) -> ModelPair:
     """Load (or fetch from the LRU) a draft/target pair, with the published EAGLE-3 head `head` (a folder or Hub
-    id, models/eagle3_files.py) if given. The LRU holds SPECDEMO_MAX_PAIRS pairs (default 2).
+    id, models/eagle3_files.py) if given; a custom pair (draft, target, head) names it as its third item, as the
+    page's custom form does. The LRU holds SPECDEMO_MAX_PAIRS pairs (default 2).
 
     dtype sets both models' dtype, draft_dtype / target_dtype one each, and decoding how it decodes (see
     load_pair_uncached); a pair asked for with a decoding is cached apart from the one the environment decides. A
@@ -329,6 +341,8 @@ def load_pair(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None =
     loaded and still held by runs, is refused in one sentence (err.memory_busy) before it reads any weights.
     """
     _, draft_id, target_id = resolve(pair)
+    if not head and isinstance(pair, tuple) and len(pair) > 2:
+        head = pair[2]
     want = (requested_dtype("draft", draft_dtype, dtype), requested_dtype("target", target_dtype, dtype))
     key = (draft_id, target_id, str(pick_device(device)), *want, decoding) + ((head.strip(),) if head else ())
     with _CACHE_LOCK:  # held only to look up: a download or a load never stalls other sessions' cached pairs
