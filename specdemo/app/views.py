@@ -326,6 +326,8 @@ def pair_info(desc: dict, lang=None) -> str:
     loaded = tr("pair.loaded", lang, draft=desc["draft"], draft_m=f"{desc['draft_parameters'] / 1e6:.1f}",
                 target=desc["target"], target_m=f"{desc['target_parameters'] / 1e6:.1f}", device=desc["device"],
                 dtype=desc["dtype"], context=desc["context_window"])
+    if desc.get("head"):  # a published EAGLE-3 head, given with a custom pair (the presets' own heads go unnamed)
+        loaded += tr("pair.head", lang, head=desc["head"])
     decoding = decoding_info(desc, lang)
     return f"{loaded}  \n{decoding}" if decoding else loaded  # on a line of its own (a Markdown line break)
 
