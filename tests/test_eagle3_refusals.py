@@ -193,3 +193,20 @@ def test_the_cli_refuses_a_head_for_another_target_in_one_line(verifier, tmp_pat
     lines = [line for line in out.stderr.splitlines() if line.strip() and "Loading weights" not in line]
     assert lines == ["error: The EAGLE-3 head local:bad-head reads hidden states 32 wide, but the target "
                      "local:tiny-llama-verifier's are 16 wide."]  # one line, no traceback
+
+
+@pytest.mark.parametrize("name", ["qwen3-8b-eagle3", "llama3.1-8b-eagle3"])
+def test_the_gpu_presets_are_listed_with_why_they_cannot_load_on_a_cpu(name):
+    """On this CPU the 8B presets are listed in the pair selector with the reason, and a load (API, CLI, page) is
+    refused with it in one sentence before anything is read or downloaded."""
+    from specdemo.app import views
+    from specdemo.config import PRESETS
+
+    assert PRESETS[name].eagle3_head.startswith("RedHatAI/") and PRESETS[name].needs_gpu_gb == 24
+    assert views.pair_choice(name).endswith("(unavailable: it needs a CUDA GPU with 24 GB, and this server runs on cpu)")
+    assert not views.pair_choice("shakespeare").endswith(")")  # the embedded pairs' lines as before
+    with pytest.raises(ModelLoadError) as err:
+        load_pair(name, device="cpu")
+    assert str(err.value) == (f"The '{name}' pair cannot load here: it needs a CUDA GPU with 24 GB, and this server "
+                              "runs on cpu.")
+    assert "需要" in err.value.text("zh-CN")

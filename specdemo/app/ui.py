@@ -87,8 +87,7 @@ def talk_controls(u, pair_name: str) -> None:
     u.examples = gr.Dataset(components=[c["prompt"]], samples=[[e] for e in preset.examples],
                             label=L("ui.examples"))
     c["pair"] = gr.Dropdown(
-        choices=[(f"{name}: {p.draft.split('/')[-1]} \u2192 {p.target.split('/')[-1]}", name)
-                 for name, p in PRESETS.items()] + [(L("ui.pair_custom"), handlers.CUSTOM)],
+        choices=[(views.pair_choice(name), name) for name in PRESETS] + [(L("ui.pair_custom"), handlers.CUSTOM)],
         value=pair_name, label=L("ui.pair"), elem_id="sd-pair")
     with gr.Group(visible=False) as u.custom_box:
         c["draft"] = gr.Textbox(label=L("ui.draft_id"), placeholder=L("ui.draft_placeholder"),

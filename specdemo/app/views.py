@@ -15,6 +15,7 @@ from specdemo import i18n
 from specdemo.config import PRESETS
 from specdemo.engine.events import Trace
 from specdemo.i18n import tr
+from specdemo.models.loading import preset_unavailable
 
 from . import plots, render, tree_view
 from .validation import has_head
@@ -318,6 +319,15 @@ def decoding_info(desc: dict, lang=None) -> str:
     if not note:
         return tr("pair.decoding_bare", lang, mode=shown)
     return tr("pair.decoding", lang, mode=shown, note=md_cell(render.esc(note)))
+
+
+def pair_choice(name: str) -> str:
+    """A preset's line in the pair selector: 'name: draft -> target', and for a preset this server cannot load (a
+    GPU Space's 8B pairs on a CPU) the reason, in English as the model names are (models.preset_unavailable)."""
+    p = PRESETS[name]
+    line = f"{name}: {p.draft.split('/')[-1]} \u2192 {p.target.split('/')[-1]}"
+    why = preset_unavailable(name)
+    return f"{line} (unavailable: {why})" if why is not None else line
 
 
 def pair_info(desc: dict, lang=None) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from specdemo.config import DEFAULT_PRESET, PRESETS, env_int
+from specdemo.i18n import Msg
 
 from . import static
 from .devices import DTypeArg, model_budget_bytes, packs_bf16, pick_device, pick_dtype, requested_dtype
@@ -173,6 +174,22 @@ def preset_target(name: str) -> str:
 # ------------------------------------------------------------------------------------ loading, and the LRU
 
 
+def preset_unavailable(name, device: str | torch.device | None = None) -> Msg | None:
+    """Why a preset cannot load on this server, in words (None: it can): a preset that names `needs_gpu_gb` loads
+    only on a CUDA GPU whose model memory cap (model_budget_bytes) holds that much. The page lists it anyway, with
+    this reason; a load is refused with it before anything is read."""
+    p = PRESETS.get(name) if isinstance(name, str) else None
+    if p is None or not p.needs_gpu_gb:
+        return None
+    dev = pick_device(device) if not isinstance(device, torch.device) else device
+    if dev.type != "cuda":
+        return Msg("preset.needs_gpu", gb=f"{p.needs_gpu_gb:g}", device=dev.type)
+    cap = model_budget_bytes(dev) / 1e9
+    if cap < p.needs_gpu_gb:
+        return Msg("preset.over_cap", gb=f"{p.needs_gpu_gb:g}", cap=f"{cap:.1f}")
+    return None
+
+
 def attach_eagle3(pair: ModelPair, source: str, dtype: torch.dtype | None = None) -> None:
     """Give `pair` the EAGLE-3 head at `source` (a folder or Hub id; eagle3_files.load_eagle3), in `dtype` (None:
     pick_dtype's choice for a head), in place of any head of its own; or raise ModelLoadError (one sentence) and
@@ -209,6 +226,7 @@ def load_pair_uncached(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str
         from .eagle import attach_head
 
         attach_head(loaded, Path(PRESETS[name].eagle_head), want_d)  # a draft dtype asked for holds for the head
+    head = head or (PRESETS[name].eagle3_head if name in PRESETS else None)
     if head:  # a published head: checked against the target, refused in one sentence before anything runs
         attach_eagle3(loaded, head, want_d)
     loaded.token_text(0)  # build the token table now, not inside the first request
@@ -341,6 +359,8 @@ def load_pair(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None =
     loaded and still held by runs, is refused in one sentence (err.memory_busy) before it reads any weights.
     """
     _, draft_id, target_id = resolve(pair)
+    if (why := preset_unavailable(pair, device)) is not None:  # listed for a GPU Space, refused here in one sentence
+        raise ModelLoadError("err.preset_unavailable", name=repr(pair), why=why)
     if not head and isinstance(pair, tuple) and len(pair) > 2:
         head = pair[2]
     want = (requested_dtype("draft", draft_dtype, dtype), requested_dtype("target", target_dtype, dtype))
