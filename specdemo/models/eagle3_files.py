@@ -12,7 +12,8 @@ it is never read here, nor imported, nor downloaded.
 
 The EAGLE authors' layout (e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B) is the same architecture with other names: a
 Llama config with `draft_vocab_size` at its top level, `midlayer.*` for `layers.0.*`, and no verifier named (the
-target's shapes are still checked). Its aux ids are the EAGLE code's fixed (2, L // 2, L - 3).
+target's shapes are still checked). Its aux ids are `eagle_config.eagle_aux_hidden_state_layer_ids` where the config
+has them (SpecForge writes them there), else the EAGLE code's fixed (2, L // 2, L - 3).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import json
 from pathlib import Path
 
 import torch
+
+from specdemo.i18n import Msg
 
 from .eagle3 import LAYER_TYPES, Eagle3Config, Eagle3Head
 from .weights import ModelLoadError, display_id, hub_offline, hub_reachable, is_local
@@ -70,15 +73,16 @@ def read_config(folder: Path, name: str) -> Eagle3Config:
     """The head's Eagle3Config from config.json alone, or a one-sentence refusal."""
     meta = read_json(folder, name, name, CONFIG_FILE)
     kind = meta.get("speculators_model_type")
-    if kind is None and AUTHORS_ARCH in (meta.get("architectures") or []):
-        return config_from(meta, meta, (), {}, name)  # aux ids fixed once the target's depth is known
+    if kind is None and AUTHORS_ARCH in (meta.get("architectures") or []):  # SpecForge may name the aux ids
+        ids = (meta.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or ()
+        return config_from(meta, meta, tuple(ids), {}, name)  # no ids: the EAGLE code's, once the depth is known
     if kind is None:
-        raise ModelLoadError("err.eagle3_config", head=name, what="it names no speculators_model_type")
+        raise ModelLoadError("err.eagle3_config", head=name, what=Msg("eagle3.no_type"))
     if kind != "eagle3":
         raise ModelLoadError("err.eagle3_type", head=name, kind=OTHER_TYPES.get(str(kind), repr(str(kind)[:40])))
     layer = meta.get("transformer_layer_config")
     if not isinstance(layer, dict):
-        raise ModelLoadError("err.eagle3_config", head=name, what="it has no transformer_layer_config")
+        raise ModelLoadError("err.eagle3_config", head=name, what=Msg("eagle3.no_layer"))
     ids = meta.get("eagle_aux_hidden_state_layer_ids") or ()
     verifier = (meta.get("speculators_config") or {}).get("verifier") or {}
     return config_from(meta, layer, tuple(ids), verifier, name)
@@ -87,11 +91,11 @@ def read_config(folder: Path, name: str) -> Eagle3Config:
 def config_from(meta: dict, layer: dict, aux_ids: tuple, verifier: dict, name: str) -> Eagle3Config:
     kind = layer.get("model_type", "llama")
     if kind not in LAYER_TYPES:
-        raise ModelLoadError("err.eagle3_layer", head=name, what=f"a {str(kind)[:40]} layer")
+        raise ModelLoadError("err.eagle3_layer", head=name, what=Msg("eagle3.layer_type", kind=str(kind)[:40]))
     if layer.get("num_hidden_layers", 1) != 1:
-        raise ModelLoadError("err.eagle3_layer", head=name, what=f"{layer.get('num_hidden_layers')} layers")
+        raise ModelLoadError("err.eagle3_layer", head=name, what=Msg("eagle3.layer_count", n=layer.get("num_hidden_layers")))
     if layer.get("hidden_act", "silu") != "silu" or layer.get("layer_types") not in (None, ["full_attention"]):
-        raise ModelLoadError("err.eagle3_layer", head=name, what="a layer other than full attention with SwiGLU")
+        raise ModelLoadError("err.eagle3_layer", head=name, what=Msg("eagle3.layer_kind"))
     try:
         h, nh = int(layer["hidden_size"]), int(layer["num_attention_heads"])
         rope = {k: layer[k] for k in ("rope_parameters", "rope_scaling", "rope_theta", "max_position_embeddings",
@@ -109,9 +113,9 @@ def config_from(meta: dict, layer: dict, aux_ids: tuple, verifier: dict, name: s
             attention_bias=bool(layer.get("attention_bias", False)), mlp_bias=bool(layer.get("mlp_bias", False)),
             rope=rope, verifier=dict(verifier), name=name)
     except (KeyError, TypeError, ValueError) as err:
-        raise ModelLoadError("err.eagle3_config", head=name, what=f"a field is missing or malformed ({err})") from None
+        raise ModelLoadError("err.eagle3_config", head=name, what=Msg("eagle3.bad_field", error=str(err)[:80])) from None
     if cfg.num_heads % cfg.num_kv_heads or cfg.fc_norm and cfg.norm_before_fc:
-        raise ModelLoadError("err.eagle3_config", head=name, what="its heads or norms contradict each other")
+        raise ModelLoadError("err.eagle3_config", head=name, what=Msg("eagle3.contradicts"))
     return cfg
 
 
@@ -241,18 +245,17 @@ def target_ids(d2t: torch.Tensor | None, cfg: Eagle3Config, vocab: int) -> torch
     n = cfg.draft_vocab_size
     if d2t is None:
         if n != vocab:
-            raise ModelLoadError("err.eagle3_d2t", head=cfg.name, what=f"is missing for a draft vocabulary of {n}",
-                         vocab=vocab)
+            raise ModelLoadError("err.eagle3_d2t", head=cfg.name, what=Msg("eagle3.d2t_missing", n=n), vocab=vocab)
         return torch.arange(n)
     if tuple(d2t.shape) != (n,) or d2t.is_floating_point():
-        raise ModelLoadError("err.eagle3_d2t", head=cfg.name, what=f"has shape {list(d2t.shape)}, not [{n}]", vocab=vocab)
+        raise ModelLoadError("err.eagle3_d2t", head=cfg.name, what=Msg("eagle3.d2t_shape", shape=list(d2t.shape), n=n),
+                             vocab=vocab)
     ids = torch.arange(n) + d2t.long()
     if int(ids.min()) < 0 or int(ids.max()) >= vocab:
         bad = int(ids.max()) if int(ids.max()) >= vocab else int(ids.min())
-        raise ModelLoadError("err.eagle3_d2t", head=cfg.name, what=f"sends a draft id to {bad}", vocab=vocab)
+        raise ModelLoadError("err.eagle3_d2t", head=cfg.name, what=Msg("eagle3.d2t_range", id=bad), vocab=vocab)
     if (repeats := n - torch.unique(ids).numel()) > 0:
-        raise ModelLoadError("err.eagle3_d2t", head=cfg.name, what=f"sends {repeats} draft ids to a target id already taken",
-                     vocab=vocab)
+        raise ModelLoadError("err.eagle3_d2t", head=cfg.name, what=Msg("eagle3.d2t_repeats", n=repeats), vocab=vocab)
     return ids
 
 
