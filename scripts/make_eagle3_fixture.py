@@ -4,7 +4,8 @@ fixed inputs, computed with the package's own modules.
 
 Run it in a throwaway venv (speculators pins transformers below 5.16, the project uses a newer one):
 
-    python3 -m venv /tmp/specvenv && /tmp/specvenv/bin/pip install torch==2.13.0 && /tmp/specvenv/bin/pip install speculators
+    python3 -m venv /tmp/specvenv && /tmp/specvenv/bin/pip install torch==2.13.0
+    /tmp/specvenv/bin/pip install speculators  # 0.9.0 made the fixture (with torch 2.14.1, transformers 5.19)
     /tmp/specvenv/bin/python scripts/make_eagle3_fixture.py tests/fixtures/eagle3
 
 What it writes under OUT (bf16 weights, to keep the fixture small; the reference computes in float32 from those same

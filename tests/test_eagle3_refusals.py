@@ -79,8 +79,8 @@ CASES = {
                               "The EAGLE-3 head local:bad-head was trained for specdemo/tiny-llama-verifier, not for "
                               "the target local:tiny-llama-verifier."),
     "hidden": (dict(config=set_in(("target_hidden_size",), 32)),
-               "The EAGLE-3 head local:bad-head reads hidden states 32 wide, but the target local:tiny-llama-verifier's "
-               "are 16 wide."),
+               "The EAGLE-3 head local:bad-head reads hidden states 32 wide, but the target "
+               "local:tiny-llama-verifier's are 16 wide."),
     "vocab": (dict(config=set_in(("transformer_layer_config", "vocab_size"), 5000)),
               "The EAGLE-3 head local:bad-head maps into a vocabulary of 5000 tokens, but the target "
               "local:tiny-llama-verifier has 4096."),
@@ -97,14 +97,14 @@ CASES = {
                  "The EAGLE-3 head local:bad-head reads layer id 4, the target's last state before its final norm, "
                  "which specdemo does not capture yet."),
     "dflash": (dict(config=set_in(("speculators_model_type",), "dflash")),
-               "The head local:bad-head is a speculator of type DFlash, which is not supported yet: specdemo reads EAGLE-3 "
-               "heads only."),
+               "The head local:bad-head is a speculator of type DFlash, which is not supported yet: specdemo reads "
+               "EAGLE-3 heads only."),
     "mtp": (dict(config=set_in(("speculators_model_type",), "mtp")),
-            "The head local:bad-head is a speculator of type MTP, which is not supported yet: specdemo reads EAGLE-3 heads "
-            "only."),
+            "The head local:bad-head is a speculator of type MTP, which is not supported yet: specdemo reads "
+            "EAGLE-3 heads only."),
     "peagle": (dict(config=set_in(("speculators_model_type",), "peagle")),
-               "The head local:bad-head is a speculator of type P-EAGLE, which is not supported yet: specdemo reads EAGLE-3 "
-               "heads only."),
+               "The head local:bad-head is a speculator of type P-EAGLE, which is not supported yet: specdemo reads "
+               "EAGLE-3 heads only."),
     "two-layers": (dict(config=set_in(("transformer_layer_config", "num_hidden_layers"), 2)),
                    "The EAGLE-3 head local:bad-head has 2 layers, which is not supported yet: specdemo computes one "
                    "Llama or Qwen3 draft layer."),
@@ -203,7 +203,8 @@ def test_the_gpu_presets_are_listed_with_why_they_cannot_load_on_a_cpu(name):
     from specdemo.config import PRESETS
 
     assert PRESETS[name].eagle3_head.startswith("RedHatAI/") and PRESETS[name].needs_gpu_gb == 24
-    assert views.pair_choice(name).endswith("(unavailable: it needs a CUDA GPU with 24 GB, and this server runs on cpu)")
+    assert views.pair_choice(name).endswith("(unavailable: it needs a CUDA GPU with 24 GB, and this server runs on "
+                                            "cpu)")
     assert not views.pair_choice("shakespeare").endswith(")")  # the embedded pairs' lines as before
     with pytest.raises(ModelLoadError) as err:
         load_pair(name, device="cpu")

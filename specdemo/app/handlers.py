@@ -228,9 +228,10 @@ def generate_api(pair: str = DEFAULT_PRESET, prompt: str = PRESETS[DEFAULT_PRESE
     for the head's own; `tree_lookup` (0-16, 0 the default: none) grafts up to that many tokens found by prompt
     lookup onto each top-k tree, nodes marked "copied"; K is not used; each tree round's JSON lists its nodes: id,
     text, parent, depth, head_p, p, on_path). head: a published EAGLE-3 head (vLLM's speculators format, a Hub id)
-    for a custom pair, which then drafts `eagle` and `tree` with it, checked against the target first. Returns {"speculative": trace, "baseline": trace or null}; each trace
-    has text, token_ids, rounds (labels, p, q, r, min(1, p/q), top candidates, timings) and metrics. A run that
-    the time limit ended has no baseline: its settings say "baseline": "not measured".
+    for a custom pair, which then drafts `eagle` and `tree` with it, checked against the target first. Returns
+    {"speculative": trace, "baseline": trace or null}; each trace has text, token_ids, rounds (labels, p, q, r,
+    min(1, p/q), top candidates, timings) and metrics. A run that the time limit ended has no baseline: its
+    settings say "baseline": "not measured".
     """
     limits = Limits.from_env()
     req = validate(pair, draft, target, prompt, k, temperature, top_k, top_p, max_new_tokens, seed, baseline,

@@ -217,7 +217,8 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
         raise UserError(str(err)) from None
     if chat is not None and not isinstance(chat, bool):
         raise UserError("err.chat_value", value=repr(str(chat)[:20]))
-    return Request(pair_key(pair_name, draft_id, target_id, limits, head_id), prompt, sampling, spec, bool(run_baseline), chat)
+    return Request(pair_key(pair_name, draft_id, target_id, limits, head_id), prompt, sampling, spec,
+                   bool(run_baseline), chat)
 
 
 def user_error(err: ModelLoadError | StrategyUnavailable) -> UserError:

@@ -93,7 +93,8 @@ def config_from(meta: dict, layer: dict, aux_ids: tuple, verifier: dict, name: s
     if kind not in LAYER_TYPES:
         raise ModelLoadError("err.eagle3_layer", head=name, what=Msg("eagle3.layer_type", kind=str(kind)[:40]))
     if layer.get("num_hidden_layers", 1) != 1:
-        raise ModelLoadError("err.eagle3_layer", head=name, what=Msg("eagle3.layer_count", n=layer.get("num_hidden_layers")))
+        raise ModelLoadError("err.eagle3_layer", head=name,
+                             what=Msg("eagle3.layer_count", n=layer.get("num_hidden_layers")))
     if layer.get("hidden_act", "silu") != "silu" or layer.get("layer_types") not in (None, ["full_attention"]):
         raise ModelLoadError("err.eagle3_layer", head=name, what=Msg("eagle3.layer_kind"))
     try:
@@ -113,7 +114,8 @@ def config_from(meta: dict, layer: dict, aux_ids: tuple, verifier: dict, name: s
             attention_bias=bool(layer.get("attention_bias", False)), mlp_bias=bool(layer.get("mlp_bias", False)),
             rope=rope, verifier=dict(verifier), name=name)
     except (KeyError, TypeError, ValueError) as err:
-        raise ModelLoadError("err.eagle3_config", head=name, what=Msg("eagle3.bad_field", error=str(err)[:80])) from None
+        raise ModelLoadError("err.eagle3_config", head=name,
+                             what=Msg("eagle3.bad_field", error=str(err)[:80])) from None
     if cfg.num_heads % cfg.num_kv_heads or cfg.fc_norm and cfg.norm_before_fc:
         raise ModelLoadError("err.eagle3_config", head=name, what=Msg("eagle3.contradicts"))
     return cfg
@@ -227,7 +229,8 @@ def load_weights(head: Eagle3Head, files: list[Path], shapes: dict, vocab: int) 
     theirs = {SAVED[k]: shape for k, (shape, _) in shapes.items() if k in SAVED}
     for key, shape in want.items():
         if theirs.get(key) != shape:
-            raise ModelLoadError("err.eagle3_weight", head=name, weight=key, shape=list(theirs.get(key) or ()), want=list(shape))
+            raise ModelLoadError("err.eagle3_weight", head=name, weight=key, shape=list(theirs.get(key) or ()),
+                                 want=list(shape))
     state = {}
     try:
         for f in files:
@@ -272,7 +275,8 @@ def load_eagle3(source: str, target, target_name: str, dtype: torch.dtype, devic
     shapes = read_header(files, name)
     need = head_bytes(shapes, dtype)
     if budget_left is not None and need > budget_left:
-        raise ModelLoadError("err.eagle3_memory", head=name, need=f"{need / 1e6:.1f}", left=f"{max(0, budget_left) / 1e6:.1f}")
+        raise ModelLoadError("err.eagle3_memory", head=name, need=f"{need / 1e6:.1f}",
+                             left=f"{max(0, budget_left) / 1e6:.1f}")
     head = Eagle3Head(cfg)
     load_weights(head, files, shapes, cfg.target_vocab_size)
     return head.attach(target, dtype, device)
