@@ -201,6 +201,30 @@ PRESETS: dict[str, PairPreset] = {
         examples=("ROMEO:\n", "KING HENRY IV:\nSo shaken as we are, so wan with care,\n", "JULIET:\nO, "),
         eagle_head=str(SHAKESPEARE_HEAD),
     ),
+    "gpt2": PairPreset(
+        draft="openai-community/gpt2",
+        target="openai-community/gpt2-xl",
+        description="GPT-2 small (124M) drafting for GPT-2 XL (1.5B), the pair of the DeepMind-paper walkthroughs.",
+        examples=("The meaning of life is", "In a shocking finding, scientists discovered"),
+    ),
+    "pythia": PairPreset(
+        draft="EleutherAI/pythia-70m-deduped",
+        target="EleutherAI/pythia-1.4b-deduped",
+        description="Pythia 70M drafting for Pythia 1.4B (same tokenizer, same training data).",
+        examples=("The capital of France is", "def fibonacci(n):"),
+    ),
+    "smollm2": PairPreset(
+        draft="HuggingFaceTB/SmolLM2-135M",
+        target="HuggingFaceTB/SmolLM2-1.7B",
+        description="SmolLM2 135M drafting for SmolLM2 1.7B.",
+        examples=("Gravity is", "Once upon a time,"),
+    ),
+    "qwen2.5": PairPreset(
+        draft="Qwen/Qwen2.5-0.5B",
+        target="Qwen/Qwen2.5-1.5B",
+        description="Qwen2.5 0.5B drafting for 1.5B; their logits are padded past the tokenizer's vocabulary.",
+        examples=("Speculative decoding works by", "The three laws of thermodynamics are"),
+    ),
     # published EAGLE-3 heads on real 8B targets, for a GPU Space (docs/deploy.md: hardware, sizes, the cards' figures)
     "qwen3-8b-eagle3": PairPreset(
         draft="Qwen/Qwen3-0.6B",
@@ -225,30 +249,6 @@ PRESETS: dict[str, PairPreset] = {
         needs_gpu_gb=24.0,
         strategy="tree",
         temperature=0.6,
-    ),
-    "gpt2": PairPreset(
-        draft="openai-community/gpt2",
-        target="openai-community/gpt2-xl",
-        description="GPT-2 small (124M) drafting for GPT-2 XL (1.5B), the pair of the DeepMind-paper walkthroughs.",
-        examples=("The meaning of life is", "In a shocking finding, scientists discovered"),
-    ),
-    "pythia": PairPreset(
-        draft="EleutherAI/pythia-70m-deduped",
-        target="EleutherAI/pythia-1.4b-deduped",
-        description="Pythia 70M drafting for Pythia 1.4B (same tokenizer, same training data).",
-        examples=("The capital of France is", "def fibonacci(n):"),
-    ),
-    "smollm2": PairPreset(
-        draft="HuggingFaceTB/SmolLM2-135M",
-        target="HuggingFaceTB/SmolLM2-1.7B",
-        description="SmolLM2 135M drafting for SmolLM2 1.7B.",
-        examples=("Gravity is", "Once upon a time,"),
-    ),
-    "qwen2.5": PairPreset(
-        draft="Qwen/Qwen2.5-0.5B",
-        target="Qwen/Qwen2.5-1.5B",
-        description="Qwen2.5 0.5B drafting for 1.5B; their logits are padded past the tokenizer's vocabulary.",
-        examples=("Speculative decoding works by", "The three laws of thermodynamics are"),
     ),
 }
 SHIPPED_DEFAULT = "smollm2-135m"  # the pair the app opens on; an operator may choose another (SPECDEMO_DEFAULT_PAIR)
