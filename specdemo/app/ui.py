@@ -95,6 +95,9 @@ def talk_controls(u, pair_name: str) -> None:
         c["target"] = gr.Textbox(label=L("ui.target_id"), placeholder=L("ui.target_placeholder"),
                                  elem_id="sd-target-id")
         c["head"] = gr.Textbox(label=L("ui.head_id"), placeholder=L("ui.head_placeholder"), elem_id="sd-head-id")
+        # the runs read the head from a State, which is no parameter of their public endpoints: API callers keep
+        # their argument lists, and /generate takes a head by name
+        u.head_state = gr.State("")
         u.load_btn = gr.Button(L("ui.load_pair"), size="sm", elem_id="sd-load")
     u.pair_status = gr.Markdown(elem_id="sd-pair-status")
 
@@ -244,7 +247,7 @@ def wire_runs(u, wire, view: list) -> None:
         return run
 
     inputs = ([c[name] for name in GENERATE_INPUTS] + view + [c["ngram"]] + [c[name] for name in TREE_INPUTS]
-              + [c["head"]])  # the custom pair's EAGLE-3 head, last
+              + [u.head_state])  # the custom pair's EAGLE-3 head, last
     # the progress shows on the stats only: the baseline's bar (handlers.generate_ui) where its cards wait
     gen = model_run(u.go_btn.click, handlers.generate_ui, handlers.RUN_OUTPUTS, inputs=inputs,
                     api_name="generate_stream", api_visibility="undocumented", show_progress="full",
@@ -260,15 +263,15 @@ def wire_runs(u, wire, view: list) -> None:
     common = [c["pair"], c["draft"], c["target"], c["prompt"]]
     sweep = model_run(u.sweep_btn.click, experiments.k_sweep_ui, experiments.SWEEP_OUTPUTS, api_name="k_sweep",
                       inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"], u.k_from,
-                                       u.k_to, c["chat"]] + view + [c["head"]])
+                                       u.k_to, c["chat"]] + view + [u.head_state])
     dist = model_run(u.dist_btn.click, experiments.distribution_ui, experiments.DIST_OUTPUTS,
                      api_name="distribution_check",
                      inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["lenience"], u.n_samples, c["seed"],
                                       c["chat"]] + view + [c["strategy"], c["k"], c["ngram"]]
-                     + [c[n] for n in TREE_INPUTS] + [c["head"]])
+                     + [c[n] for n in TREE_INPUTS] + [u.head_state])
     race = model_run(u.race_btn.click, experiments.strategy_race_ui, experiments.RACE_OUTPUTS, api_name="strategy_race",
                      inputs=common + [c["k"], c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"],
-                                      c["chat"]] + view + [c["ngram"]] + [c[n] for n in TREE_INPUTS] + [c["head"]])
+                                      c["chat"]] + view + [c["ngram"]] + [c[n] for n in TREE_INPUTS] + [u.head_state])
     u.stop_btn.click(**wire(handlers.run_ended, handlers.BUTTON_OUTPUTS), cancels=[gen, sweep, dist, race], **buttons)
     u.download_btn.click(**wire(handlers.trace_of, ("trace_json",)), inputs=[u.state], api_visibility="private",
                          queue=False).then(None, [u.trace_json], None, js=DOWNLOAD_JS, api_visibility="private")
@@ -302,6 +305,7 @@ def wire_page(demo: gr.Blocks, u, wire, view: list) -> None:
                        inputs=[c["pair"], c["draft"], c["target"], u.lang, u.pair_state, c["head"]],
                        api_visibility="private",
                        concurrency_id="pairs", concurrency_limit=env_int("SPECDEMO_CONCURRENCY", 4))
+    c["head"].change(lambda head: head, c["head"], u.head_state, api_visibility="private", queue=False)
     c["pair"].change(**pair_change)
     c["pair"].change(handlers.update_strategies, [c["pair"], c["strategy"]], c["strategy"],
                      api_visibility="private", queue=False)
