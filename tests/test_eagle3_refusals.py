@@ -211,3 +211,11 @@ def test_the_gpu_presets_are_listed_with_why_they_cannot_load_on_a_cpu(name):
     assert str(err.value) == (f"The '{name}' pair cannot load here: it needs a CUDA GPU with 24 GB, and this server "
                               "runs on cpu.")
     assert "需要" in err.value.text("zh-CN")
+
+
+def test_a_hub_id_without_the_hub_is_refused_before_any_download(pair3):
+    """HF_HUB_OFFLINE=1 (conftest): a head named by Hub id cannot be fetched, and the sentence says so."""
+    assert os.environ.get("HF_HUB_OFFLINE") == "1"
+    assert refusal(pair3, Path("RedHatAI/Qwen3-8B-speculator.eagle3")) == (
+        "The EAGLE-3 head RedHatAI/Qwen3-8B-speculator.eagle3 is not a folder here, and the Hub cannot be reached to "
+        "fetch it.")

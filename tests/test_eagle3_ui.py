@@ -82,3 +82,20 @@ def test_the_page_refuses_a_head_for_another_target_in_one_sentence(browser, app
         assert "Traceback" not in page.inner_text("body")
     finally:
         context.close()
+
+
+def test_the_http_api_takes_a_head_for_a_custom_pair(client, allow_local, tmp_path):
+    """/generate with pair="custom" and head=: the trace's tree rounds name the head; a head for another target is
+    refused with its sentence."""
+    verifier = str(verifier_folder(tmp_path))
+    args = dict(pair="custom", draft=verifier, target=verifier, prompt="ROMEO:\n", k=3, temperature=0.0, top_k=0,
+                top_p=1.0, max_new_tokens=8, seed=0, baseline=False, lenience=1.0, strategy="tree")
+    out = client.predict(**args, head=str(FIXTURE / "head-llama"), api_name="/generate")
+    spec = out["speculative"]
+    assert spec["settings"]["head"] == "local:head-llama"
+    assert [r["head"] for r in spec["rounds"] if r["tree"]] and all(
+        r["caption"].startswith("EAGLE-3 head local:head-llama:") for r in spec["rounds"] if r["tree"])
+    with pytest.raises(Exception) as err:
+        client.predict(**args, head=str(FIXTURE / "head-llama") + "-missing", api_name="/generate")
+    assert str(err.value) == ("The EAGLE-3 head local:head-llama-missing is not a folder here: give a folder or Hub "
+                              "id of a speculators checkpoint.")

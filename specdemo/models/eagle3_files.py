@@ -43,7 +43,7 @@ def head_folder(source: str) -> Path:
     if is_local(source) or Path(source).expanduser().is_dir():
         folder = Path(source).expanduser()
         if not folder.is_dir():
-            raise ModelLoadError("err.eagle3_missing", head=display_id(source), file="folder")
+            raise ModelLoadError("err.eagle3_no_folder", head=display_id(source))
         return folder
     if hub_offline() or not hub_reachable():
         raise ModelLoadError("err.eagle3_offline", head=source)
