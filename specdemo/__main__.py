@@ -34,6 +34,8 @@ def add_common(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--pair", default="shakespeare", help="preset name (see --list-pairs)")
     ap.add_argument("--draft", help="draft model id or path (overrides --pair, needs --target)")
     ap.add_argument("--target", help="target model id or path (overrides --pair, needs --draft)")
+    ap.add_argument("--head", help="a published EAGLE-3 head (vLLM's speculators format), Hub id or folder, for the "
+                    "target: strategies eagle and tree draft with it (checked against the target before anything runs)")
     ap.add_argument("--k", type=int, default=4, help="draft tokens per round")
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--top-k", type=int, default=0, help="0 = off")
@@ -141,7 +143,8 @@ def cmd_generate(args, pair, sampling) -> int:
             print(f"[{ROUNDS_LEGEND}]")
             for r in trace.rounds:
                 print(round_line(r, use_colour))
-        print(f"[{spec.strategy}: {m['new_tokens']} tokens in {m['rounds']} target calls "
+        head = f" with EAGLE-3 head {trace.settings['head']}" if "head" in trace.settings else ""
+        print(f"[{spec.strategy}{head}: {m['new_tokens']} tokens in {m['rounds']} target calls "
               f"({m['target_calls_saved']} saved), "
               f"acceptance {m['acceptance_rate']:.2f}, mean accepted length {m['mean_accepted_length']:.2f}, "
               f"{m['tokens_per_s']:.1f} tok/s{', LOSSY' if m['lossy'] else ''}]")
@@ -297,14 +300,16 @@ def main(argv: list[str] | None = None) -> int:
         spec_of(args)  # bad settings fail before any model loads
         if bool(args.draft) != bool(args.target):
             raise ModelLoadError("--draft and --target go together")
-        check_head(args.strategy, None if args.draft else args.pair)  # refused before anything loads
+        if not args.head:  # a pair given a head has one; the head itself is checked once the target is there
+            check_head(args.strategy, None if args.draft else args.pair)  # refused before anything loads
         decoding = None
         if args.command == "bench":
             check_bench(args)
             if bench_decodings(args):  # the bench prepares the decoding it asks for, sized to its prompts: the load
                 decoding = "eager"  # captures nothing that would be thrown away
         pair = load_pair((args.draft, args.target) if args.draft else args.pair, device=args.device,
-                         draft_dtype=args.draft_dtype, target_dtype=args.target_dtype, decoding=decoding)
+                         draft_dtype=args.draft_dtype, target_dtype=args.target_dtype, decoding=decoding,
+                         head=args.head)
         check_head(args.strategy, pair.name, pair)
         sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
         if args.command == "generate":

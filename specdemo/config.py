@@ -157,6 +157,8 @@ class PairPreset:
     chat: bool = False  # an instruct target: prompts are chat messages, wrapped with its chat template by default
     target_wheel: tuple[str, str] | None = None  # (package, GGUF file) that ships the target for offline use
     eagle_head: str | None = None  # a folder holding an EAGLE head trained for this target (strategy "eagle")
+    eagle3_head: str | None = None  # a published EAGLE-3 head (speculators format, a Hub id) for this target
+    needs_gpu_gb: float = 0.0  # a CUDA GPU and this much of the model memory cap, or the pair is listed, not loaded
     strategy: str = "fixed"  # the strategy the page opens with when this pair is the default
     # the page's defaults for this pair (on opening, and when it is chosen): chosen so that its example prompts read
     # well for most seeds (docs/models.md lists what was checked)
@@ -222,6 +224,31 @@ PRESETS: dict[str, PairPreset] = {
         target="Qwen/Qwen2.5-1.5B",
         description="Qwen2.5 0.5B drafting for 1.5B; their logits are padded past the tokenizer's vocabulary.",
         examples=("Speculative decoding works by", "The three laws of thermodynamics are"),
+    ),
+    # published EAGLE-3 heads on real 8B targets, for a GPU Space (docs/deploy.md: hardware, sizes, the cards' figures)
+    "qwen3-8b-eagle3": PairPreset(
+        draft="Qwen/Qwen3-0.6B",
+        target="Qwen/Qwen3-8B",
+        description="Qwen3-8B with RedHatAI's EAGLE-3 head (vLLM's speculators format); Qwen3-0.6B drafts for the "
+        "other strategies. Needs a CUDA GPU with 24 GB.",
+        examples=("Explain speculative decoding in two sentences.", "Write a haiku about the sea."),
+        chat=True,
+        eagle3_head="RedHatAI/Qwen3-8B-speculator.eagle3",
+        needs_gpu_gb=24.0,
+        strategy="tree",
+        temperature=0.6,
+    ),
+    "llama3.1-8b-eagle3": PairPreset(
+        draft="meta-llama/Llama-3.2-1B-Instruct",
+        target="meta-llama/Llama-3.1-8B-Instruct",
+        description="Llama-3.1-8B-Instruct with RedHatAI's EAGLE-3 head (gated Llama weights: the server needs an "
+        "accepted licence and a token); Llama-3.2-1B drafts for the other strategies. Needs a CUDA GPU with 24 GB.",
+        examples=("Explain speculative decoding in two sentences.", "Write a haiku about the sea."),
+        chat=True,
+        eagle3_head="RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3",
+        needs_gpu_gb=24.0,
+        strategy="tree",
+        temperature=0.6,
     ),
 }
 SHIPPED_DEFAULT = "smollm2-135m"  # the pair the app opens on; an operator may choose another (SPECDEMO_DEFAULT_PAIR)

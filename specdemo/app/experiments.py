@@ -44,7 +44,7 @@ def experiment(events, view, state_name: str, lang, limits: Limits):
 @gpu
 @user_errors
 def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, max_new_tokens, seed, k_from, k_to,
-               chat=None, lang=None, presenter=False):
+               chat=None, lang=None, presenter=False, head_id=""):
     """Run K = k_from..k_to on the same prompt and seed; plot measured and predicted speedup, recommend a K.
     Streams SWEEP_OUTPUTS; the state lets a language switch redraw the result."""
     yield views.sweep_view(None, lang, presenter) | {"sweep_state": None}  # see `experiment`
@@ -52,7 +52,7 @@ def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p
     k_from = as_number(Msg("field.k_from"), k_from, int, 1, limits.max_k)
     k_to = as_number(Msg("field.k_to"), k_to, int, k_from, limits.max_k)
     req = validate(pair_name, draft_id, target_id, prompt, k_from, temperature, top_k, top_p, max_new_tokens, seed,
-                   True, 1.0, limits, chat)
+                   True, 1.0, limits, chat, head_id=head_id)
     events = runs.k_sweep(get_pair(req.pair), req, limits, k_from, k_to)
     yield from experiment(events, lambda s: views.sweep_view(s, lang, presenter), "sweep_state", lang, limits)
 
@@ -60,14 +60,15 @@ def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p
 @gpu
 @user_errors
 def strategy_race_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-                     chat=None, lang=None, presenter=False, ngram=3, tree_topk=0, tree_depth=0, tree_budget=0):
+                     chat=None, lang=None, presenter=False, ngram=3, tree_topk=0, tree_depth=0, tree_budget=0,
+                     head_id=""):
     """Target-only decoding, then every strategy, on the same prompt and seed, one after another (each timed alone),
     with the page's K, lookup n-gram size and tree sizes (0: the head's own). Streams RACE_OUTPUTS: the
     tokens-over-time chart and a table after every run."""
     yield views.race_view(None, lang, presenter) | {"race_state": None}  # see `experiment`
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-                   True, 1.0, limits, chat, "fixed", ngram, tree_topk, tree_depth, tree_budget)
+                   True, 1.0, limits, chat, "fixed", ngram, tree_topk, tree_depth, tree_budget, head_id=head_id)
     events = runs.strategy_race(get_pair(req.pair), req, limits)
     yield from experiment(events, lambda r: views.race_view(r, lang, presenter), "race_state", lang, limits)
 
@@ -76,7 +77,7 @@ def strategy_race_ui(pair_name, draft_id, target_id, prompt, k, temperature, top
 @user_errors
 def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, lenience, n_samples, seed,
                     chat=None, lang=None, presenter=False, strategy="fixed", k=4, ngram=3, tree_topk=0, tree_depth=0,
-                    tree_budget=0):
+                    tree_budget=0, head_id=""):
     """Draw N speculative samples of the first drafted token with the page's strategy (its K, n-gram size and tree
     sizes), as the engine draws and verifies it, and compare their histogram with the exact p
     (runs.first_token_distribution). Streams DIST_OUTPUTS; like the other experiments it first clears them (see
@@ -85,6 +86,6 @@ def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, 
     limits = Limits.from_env()
     n = as_number(Msg("field.samples"), n_samples, int, 10, limits.max_samples)
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, 1, seed, False, lenience,
-                   limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget)
+                   limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget, head_id=head_id)
     events = runs.first_token_distribution(get_pair(req.pair, req.spec.strategy), req, n, limits)
     yield from experiment(events, lambda d: views.dist_view(d, lang, presenter), "dist_state", lang, limits)

@@ -48,7 +48,7 @@ RUN_OUTPUTS = ("tokens", "stats", "film", *views.CHARTS, "trace_json", "state", 
 INSPECT_OUTPUTS = ("pos_sl", "insp_plot", "insp_reason")
 STEP_OUTPUTS = ("state", "step_tokens", "step_caption")
 PAIR_OUTPUTS = ("pair_status", "custom_box", "examples", "chat", "pair_state", "k", "temperature", "max_new",
-                "pair", "draft", "target")
+                "pair", "draft", "target", "head", "strategy")
 REDRAW_OUTPUTS = ("legend", "keys", "tokens", "stats", "film", *views.CHARTS, "insp_plot", "insp_reason",
                   "step_tokens", "step_caption", "sweep_plot", "sweep_md", "dist_plot", "dist_md", "race_plot",
                   "race_md", "pair_status")
@@ -124,7 +124,7 @@ def on_screen(spec, base, first: bool, lang=None, presenter=False) -> dict:
 @user_errors
 def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
                 run_baseline, lenience, chat=None, strategy="fixed", lang=None, presenter=False, ngram=3, tree_topk=0,
-                tree_depth=0, tree_budget=0):
+                tree_depth=0, tree_budget=0, head_id=""):
     """The Generate button: streams RUN_OUTPUTS, coalesced to one update per UPDATE_INTERVAL_S at most (`coalesced`).
     The text, stats and state change with every update; the charts every CHART_EVERY_S. While the baseline runs,
     its cards wait (a speed-up from part of it would move) and a bar under them counts its tokens
@@ -133,7 +133,8 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
     put its path (gradio's cache folder) into the page and the API's answer."""
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
-                   run_baseline, lenience, limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget)
+                   run_baseline, lenience, limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget,
+                   head_id=head_id)
     pair = get_pair(req.pair, req.spec.strategy)
     if req.spec.lossy:
         gr.Warning(tr("warn.lossy", lang, b=req.spec.lenience))
@@ -227,7 +228,8 @@ def generate_api(pair: str = DEFAULT_PRESET, prompt: str = PRESETS[DEFAULT_PRESE
                  temperature: float = 0.8, top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
                  baseline: bool = True, lenience: float = 1.0, draft: str = "", target: str = "",
                  chat: bool | None = None, strategy: str = "", ngram: int = 3, tree_topk: int = 0,
-                 tree_depth: int = 0, tree_budget: int = 0, tree_prune: float = -1.0, tree_lookup: int = 0) -> dict:
+                 tree_depth: int = 0, tree_budget: int = 0, tree_prune: float = -1.0, tree_lookup: int = 0,
+                 head: str = "") -> dict:
     """Run speculative sampling (and the target-only baseline) and return the full trace as JSON.
 
     pair: a preset name, or "custom" with draft and target model ids. chat: true wraps the prompt (a user message)
@@ -242,14 +244,16 @@ def generate_api(pair: str = DEFAULT_PRESET, prompt: str = PRESETS[DEFAULT_PRESE
     cumulative head probability is below `tree_prune` are left out, 0 for none, a negative number (the default)
     for the head's own; `tree_lookup` (0-16, 0 the default: none) grafts up to that many tokens found by prompt
     lookup onto each top-k tree, nodes marked "copied"; K is not used; each tree round's JSON lists its nodes: id,
-    text, parent, depth, head_p, p, on_path). Returns {"speculative": trace, "baseline": trace or null}; each trace
-    has text, token_ids, rounds (labels, p, q, r, min(1, p/q), top candidates, timings) and metrics. A run that
-    the time limit ended has no baseline: its settings say "baseline": "not measured".
+    text, parent, depth, head_p, p, on_path). head: a published EAGLE-3 head (vLLM's speculators format, a Hub id)
+    for a custom pair, which then drafts `eagle` and `tree` with it, checked against the target first. Returns
+    {"speculative": trace, "baseline": trace or null}; each trace has text, token_ids, rounds (labels, p, q, r,
+    min(1, p/q), top candidates, timings) and metrics. A run that the time limit ended has no baseline: its
+    settings say "baseline": "not measured".
     """
     limits = Limits.from_env()
     req = validate(pair, draft, target, prompt, k, temperature, top_k, top_p, max_new_tokens, seed, baseline,
                    lenience, limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget, tree_prune,
-                   tree_lookup)
+                   tree_lookup, head_id=head)
     loaded = get_pair(req.pair, req.spec.strategy)
     *_, (spec, base, _) = runs.run_stream(req, loaded, limits)  # run to the end; the last snapshot is the whole run
     return views.trace_payload(spec, base)
@@ -325,7 +329,7 @@ def update_strategies(pair_name, strategy):
     return gr.update(choices=views.strategy_choices(pair_name), value=value)
 
 
-def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, progress=gr.Progress(),
+def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, head_id="", progress=gr.Progress(),
                 keep_settings: bool = False) -> dict:
     """Load the chosen pair with a visible progress indicator. A failure keeps the previous pair working, and puts
     the selector (and a custom pair's ids) back on it with the one-sentence error, so that the next Generate runs
@@ -336,14 +340,14 @@ def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, progress
     custom = pair_name == CUSTOM
     examples = PRESETS[pair_name].examples if pair_name in PRESETS else ()
     chosen = {"pair": pair_name} | ({"draft": (draft_id or "").strip(), "target": (target_id or "").strip()}
-                                    if custom else {})
+                                    if custom else {}) | ({"head": head_id.strip()} if custom and head_id else {})
     if loaded and loaded.get("chosen") == chosen:  # it is loaded: the selector was put back on it after a failure
         return {}
     if custom and not (chosen["draft"] and chosen["target"]):
         return {"pair_status": tr("pair.enter_ids", lang), "custom_box": gr.update(visible=True)}
     progress(0.1, desc=tr("pair.loading", lang, name=pair_name))
     try:
-        pair = get_pair(pair_key(pair_name, draft_id, target_id, Limits.from_env()))
+        pair = get_pair(pair_key(pair_name, draft_id, target_id, Limits.from_env(), head_id))
     except UserError as err:
         gr.Warning(err.text(lang))
         out = {"pair_status": tr("pair.failed", lang, error=render.esc(err.text(lang)))}
@@ -361,17 +365,19 @@ def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, progress
            "chat": gr.update(**chat, interactive=pair.has_chat_template)}
     if examples:
         out["examples"] = gr.Dataset(samples=[[e] for e in examples])
+    if custom:  # a custom pair drafts with eagle and tree where it was given a head (views.strategy_choices)
+        out["strategy"] = gr.update(choices=views.strategy_choices(pair_name, pair.head is not None))
     if pair_name in PRESETS and not keep_settings:  # the preset's own page defaults (config.PairPreset)
         out |= views.preset_defaults(pair_name, Limits.from_env())
     return out
 
 
-def open_pair(pair_name, draft_id, target_id, lang=None, loaded=None, progress=gr.Progress()) -> dict:
+def open_pair(pair_name, draft_id, target_id, lang=None, loaded=None, head_id="", progress=gr.Progress()) -> dict:
     """change_pair for the page's first load. The page is built with the pair's own settings already in place, and
     the load can take seconds (a Space's first visitor loads the models): a temperature, K, token budget or chat
     setting changed meanwhile must not be put back to the preset's when it finishes, or the next Generate would run
     with a setting the page no longer shows."""
-    return change_pair(pair_name, draft_id, target_id, lang, loaded, progress, keep_settings=True)
+    return change_pair(pair_name, draft_id, target_id, lang, loaded, head_id, progress, keep_settings=True)
 
 
 # ----------------------------------------------------------------------------------------------- language, presenter

@@ -87,13 +87,18 @@ def talk_controls(u, pair_name: str) -> None:
     u.examples = gr.Dataset(components=[c["prompt"]], samples=[[e] for e in preset.examples],
                             label=L("ui.examples"))
     # the short name in the box, which fits it; the models it means on the line above (views.pair_line)
-    c["pair"] = gr.Dropdown(choices=[(name, name) for name in PRESETS] + [(L("ui.pair_custom"), handlers.CUSTOM)],
-                            value=pair_name, label=L("ui.pair"), info=views.pair_line(pair_name), elem_id="sd-pair")
+    c["pair"] = gr.Dropdown(
+        choices=[(views.pair_choice(name), name) for name in PRESETS] + [(L("ui.pair_custom"), handlers.CUSTOM)],
+        value=pair_name, label=L("ui.pair"), info=views.pair_line(pair_name), elem_id="sd-pair")
     with gr.Group(visible=False) as u.custom_box:
         c["draft"] = gr.Textbox(label=L("ui.draft_id"), placeholder=L("ui.draft_placeholder"),
                                 elem_id="sd-draft-id")
         c["target"] = gr.Textbox(label=L("ui.target_id"), placeholder=L("ui.target_placeholder"),
                                  elem_id="sd-target-id")
+        c["head"] = gr.Textbox(label=L("ui.head_id"), placeholder=L("ui.head_placeholder"), elem_id="sd-head-id")
+        # the runs read the head from a State, which is no parameter of their public endpoints: API callers keep
+        # their argument lists, and /generate takes a head by name
+        u.head_state = gr.State("")
         u.load_btn = gr.Button(L("ui.load_pair"), size="sm", elem_id="sd-load")
     u.pair_status = gr.Markdown(elem_id="sd-pair-status")
 
@@ -215,7 +220,8 @@ def experiment_tabs(u, limits: Limits) -> None:
 def wire_events(demo: gr.Blocks, u) -> None:
     """Which handler each event calls, with which inputs and outputs, in which queue group."""
     # the outputs, by the names handlers.py uses
-    o = vars(u) | {name: u.c[name] for name in ("chat", "k", "temperature", "max_new", "pair", "draft", "target")}
+    o = vars(u) | {name: u.c[name] for name in ("chat", "k", "temperature", "max_new", "pair", "draft", "target",
+                                                "head", "strategy")}
 
     def wire(fn, names):
         """The handler, adapted to its outputs by name, and the components of those names."""
@@ -244,7 +250,8 @@ def wire_runs(u, wire, view: list) -> None:
         run.failure(**over)
         return run
 
-    inputs = [c[name] for name in GENERATE_INPUTS] + view + [c["ngram"]] + [c[name] for name in TREE_INPUTS]
+    inputs = ([c[name] for name in GENERATE_INPUTS] + view + [c["ngram"]] + [c[name] for name in TREE_INPUTS]
+              + [u.head_state])  # the custom pair's EAGLE-3 head, last
     # no gradio tracker: the stats draw the run's status and the baseline's bar themselves (render.stats_html), in a
     # line of fixed height, so that nothing above the reply moves or blinks while the run streams
     gen = model_run(u.go_btn.click, handlers.generate_ui, handlers.RUN_OUTPUTS, inputs=inputs,
@@ -260,15 +267,15 @@ def wire_runs(u, wire, view: list) -> None:
     common = [c["pair"], c["draft"], c["target"], c["prompt"]]
     sweep = model_run(u.sweep_btn.click, experiments.k_sweep_ui, experiments.SWEEP_OUTPUTS, api_name="k_sweep",
                       inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"], u.k_from,
-                                       u.k_to, c["chat"]] + view)
+                                       u.k_to, c["chat"]] + view + [u.head_state])
     dist = model_run(u.dist_btn.click, experiments.distribution_ui, experiments.DIST_OUTPUTS,
                      api_name="distribution_check",
                      inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["lenience"], u.n_samples, c["seed"],
                                       c["chat"]] + view + [c["strategy"], c["k"], c["ngram"]]
-                     + [c[n] for n in TREE_INPUTS])
+                     + [c[n] for n in TREE_INPUTS] + [u.head_state])
     race = model_run(u.race_btn.click, experiments.strategy_race_ui, experiments.RACE_OUTPUTS, api_name="strategy_race",
                      inputs=common + [c["k"], c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"],
-                                      c["chat"]] + view + [c["ngram"]] + [c[n] for n in TREE_INPUTS])
+                                      c["chat"]] + view + [c["ngram"]] + [c[n] for n in TREE_INPUTS] + [u.head_state])
     u.stop_btn.click(**wire(handlers.run_ended, handlers.BUTTON_OUTPUTS), cancels=[gen, sweep, dist, race], **buttons)
     u.download_btn.click(**wire(handlers.trace_of, ("trace_json",)), inputs=[u.state], api_visibility="private",
                          queue=False).then(None, [u.trace_json], None, js=DOWNLOAD_JS, api_visibility="private")
@@ -301,8 +308,10 @@ def wire_page(demo: gr.Blocks, u, wire, view: list) -> None:
     c = u.c
     # a pair change loads models, but never waits behind (or holds up) the model runs: its own queue group
     pair_change = dict(**wire(handlers.change_pair, handlers.PAIR_OUTPUTS),
-                       inputs=[c["pair"], c["draft"], c["target"], u.lang, u.pair_state], api_visibility="private",
+                       inputs=[c["pair"], c["draft"], c["target"], u.lang, u.pair_state, c["head"]],
+                       api_visibility="private",
                        concurrency_id="pairs", concurrency_limit=env_int("SPECDEMO_CONCURRENCY", 4))
+    c["head"].change(lambda head: head, c["head"], u.head_state, api_visibility="private", queue=False)
     c["pair"].change(**pair_change)
     c["pair"].change(handlers.update_strategies, [c["pair"], c["strategy"]], c["strategy"],
                      api_visibility="private", queue=False)

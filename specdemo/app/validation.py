@@ -118,13 +118,19 @@ class Request:
     chat: bool | None = None  # wrap the prompt with the chat template; None: the pair's default
 
 
-def pair_key(pair_name: str, draft_id: str | None, target_id: str | None, limits: Limits) -> str | tuple[str, str]:
+def pair_key(pair_name: str, draft_id: str | None, target_id: str | None, limits: Limits, head_id: str | None = None
+             ) -> str | tuple[str, ...]:
+    """A preset's name, or a custom pair's (draft, target), with its EAGLE-3 head's id as a third item if given
+    (a Hub id, or a folder where SPECDEMO_ALLOW_LOCAL=1, as for the models; checked against the target at load)."""
     if pair_name == CUSTOM:
         draft_id, target_id = (draft_id or "").strip(), (target_id or "").strip()
         if not draft_id or not target_id:
             raise UserError("err.both_ids")
         check_custom_ids(draft_id, target_id, limits)
-        return draft_id, target_id
+        head_id = (head_id or "").strip() if isinstance(head_id, str) else ""
+        if head_id and not limits.allow_local and not is_repo_id(head_id):
+            raise UserError("err.not_a_repo_id")
+        return (draft_id, target_id, head_id) if head_id else (draft_id, target_id)
     if pair_name not in PRESETS:
         raise UserError("err.unknown_pair", name=repr(str(pair_name)[:60]), presets=", ".join(PRESETS))
     return pair_name
@@ -170,14 +176,15 @@ def tree_prune_of(value) -> float | None:
 
 def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
              run_baseline, lenience, limits: Limits | None = None, chat=None, strategy="fixed", ngram=3,
-             tree_topk=0, tree_depth=0, tree_budget=0, tree_prune=None, tree_lookup=0) -> Request:
+             tree_topk=0, tree_depth=0, tree_budget=0, tree_prune=None, tree_lookup=0, head_id=None) -> Request:
     """A request from raw inputs, or one sentence (UserError) on the first bad one. strategy "" or None: the
     pair's own (own_strategy), as /generate's default. The tree's sizes (0: the head's own) and its pruning
     (tree_prune_of) are checked whatever the strategy, as the n-gram size is."""
     limits = limits or Limits.from_env()
     strategy = own_strategy(pair_name) if strategy in ("", None) else as_strategy(strategy)
     try:
-        check_head(strategy, pair_name)  # the head's strategies, refused by name before anything loads
+        if not (pair_name == CUSTOM and isinstance(head_id, str) and head_id.strip()):  # a custom head: at load
+            check_head(strategy, pair_name)  # the head's strategies, refused by name before anything loads
     except StrategyUnavailable as err:
         raise user_error(err) from None
     ngram = as_number(Msg("field.ngram"), ngram, int, *NGRAM_RANGE)
@@ -210,7 +217,8 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
         raise UserError(str(err)) from None
     if chat is not None and not isinstance(chat, bool):
         raise UserError("err.chat_value", value=repr(str(chat)[:20]))
-    return Request(pair_key(pair_name, draft_id, target_id, limits), prompt, sampling, spec, bool(run_baseline), chat)
+    return Request(pair_key(pair_name, draft_id, target_id, limits, head_id), prompt, sampling, spec,
+                   bool(run_baseline), chat)
 
 
 def user_error(err: ModelLoadError | StrategyUnavailable) -> UserError:

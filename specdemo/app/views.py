@@ -15,6 +15,7 @@ from specdemo import i18n
 from specdemo.config import PRESETS
 from specdemo.engine.events import Trace
 from specdemo.i18n import tr
+from specdemo.models.loading import preset_unavailable
 
 from . import plots, render, tree_view
 from .validation import has_head
@@ -292,12 +293,13 @@ def dist_view(dist: dict | None, lang=None, presenter=False) -> dict:
 # ------------------------------------------------------------------------------------------------ the page
 
 
-def strategy_choices(pair_name):
+def strategy_choices(pair_name, custom_head: bool = False):
     """The strategy selector's choices for a pair: eagle and tree only where the pair has a head (a pure function of
-    the preset, so a pair change updates it without loading anything)."""
+    the preset, so a pair change updates it without loading anything; a custom pair loaded with an EAGLE-3 head
+    says so with custom_head)."""
     choices = [(i18n.label("strategy.fixed"), "fixed"), (i18n.label("strategy.adaptive"), "adaptive"),
                (i18n.label("strategy.lookup"), "lookup")]
-    if has_head(pair_name):
+    if has_head(pair_name) or custom_head:
         choices += [(i18n.label("strategy.eagle"), "eagle"), (i18n.label("strategy.tree"), "tree")]
     return choices
 
@@ -342,6 +344,12 @@ def pair_line(pair_name: str, draft_id: str = "", target_id: str = "") -> str:
     if not (draft_id and target_id):
         return ""
     return f"{str(draft_id).strip().split('/')[-1]} \u2192 {str(target_id).strip().split('/')[-1]}"
+def pair_choice(name: str) -> str:
+    """A preset's entry in the pair selector: its short name, which fits the box (the models it means are on the line
+    above the box: pair_line), and for a preset this server cannot load (a GPU Space's 8B pairs on a CPU) the
+    reason, in English as the model names are (models.preset_unavailable)."""
+    why = preset_unavailable(name)
+    return f"{name} (unavailable: {why})" if why is not None else name
 
 
 def pair_info(desc: dict, lang=None) -> str:
@@ -350,6 +358,8 @@ def pair_info(desc: dict, lang=None) -> str:
     loaded = tr("pair.loaded", lang, draft=desc["draft"], draft_m=f"{desc['draft_parameters'] / 1e6:.1f}",
                 target=desc["target"], target_m=f"{desc['target_parameters'] / 1e6:.1f}", device=desc["device"],
                 dtype=desc["dtype"], context=desc["context_window"])
+    if desc.get("head"):  # a published EAGLE-3 head, given with a custom pair (the presets' own heads go unnamed)
+        loaded += tr("pair.head", lang, head=desc["head"])
     decoding = decoding_info(desc, lang)
     return f"{loaded}  \n{decoding}" if decoding else loaded  # on a line of its own (a Markdown line break)
 

@@ -52,6 +52,8 @@ def round_caption(rnd: Round, lang: str | None = None) -> str:
                   parts=tr("caption.sep", lang).join(parts))
     else:
         text = tr("caption.round", lang, k=rnd.k, parts=tr("caption.sep", lang).join(parts))
+    if rnd.head:  # a published head (EAGLE-3) is named; the embedded pairs' own heads are "the head"
+        text = tr("caption.head_named", lang, head=rnd.head, text=text)
     if rnd.stop_reason:
         text += tr("caption.stopped", lang, reason=stop_text(rnd.stop_reason, lang))
     return text

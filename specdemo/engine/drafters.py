@@ -299,7 +299,8 @@ class EagleDrafter(Drafter):
 
     def __init__(self, head, target, sampling: SamplingConfig, vocab_size: int, capacity: int):
         self.head, self.sampling, self.vocab_size = head, sampling, vocab_size
-        self.embed = target.get_input_embeddings()
+        self.embed = head.embedder(target)  # the target's embedding, or the head's own (a published EAGLE-3 head's)
+        self.published = getattr(head, "published_name", None)  # a published head's name, for the captions
         self.dtype, self.device = head.lm_rows.dtype, head.lm_rows.device
         self.cache = HeadCache(head.cfg, capacity, self.device, self.dtype)
         self.feature_layers = head.cfg.feature_layers  # the target layers it reads besides the last

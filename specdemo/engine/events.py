@@ -122,6 +122,7 @@ class Round:
     ngram: int | None = None  # lookup: the size of the n-gram that matched
     unsure: tuple[float, float] | None = None  # eagle: its confidence stop ended the round early (drafters.Proposal)
     tree: list[TreeNode] | None = None  # source "tree": every drafted node; k is their number, n_accepted the path's
+    head: str | None = None  # eagle/tree with a published head (an EAGLE-3 checkpoint): its name; None for our own
 
     @property
     def output(self) -> list[Token]:
@@ -139,6 +140,8 @@ class Round:
         for node in out["tree"] or []:  # "copied" only where it is true: a tree without a lookup branch reads as before
             if not node["copied"]:
                 del node["copied"]
+        if out["head"] is None:  # only a published head's rounds name it: our own heads' traces read as before
+            del out["head"]
         return out
 
     @classmethod

@@ -215,6 +215,7 @@ def speculative_rounds(
             overhead_ms=max(0.0, (t3 - t0) * 1e3 - clock.ms(m0, m2)), elapsed_s=busy, lossy=spec.lossy,
             stop_reason=stop_reason, bonus_top=bonus_top, source=proposal.source,
             copied_from=proposal.copied_from, ngram=proposal.ngram, unsure=proposal.unsure, tree=judged.nodes,
+            head=getattr(drafter, "published", None) if proposal.source in ("eagle", "tree") else None,
         )
         if stop_reason:
             return
@@ -259,6 +260,8 @@ def run_settings(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig | N
             out["ngram"] = spec.ngram
         if spec.strategy in ("eagle", "tree") and pair.head is not None:  # the head drafts; the draft model idles
             out["head_dtype"] = dtype_name(pair.head.lm_rows.dtype)
+            if getattr(pair.head, "published_name", None):  # a published EAGLE-3 head: named (ours are the pair's)
+                out["head"] = pair.head.published_name
         if spec.strategy == "tree" and pair.head is not None:  # the sizes it drafted with (0s resolved, capped)
             out["tree_topk"], out["tree_depth"], out["tree_budget"] = run_tree_shape(spec, sampling, pair)
             out["tree_children"] = tree_children(spec, sampling, pair)

@@ -19,8 +19,9 @@ HEAD_STRATEGIES = ("eagle", "tree")  # the strategies that draft with the pair's
 
 
 def has_head(pair_name) -> bool:
-    """Whether a pair offers HEAD_STRATEGIES: only presets that ship an EAGLE head do."""
-    return pair_name in PRESETS and bool(PRESETS[pair_name].eagle_head)
+    """Whether a pair offers HEAD_STRATEGIES: only presets that ship an EAGLE head, or name a published EAGLE-3 head,
+    do (a custom pair given a head has one once loaded: the page and the CLI ask the loaded pair)."""
+    return pair_name in PRESETS and bool(PRESETS[pair_name].eagle_head or PRESETS[pair_name].eagle3_head)
 
 
 def check_head(strategy: str, pair_name, pair: ModelPair | None = None) -> None:

@@ -5,7 +5,8 @@
 - pair.py: `ModelPair`, two models that share a tokenizer, and the bytes and text of each token;
 - lm.py: `CachedLM`, a model with its KV cache, rolled back by cropping; packed bf16 linears;
 - loading.py: the only `from_pretrained` calls, the dtype cast, and the LRU of loaded pairs;
-- eagle.py: EAGLE draft heads, which read the target's hidden states.
+- eagle.py: EAGLE draft heads, which read the target's hidden states;
+- eagle3.py, eagle3_files.py: published EAGLE-3 heads (vLLM's speculators format), and reading and checking one.
 
 The engine (specdemo.engine) imports the names below from here.
 """

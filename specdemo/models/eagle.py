@@ -148,6 +148,10 @@ class EagleHead(nn.Module):
         self.register_buffer("lm_rows", rows.clone(), persistent=False)
         return self.to(device=device, dtype=dtype).eval()
 
+    def embedder(self, target) -> nn.Module:
+        """The embedding the head reads tokens through: the target's own."""
+        return target.get_input_embeddings()
+
     def fused(self) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
         """The weights drafting multiplies by, made once per dtype and device: fc, q|k|v and gate|up as one matrix
         each, o, down and the LM rows. Drafting runs one position at a time, where each call costs more than its

@@ -17,9 +17,11 @@ from pathlib import Path
 import torch
 
 from specdemo.config import DEFAULT_PRESET, PRESETS, env_int
+from specdemo.i18n import Msg
 
 from . import static
 from .devices import DTypeArg, model_budget_bytes, packs_bf16, pick_device, pick_dtype, requested_dtype
+from .eagle3_files import load_eagle3
 from .lm import PackedLinear, pack_linears
 from .pair import ModelPair, check_tokenizers
 from .weights import (
@@ -29,6 +31,7 @@ from .weights import (
     find_packaged_file,
     hub_offline,
     hub_reachable,
+    is_local,
     labels,
     load_error,
     offline_for,
@@ -141,7 +144,7 @@ def resolve(pair: str | tuple[str, str]) -> tuple[str, str, str]:
         if pair not in PRESETS:
             raise ModelLoadError("err.unknown_preset", name=repr(pair), presets=", ".join(PRESETS))
         return pair, preset_draft(pair), preset_target(pair)
-    draft_id, target_id = (s.strip() for s in pair)
+    draft_id, target_id = (s.strip() for s in pair[:2])  # a third item is an EAGLE-3 head (load_pair)
     if not draft_id or not target_id:
         raise ModelLoadError("err.both_needed")
     return " -> ".join(labels((draft_id, target_id))), draft_id, target_id
@@ -171,10 +174,38 @@ def preset_target(name: str) -> str:
 # ------------------------------------------------------------------------------------ loading, and the LRU
 
 
+def preset_unavailable(name, device: str | torch.device | None = None) -> Msg | None:
+    """Why a preset cannot load on this server, in words (None: it can): a preset that names `needs_gpu_gb` loads
+    only on a CUDA GPU whose model memory cap (model_budget_bytes) holds that much. The page lists it anyway, with
+    this reason; a load is refused with it before anything is read."""
+    p = PRESETS.get(name) if isinstance(name, str) else None
+    if p is None or not p.needs_gpu_gb:
+        return None
+    dev = pick_device(device) if not isinstance(device, torch.device) else device
+    if dev.type != "cuda":
+        return Msg("preset.needs_gpu", gb=f"{p.needs_gpu_gb:g}", device=dev.type)
+    cap = model_budget_bytes(dev) / 1e9
+    if cap < p.needs_gpu_gb:
+        return Msg("preset.over_cap", gb=f"{p.needs_gpu_gb:g}", cap=f"{cap:.1f}")
+    return None
+
+
+def attach_eagle3(pair: ModelPair, source: str, dtype: torch.dtype | None = None) -> None:
+    """Give `pair` the EAGLE-3 head at `source` (a folder or Hub id; eagle3_files.load_eagle3), in `dtype` (None:
+    pick_dtype's choice for a head), in place of any head of its own; or raise ModelLoadError (one sentence) and
+    leave the pair as it was. The head must fit in the model memory cap beside its pair (model_budget_bytes)."""
+    left = model_budget_bytes(pair.device) - pair_bytes(pair)
+    target = pair.target_id if not is_local(pair.target_id) else pair.target_label
+    head = load_eagle3(source, pair.target, target, dtype or pick_dtype(pair.device, "head"), pair.device, left)
+    pair.head, pair.head_error = head, None
+
+
+
 def load_pair_uncached(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None = None, dtype: DTypeArg = None,
                        draft_dtype: DTypeArg = None, target_dtype: DTypeArg = None,
-                       decoding: str | None = None) -> ModelPair:
-    """Load a pair. Each model's dtype: draft_dtype / target_dtype, else dtype (both), else the environment
+                       decoding: str | None = None, head: str | None = None) -> ModelPair:
+    """Load a pair, with the EAGLE-3 head `head` (a folder or Hub id; eagle3_files) in place of any of its own. Each
+    model's dtype: draft_dtype / target_dtype, else dtype (both), else the environment
     (SPECDEMO_DRAFT_DTYPE, SPECDEMO_TARGET_DTYPE, SPECDEMO_DTYPE), else automatic by role (pick_dtype). How it
     decodes: `decoding` (static.MODES), else SPECDEMO_DECODING, else auto (static.prepare)."""
     name, draft_id, target_id = resolve(pair)
@@ -195,6 +226,9 @@ def load_pair_uncached(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str
         from .eagle import attach_head
 
         attach_head(loaded, Path(PRESETS[name].eagle_head), want_d)  # a draft dtype asked for holds for the head
+    head = head or (PRESETS[name].eagle3_head if name in PRESETS else None)
+    if head:  # a published head: checked against the target, refused in one sentence before anything runs
+        attach_eagle3(loaded, head, want_d)
     loaded.token_text(0)  # build the token table now, not inside the first request
     static.prepare(loaded, decoding)  # static caches and CUDA graphs where they run: made now, not in the first request
     return loaded
@@ -312,8 +346,11 @@ def _reserve(key: tuple, need: int) -> None:
 
 
 def load_pair(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None = None, dtype: DTypeArg = None,
-              draft_dtype: DTypeArg = None, target_dtype: DTypeArg = None, decoding: str | None = None) -> ModelPair:
-    """Load (or fetch from the LRU) a draft/target pair. The LRU holds SPECDEMO_MAX_PAIRS pairs (default 2).
+              draft_dtype: DTypeArg = None, target_dtype: DTypeArg = None, decoding: str | None = None,
+              head: str | None = None) -> ModelPair:
+    """Load (or fetch from the LRU) a draft/target pair, with the published EAGLE-3 head `head` (a folder or Hub
+    id, models/eagle3_files.py) if given; a custom pair (draft, target, head) names it as its third item, as the
+    page's custom form does. The LRU holds SPECDEMO_MAX_PAIRS pairs (default 2).
 
     dtype sets both models' dtype, draft_dtype / target_dtype one each, and decoding how it decodes (see
     load_pair_uncached); a pair asked for with a decoding is cached apart from the one the environment decides. A
@@ -322,8 +359,12 @@ def load_pair(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None =
     loaded and still held by runs, is refused in one sentence (err.memory_busy) before it reads any weights.
     """
     _, draft_id, target_id = resolve(pair)
+    if (why := preset_unavailable(pair, device)) is not None:  # listed for a GPU Space, refused here in one sentence
+        raise ModelLoadError("err.preset_unavailable", name=repr(pair), why=why)
+    if not head and isinstance(pair, tuple) and len(pair) > 2:
+        head = pair[2]
     want = (requested_dtype("draft", draft_dtype, dtype), requested_dtype("target", target_dtype, dtype))
-    key = (draft_id, target_id, str(pick_device(device)), *want, decoding)
+    key = (draft_id, target_id, str(pick_device(device)), *want, decoding) + ((head.strip(),) if head else ())
     with _CACHE_LOCK:  # held only to look up: a download or a load never stalls other sessions' cached pairs
         if (hit := _cached(key)) is not None:
             return hit
@@ -334,7 +375,8 @@ def load_pair(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None =
                 return hit
         try:
             _reserve(key, load_bytes(draft_id, target_id, torch.device(key[2]), want))
-            loaded = load_pair_uncached(pair, device, draft_dtype=want[0], target_dtype=want[1], decoding=decoding)
+            loaded = load_pair_uncached(pair, device, draft_dtype=want[0], target_dtype=want[1], decoding=decoding,
+                                        head=head)
         except BaseException:
             with _CACHE_LOCK:
                 _LOADING.pop(key, None)

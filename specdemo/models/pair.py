@@ -224,7 +224,7 @@ class ModelPair:
             "target_dtype": dtype_name(self.dtype),
             "decoding": self.decoding,
             "decoding_note": self.decoding_note,
-        }
+        } | ({"head": self.head.published_name} if getattr(self.head, "published_name", None) else {})
 
 
 def context_of(config) -> int:

@@ -58,7 +58,7 @@ def labels(pair: str | tuple[str, str]) -> tuple[str, str]:
         p = PRESETS[pair]
         return (p.draft if not is_local(p.draft) else f"{pair}:draft",
                 p.target if not is_local(p.target) else f"{pair}:target")
-    draft_id, target_id = (s.strip() for s in pair)
+    draft_id, target_id = (s.strip() for s in pair[:2])  # a third item is an EAGLE-3 head (loading.load_pair)
     return display_id(draft_id), display_id(target_id)
 
 
