@@ -7,10 +7,16 @@ and the GPU idles; a replayed graph launches them all at once. docs/decisions.md
 says why this captures the eager forward with torch.cuda.CUDAGraph instead of compiling it.
 
 How a forward runs: the new ids go into the width's input buffer (padded up to the width), their positions and a
-float 4D mask over the whole static cache go beside them, and the layers' write counters are set to the run's
-length inside the forward; the model writes its keys and values at [length, length + width) and attends through the
-mask, which never shows a slot at or beyond a real row's own position (a padding row's slots stay hidden, and the
-next forward overwrites them). Rolling back is lowering `length`: no crop, no reallocation.
+float 4D mask go beside them, and the layers' write counters are set to the run's length inside the forward; the
+model writes its keys and values at [length, length + width) and attends through the mask, which never shows a slot
+at or beyond a real row's own position (a padding row's slots stay hidden, and the next forward overwrites them).
+Rolling back is lowering `length`: no crop, no reallocation.
+
+What a forward attends over: not the whole cache but its first `bucket` slots, the smallest of `buckets_for`'s
+lengths (powers of two from 64, then the whole cache) that holds the forward's last slot. Each bucket is a view of
+the cache's first slots (`cache_view`: the same storage, the same write counters), and on CUDA each (width, bucket)
+is captured once, so a replay costs what the cache holds, not what it could hold (issue 45; docs/decisions.md,
+"attention over the filled cache").
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import logging
 import os
 import time
 import weakref
+import copy
 from dataclasses import dataclass, field
 
 import torch
@@ -30,16 +37,46 @@ log = logging.getLogger("specdemo")
 # the forward widths captured: a step, a chain's K + 1 (K <= 12 by default: 16), a tree's nodes + 1 (a GPU's default
 # largest tree is 64 nodes: 65). A wider forward (a prompt) runs eagerly over the same cache.
 WIDTHS = (1, 2, 4, 8, 16, 32, 65)
+DRAFT_WIDTHS = (1, 2)  # a draft model's forwards: one token, or two after an all-accepted round (its prompt: eager)
+MIN_BUCKET = 64  # the shortest cache length a forward attends over
+
+
+def buckets_for(max_len: int, smallest: int = MIN_BUCKET) -> tuple[int, ...]:
+    """The cache lengths a forward may attend over: the powers of two from `smallest` below `max_len`, then `max_len`
+    (a power within an eighth of `max_len` is left out: it would cost what the whole cache costs). A forward whose
+    last slot is s attends over the smallest that holds s + 1: at most twice what the cache holds."""
+    out, b = [], smallest
+    while b < max_len:
+        if max_len - b >= b // 8:
+            out.append(b)
+        b *= 2
+    return (*out, max_len)
+
+
+def cache_view(cache, length: int):
+    """A StaticCache whose layers are the first `length` slots of `cache`'s: the same storage and the same write
+    counters, so a forward through it writes where one through `cache` would, and attends over `length` slots."""
+    if length == cache.layers[0].max_cache_len:
+        return cache
+    view = copy.copy(cache)
+    view.layers = []
+    for layer in cache.layers:
+        part = copy.copy(layer)  # device, heads, head sizes, is_initialized and the counter tensor, shared
+        part.max_cache_len = length
+        part.keys, part.values = layer.keys[:, :, :length], layer.values[:, :, :length]
+        view.layers.append(part)
+    return view
 
 
 @dataclass
 class Captured:
-    """One width's graph and its static buffers: ids, positions and mask in; hidden state (and features) out."""
+    """One (width, bucket)'s graph and its static buffers: ids, positions and mask in; hidden state (and features)
+    out."""
 
     graph: object
     ids: torch.Tensor  # [1, w]
     positions: torch.Tensor  # [1, w]
-    mask: torch.Tensor  # [1, 1, w, max_len]
+    mask: torch.Tensor  # [1, 1, w, bucket]
     start: torch.Tensor  # [] the length that the forward writes after
     out: tuple[torch.Tensor, torch.Tensor]
 
@@ -71,7 +108,7 @@ class StaticSlot:
     vocab_size: int
     max_len: int
     layers: tuple[int, ...] = ()  # the decoder layers whose outputs a head reads (features), fixed at capture
-    graphs: dict[int, Captured] = field(default_factory=dict)
+    graphs: dict[tuple[int, int], Captured] = field(default_factory=dict)  # (width, bucket) -> its graph
     owner: weakref.ref | None = None  # the run whose tokens the cache holds (weak: a run that ended owns nothing)
     swaps: int = 0
     capture_s: float = 0.0
@@ -87,6 +124,9 @@ class StaticSlot:
         self.cache = StaticCache(config=cfg, max_cache_len=self.max_len)
         self.cache.early_initialization(1, *kv_shape(cfg), self.dtype, self.device)
         self.kv = [(layer.keys, layer.values) for layer in self.cache.layers]
+        self.buckets = buckets_for(self.max_len)
+        self.views = {b: cache_view(self.cache, b) for b in self.buckets}
+        self.widths: tuple[int, ...] = ()  # the widths captured, ascending
         self.counters = [layer.cumulative_length for layer in self.cache.layers]
         self.slots = torch.arange(self.max_len, device=self.device)
         # a padding row's position may pass the last one a model knows (GPT-2's learned positions): clamped there
@@ -101,11 +141,15 @@ class StaticSlot:
         return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.kv)
 
     # ------------------------------------------------------------------------------------------ the forward
+    def bucket(self, end: int) -> int:
+        """The cache length a forward whose last slot is end - 1 attends over (buckets_for)."""
+        return next(b for b in self.buckets if b >= end)
+
     def causal(self, start: int, width: int, positions: torch.Tensor, mask: torch.Tensor) -> None:
-        """Write a causal forward's positions [1, w] and mask [1, 1, w, max_len] in place: row i sits at start + i and
+        """Write a causal forward's positions [1, w] and mask [1, 1, w, bucket] in place: row i sits at start + i and
         sees the slots up to its own."""
         positions.copy_((self.slots[:width] + start).clamp_(max=self.last_position).view(1, width))
-        allowed = self.slots.view(1, -1) <= positions.view(-1, 1)
+        allowed = self.slots[: mask.shape[-1]].view(1, -1) <= positions.view(-1, 1)
         mask.copy_(torch.zeros((), dtype=self.dtype, device=self.device).masked_fill(~allowed, self.minimum)
                    .view(1, 1, width, -1))
 
@@ -122,12 +166,13 @@ class StaticSlot:
         positions[:, :n].copy_(tree_pos)
 
     def _forward(self, ids, positions, mask, start) -> tuple[torch.Tensor, torch.Tensor]:
-        """The model over the static cache: the layers' write counters set to `start` (a device scalar), then one
-        forward. Every tensor it reads is an argument or the cache, so it can be captured. Returns the last hidden
-        state and the features of `layers` (the hidden state again where there are none)."""
+        """The model over the static cache's first mask.shape[-1] slots (a bucket's view): the layers' write counters
+        set to `start` (a device scalar), then one forward. Every tensor it reads is an argument or the cache, so it
+        can be captured. Returns the last hidden state and the features of `layers` (the hidden state again where
+        there are none)."""
         torch._foreach_copy_(self.counters, [start] * len(self.counters))
         out = self.base(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
-                        output_hidden_states=bool(self.layers), **{self._cache_kw: self.cache})
+                        output_hidden_states=bool(self.layers), **{self._cache_kw: self.views[mask.shape[-1]]})
         hidden = out.last_hidden_state[0]
         if not self.layers:
             return hidden, hidden
@@ -135,20 +180,21 @@ class StaticSlot:
 
     def forward(self, ids: torch.Tensor, start: int, tree=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Hidden states [n, H] (and features) of ids [n] fed after `start` cached tokens: replayed from the
-        smallest captured width that holds them, or run eagerly at width n."""
+        smallest captured width that holds them, over the smallest bucket that holds its last slot, or run eagerly at
+        width n over that bucket."""
         n = ids.numel()
-        width = next((w for w in sorted(self.graphs) if w >= n and start + w <= self.max_len), None)
+        width = next((w for w in self.widths if w >= n and start + w <= self.max_len), None)
         if width is None:
             assert start + n <= self.max_len, f"the static cache holds {self.max_len} tokens; {start + n} asked"
             positions = torch.empty(1, n, dtype=torch.long, device=self.device)
-            mask = torch.empty(1, 1, n, self.max_len, dtype=self.dtype, device=self.device)
+            mask = torch.empty(1, 1, n, self.bucket(start + n), dtype=self.dtype, device=self.device)
             if tree is None:
                 self.causal(start, n, positions, mask)
             else:
                 self.given(start, n, tree, positions, mask)
             start_t = torch.tensor(start, device=self.device)
             return self._forward(ids.view(1, n), positions, mask, start_t)
-        c = self.graphs[width]
+        c = self.graphs[width, self.bucket(start + width)]
         c.ids[0, :n].copy_(ids)
         if tree is None:
             self.causal(start, width, c.positions, c.mask)
@@ -162,19 +208,20 @@ class StaticSlot:
 
     # ------------------------------------------------------------------------------------------ capture (CUDA)
     def capture(self, widths: tuple[int, ...] = WIDTHS, stand_in: bool = False) -> float:
-        """Capture the forward at each width (CUDA); returns the seconds it took. Warm-up and capture write into
-        the cache, so this runs before any run owns it. stand_in: on a CPU, record each width as a `ReplayStandIn`
-        instead, which keeps the graphs' contract (fixed buffers in, fixed buffers out, padded widths) so that
-        tests can run it without a GPU."""
+        """Capture the forward at each width over each bucket that holds it (CUDA); returns the seconds it took.
+        Warm-up and capture write into the cache, so this runs before any run owns it. stand_in: on a CPU, record
+        each as a `ReplayStandIn` instead, which keeps the graphs' contract (fixed buffers in, fixed buffers out,
+        padded widths, bucketed masks) so that tests can run it without a GPU."""
         assert self.device.type == "cuda" or stand_in, "CUDA graphs need a CUDA device"
         assert self.owner is None or self.owner() is None, "capture before any run owns the cache"
         t0 = time.perf_counter()
         cuda = self.device.type == "cuda" and not stand_in
         pool = torch.cuda.graph_pool_handle() if cuda else None
-        for width in (w for w in widths if w <= self.max_len):
+        self.widths = tuple(sorted(w for w in widths if w <= self.max_len))
+        for width, bucket in ((w, b) for w in self.widths for b in self.buckets if w <= b):
             ids = torch.zeros(1, width, dtype=torch.long, device=self.device)
             positions = torch.empty(1, width, dtype=torch.long, device=self.device)
-            mask = torch.empty(1, 1, width, self.max_len, dtype=self.dtype, device=self.device)
+            mask = torch.empty(1, 1, width, bucket, dtype=self.dtype, device=self.device)
             start = torch.zeros((), dtype=torch.long, device=self.device)
             self.causal(0, width, positions, mask)
 
@@ -195,7 +242,7 @@ class StaticSlot:
                 with torch.inference_mode():
                     out = forward()
                 graph = ReplayStandIn(forward, out)
-            self.graphs[width] = Captured(graph, ids, positions, mask, start, out)
+            self.graphs[width, bucket] = Captured(graph, ids, positions, mask, start, out)
         if cuda:
             torch.cuda.synchronize(self.device)
         self.capture_s = time.perf_counter() - t0
@@ -331,20 +378,21 @@ def prepare(pair, asked: str | None = None, widths: tuple[int, ...] = WIDTHS, ma
         mode, why = "eager", "a model computes its own logits (soft-capped or scaled): eager forwards"
     if mode != "eager":
         pad = max(widths)
-        window = min(pair.context_window, max_request or pair.context_window)
+        window = asked_window = min(pair.context_window, max_request or pair.context_window)
         if pair.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(pair.device)
             window = fitting_window(list(models.values()), window, pad, free)
             if window < pair.context_window:
                 pair.window_cap = window
+            if window < asked_window:  # memory, not the caller's max_request, shortened it (issue 45: a false alarm)
                 log.warning("static caches: %d MiB free on %s, so requests are capped at %d tokens (prompt + new)",
                             free >> 20, pair.device, window)
         head_layers = tuple(pair.head.cfg.feature_layers) if pair.head is not None else ()
         try:
             for role, model in models.items():
                 slot = StaticSlot(model, pair.vocab_size, window + pad, head_layers if role == "target" else ())
-                if mode == "graphs":
-                    slot.capture(widths)
+                if mode == "graphs":  # a draft model feeds one or two tokens a forward (its prompt: eagerly)
+                    slot.capture(widths if role == "target" else tuple(w for w in widths if w in DRAFT_WIDTHS))
                 pair.static_slots[role] = slot
         except Exception as err:  # noqa: BLE001 - any failure to capture leaves the pair eager, and says why
             pair.static_slots, pair.window_cap = {}, None
@@ -352,4 +400,5 @@ def prepare(pair, asked: str | None = None, widths: tuple[int, ...] = WIDTHS, ma
     pair.decoding, pair.decoding_note = mode, why
     spent = sum(s.capture_s for s in pair.static_slots.values())
     log.info("decoding %s on %s: %s%s", mode, pair.device, why,
-             f" (captured {len(widths)} widths x {len(pair.static_slots)} models in {spent:.1f} s)" if spent else "")
+             f" (captured {sum(len(s.graphs) for s in pair.static_slots.values())} graphs (widths x cache buckets) of"
+             f" {len(pair.static_slots)} models in {spent:.1f} s)" if spent else "")
