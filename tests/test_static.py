@@ -20,7 +20,8 @@ from specdemo.engine.speculative import PromptError, encode_prompt, speculative_
 from specdemo.engine.tree import DraftTree, tree_attention
 from specdemo.models import CachedLM, loading
 from specdemo.models.loading import load_pair, load_pair_uncached
-from specdemo.models.static import CPU_MODE, StaticLM, cache_bytes, choose_mode, fitting_window, prepare
+from specdemo.models.static import (CPU_MODE, StaticLM, buckets_for, cache_bytes, choose_mode, fitting_window,
+                                    plan_window, prepare)
 
 STRATEGIES = ("fixed", "adaptive", "lookup", "eagle", "tree")
 GREEDY = SamplingConfig(temperature=0.0)
@@ -192,6 +193,60 @@ def test_a_device_short_of_memory_gets_a_shorter_window_and_refuses_longer_promp
     with pytest.raises(PromptError, match="context window"):
         encode_prompt(pair, "ROMEO:\n" * 20, 32)
     assert len(encode_prompt(pair, "ROMEO:\n", 32)) < 64 - 32
+
+
+def test_buckets_double_from_64_and_end_at_the_whole_cache():
+    assert buckets_for(8257) == (64, 128, 256, 512, 1024, 2048, 4096, 8257), "8192 is within an eighth of 8257"
+    assert buckets_for(365) == (64, 128, 256, 365)
+    assert buckets_for(64) == (64,) and buckets_for(40) == (40,)
+    assert buckets_for(1000, smallest=16)[:3] == (16, 32, 64)
+
+
+def test_each_forward_attends_over_the_smallest_bucket_that_holds_it(own_pair):
+    """A run that grows past 64 and 128 cached tokens replays, at every forward, the graph of its width over the
+    smallest bucket holding its last slot (its mask as wide as that bucket), and its logits stay the dynamic
+    cache's across the crossings, a tree's forward and its rollback included."""
+    pair = own_pair
+    decode_as(pair, "replayed")
+    slot = pair.static_slots["target"]
+    assert slot.buckets[:2] == (64, 128) and slot.buckets[-1] == slot.max_len > 128
+    replays: list[tuple[int, int]] = []
+    for key, c in slot.graphs.items():
+        assert c.mask.shape[-2:] == key, "a (width, bucket) graph's mask is width x bucket"
+        c.graph.replay = (lambda key=key, run=c.graph.replay: (replays.append(key), run())[1])
+    ref, lm = CachedLM(pair.target, pair.vocab_size), pair.new_lm("target")
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(pair.vocab_size, (170,), generator=gen)
+    want, got = ref.feed(ids[:60]), lm.feed(ids[:60])  # 60 > 32: eagerly, over the 64 bucket
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+    n = 60
+    while n < 166:
+        step = 1 if n % 3 else 4  # steps and four-token chains, so that widths 1 and 4 cross the buckets
+        torch.testing.assert_close(lm.feed(ids[n : n + step], keep_logits=step),
+                                   ref.feed(ids[n : n + step], keep_logits=step), atol=2e-5, rtol=1e-5)
+        assert replays[-1] == (1 if step == 1 else 4, slot.bucket(n + (1 if step == 1 else 4)))
+        n += step
+    assert {b for _, b in replays} == {64, 128, 256} & set(slot.buckets), "the run crossed two buckets"
+    tree = DraftTree(parents=torch.tensor([-1, 0, 0]), depths=torch.tensor([1, 2, 2]), head_p=torch.ones(3),
+                     max_depth=2)
+    out = [m.feed_features(torch.tensor([3, 4, 5, 6]), keep_logits=4, tree=tree_attention(tree, n, 1, pair.dtype))[0]
+           for m in (ref, lm)]
+    torch.testing.assert_close(out[1], out[0], atol=2e-5, rtol=1e-5)
+    for m in (ref, lm):
+        m.keep_rows(n, [0, 1, 3])
+    torch.testing.assert_close(lm.feed(torch.tensor([9])), ref.feed(torch.tensor([9])), atol=2e-5, rtol=1e-5)
+
+
+def test_memory_not_a_short_request_is_what_caps_a_window():
+    """The log's "capped" warning (issue 45 saw it on a GPU with 140 GB free) comes only where memory shortened the
+    window below what was asked; a bench's short max_request caps requests at it without a warning."""
+    models = [load_pair_uncached("shakespeare", device="cpu", dtype="float32").target]
+    roomy = 10 * cache_bytes(models[0], 4096 + 65)
+    assert plan_window(4096, 230, models, 65, roomy) == (230, 230, False)
+    assert plan_window(4096, None, models, 65, roomy) == (4096, None, False)
+    assert plan_window(4096, None, models, 65, None) == (4096, None, False)
+    window, cap, short = plan_window(4096, None, models, 65, cache_bytes(models[0], 1024 + 65) * 2)
+    assert (window, cap, short) == (1024, 1024, True)
 
 
 # ---------------------------------------------------------------------------------------------- CUDA (-m cuda)

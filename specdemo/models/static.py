@@ -343,6 +343,17 @@ def fitting_window(models: list, window: int, pad: int, free: int) -> int:
     return window
 
 
+def plan_window(context_window: int, max_request: int | None, models: list, pad: int, free: int | None
+                ) -> tuple[int, int | None, bool]:
+    """(window, cap, short): the static caches' window (tokens, `pad` slots to add) for requests of at most
+    `max_request` tokens (the context window by default), given `free` device bytes (None: not counted, a CPU);
+    the cap a shortened window puts on requests (None: none); and whether memory shortened the window below what
+    was asked (only then is there something to warn of: a bench's short max_request is no shortage)."""
+    asked = min(context_window, max_request or context_window)
+    window = asked if free is None else fitting_window(models, asked, pad, free)
+    return window, (window if window < context_window else None), window < asked
+
+
 def choose_mode(device: torch.device, asked: str, asker: str | None = None) -> tuple[str, str]:
     """(mode, why) for a pair on `device`, given the decoding `asked` (auto by default); `asker` names where the ask
     came from in the reason (SPECDEMO_DECODING), None a caller's own argument."""
@@ -378,15 +389,11 @@ def prepare(pair, asked: str | None = None, widths: tuple[int, ...] = WIDTHS, ma
         mode, why = "eager", "a model computes its own logits (soft-capped or scaled): eager forwards"
     if mode != "eager":
         pad = max(widths)
-        window = asked_window = min(pair.context_window, max_request or pair.context_window)
-        if pair.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(pair.device)
-            window = fitting_window(list(models.values()), window, pad, free)
-            if window < pair.context_window:
-                pair.window_cap = window
-            if window < asked_window:  # memory, not the caller's max_request, shortened it (issue 45: a false alarm)
-                log.warning("static caches: %d MiB free on %s, so requests are capped at %d tokens (prompt + new)",
-                            free >> 20, pair.device, window)
+        free = torch.cuda.mem_get_info(pair.device)[0] if pair.device.type == "cuda" else None
+        window, pair.window_cap, short = plan_window(pair.context_window, max_request, list(models.values()), pad, free)
+        if short:
+            log.warning("static caches: %d MiB free on %s, so requests are capped at %d tokens (prompt + new)",
+                        free >> 20, pair.device, window)
         head_layers = tuple(pair.head.cfg.feature_layers) if pair.head is not None else ()
         try:
             for role, model in models.items():
