@@ -21,7 +21,7 @@ from specdemo.engine.tree import DraftTree, tree_attention
 from specdemo.models import CachedLM, loading
 from specdemo.models.loading import load_pair, load_pair_uncached
 from specdemo.models.static import (CPU_MODE, StaticLM, buckets_for, cache_bytes, choose_mode, fitting_window,
-                                    plan_window, prepare)
+                                    plan_window, prepare, warm)
 
 STRATEGIES = ("fixed", "adaptive", "lookup", "eagle", "tree")
 GREEDY = SamplingConfig(temperature=0.0)
@@ -30,9 +30,10 @@ GREEDY = SamplingConfig(temperature=0.0)
 def decode_as(pair, mode: str, widths=(1, 2, 4, 8, 16, 32)) -> None:
     """Switch a pair to `mode`: eager, static, or replayed (static with every width recorded by the stand-in)."""
     prepare(pair, "static" if mode == "replayed" else mode, widths=widths)
-    if mode == "replayed":
+    if mode == "replayed":  # as prepare does on CUDA: capture, then one warm-up step before any run
         for slot in pair.static_slots.values():
             slot.capture(widths, stand_in=True)
+            warm(slot)
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +46,7 @@ def test_a_cpu_decodes_eagerly_unless_told_and_says_why():
     mode, why = choose_mode(torch.device("cpu"), "auto")
     assert mode == CPU_MODE and "CPU" in why
     assert choose_mode(torch.device("cpu"), "graphs")[0] == "static"
+    assert choose_mode(torch.device("cpu"), "compiled")[0] == "static", "compiled forwards are captured: CUDA only"
     assert "need CUDA" in choose_mode(torch.device("cpu"), "graphs")[1]
     assert choose_mode(torch.device("mps"), "auto") == ("eager", "mps: CUDA graphs need a CUDA device")
     with pytest.raises(ValueError, match="SPECDEMO_DECODING must be one of"):

@@ -25,12 +25,15 @@ import logging
 import os
 import time
 import weakref
-import copy
 from dataclasses import dataclass, field
 
 import torch
 
 from .lm import cache_argument, float32_head, head_logits
+from .static_sizes import (MIN_WINDOW, buckets_for, cache_bytes, cache_view, fitting_window, kv_shape,
+                           plan_window)
+
+__all__ = ["MIN_WINDOW", "buckets_for", "cache_bytes", "cache_view", "fitting_window", "kv_shape", "plan_window"]
 
 log = logging.getLogger("specdemo")
 
@@ -38,34 +41,7 @@ log = logging.getLogger("specdemo")
 # largest tree is 64 nodes: 65). A wider forward (a prompt) runs eagerly over the same cache.
 WIDTHS = (1, 2, 4, 8, 16, 32, 65)
 DRAFT_WIDTHS = (1, 2)  # a draft model's forwards: one token, or two after an all-accepted round (its prompt: eager)
-MIN_BUCKET = 64  # the shortest cache length a forward attends over
-
-
-def buckets_for(max_len: int, smallest: int = MIN_BUCKET) -> tuple[int, ...]:
-    """The cache lengths a forward may attend over: the powers of two from `smallest` below `max_len`, then `max_len`
-    (a power within an eighth of `max_len` is left out: it would cost what the whole cache costs). A forward whose
-    last slot is s attends over the smallest that holds s + 1: at most twice what the cache holds."""
-    out, b = [], smallest
-    while b < max_len:
-        if max_len - b >= b // 8:
-            out.append(b)
-        b *= 2
-    return (*out, max_len)
-
-
-def cache_view(cache, length: int):
-    """A StaticCache whose layers are the first `length` slots of `cache`'s: the same storage and the same write
-    counters, so a forward through it writes where one through `cache` would, and attends over `length` slots."""
-    if length == cache.layers[0].max_cache_len:
-        return cache
-    view = copy.copy(cache)
-    view.layers = []
-    for layer in cache.layers:
-        part = copy.copy(layer)  # device, heads, head sizes, is_initialized and the counter tensor, shared
-        part.max_cache_len = length
-        part.keys, part.values = layer.keys[:, :, :length], layer.values[:, :, :length]
-        view.layers.append(part)
-    return view
+CAPTURED = "specdemo.captured"  # the profiler range around a stand-in's replay: what a CUDA graph would replay
 
 
 @dataclass
@@ -90,7 +66,7 @@ class ReplayStandIn:
         self.forward, self.out = forward, out
 
     def replay(self) -> None:
-        with torch.inference_mode():
+        with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
             hidden, features = self.forward()
         self.out[0].copy_(hidden)
         if self.out[1] is not self.out[0]:
@@ -127,6 +103,7 @@ class StaticSlot:
         self.buckets = buckets_for(self.max_len)
         self.views = {b: cache_view(self.cache, b) for b in self.buckets}
         self.widths: tuple[int, ...] = ()  # the widths captured, ascending
+        self.start = torch.zeros((), dtype=torch.long, device=self.device)  # an eager forward's write position
         self.counters = [layer.cumulative_length for layer in self.cache.layers]
         self.slots = torch.arange(self.max_len, device=self.device)
         # a padding row's position may pass the last one a model knows (GPT-2's learned positions): clamped there
@@ -134,7 +111,26 @@ class StaticSlot:
                               or self.max_len) - 1
         self.minimum = torch.finfo(self.dtype).min
         self._cache_kw = cache_argument(type(self.base).forward)
+        self.run_base = self.base  # the forward that runs (and is captured): the model's own, or compiled
+        self.compile_s = 0.0
 
+    def compile(self) -> float:
+        """Compile the base model's forward (torch.compile, dynamic shapes, so that every width and bucket shares a
+        few compiled graphs) and run it once at widths 1 and 2, where the compiling happens; returns the seconds it
+        took. Captures made after this record the compiled (fused) kernels. Raises whatever the compiler raises."""
+        self.run_base = torch.compile(self.base, dynamic=True)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            for width in (1, 2):  # size 1 is specialised apart from the others
+                positions = torch.empty(1, width, dtype=torch.long, device=self.device)
+                mask = torch.empty(1, 1, width, self.buckets[0], dtype=self.dtype, device=self.device)
+                self.causal(0, width, positions, mask)
+                self.start.zero_()
+                self._forward(torch.zeros(1, width, dtype=torch.long, device=self.device), positions, mask, self.start)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.compile_s = time.perf_counter() - t0
+        return self.compile_s
     @property
     def nbytes(self) -> int:
         """The cache's bytes (the captured graphs' own pool is not counted)."""
@@ -171,7 +167,7 @@ class StaticSlot:
         can be captured. Returns the last hidden state and the features of `layers` (the hidden state again where
         there are none)."""
         torch._foreach_copy_(self.counters, [start] * len(self.counters))
-        out = self.base(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
+        out = self.run_base(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
                         output_hidden_states=bool(self.layers), **{self._cache_kw: self.views[mask.shape[-1]]})
         hidden = out.last_hidden_state[0]
         if not self.layers:
@@ -192,8 +188,8 @@ class StaticSlot:
                 self.causal(start, n, positions, mask)
             else:
                 self.given(start, n, tree, positions, mask)
-            start_t = torch.tensor(start, device=self.device)
-            return self._forward(ids.view(1, n), positions, mask, start_t)
+            self.start.fill_(start)  # a device scalar filled in place: no host-to-device copy, no sync
+            return self._forward(ids.view(1, n), positions, mask, self.start)
         c = self.graphs[width, self.bucket(start + width)]
         c.ids[0, :n].copy_(ids)
         if tree is None:
@@ -317,41 +313,8 @@ class StaticLM:
 
 
 # ---------------------------------------------------------------------------------------------- the pair's choice
-MODES = ("auto", "eager", "static", "graphs")  # SPECDEMO_DECODING
+MODES = ("auto", "eager", "static", "graphs", "compiled")  # SPECDEMO_DECODING
 CPU_MODE = "eager"  # what `auto` picks on a CPU: decided by measurement (docs/decisions.md, "a static cache on a CPU")
-MIN_WINDOW = 512  # a GPU too small for the largest request's static caches shrinks them, down to this window
-
-
-def kv_shape(cfg) -> tuple[int, int]:
-    """(key/value heads, head dimension) of a model's attention, from its config (GQA where it names its KV heads)."""
-    heads = cfg.num_attention_heads
-    return getattr(cfg, "num_key_value_heads", None) or heads, getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-
-
-def cache_bytes(model, max_len: int) -> int:
-    """Bytes of one static cache of `max_len` tokens for `model` (keys and values, every layer)."""
-    kv_heads, head_dim = kv_shape(model.config)
-    return (2 * model.config.num_hidden_layers * kv_heads * head_dim * max_len
-            * next(model.parameters()).element_size())
-
-
-def fitting_window(models: list, window: int, pad: int, free: int) -> int:
-    """The longest request window, halving from `window` but not below MIN_WINDOW, whose static caches (every
-    model's, `pad` slots wider) take at most half of the `free` bytes."""
-    while window > MIN_WINDOW and sum(cache_bytes(m, window + pad) for m in models) > free // 2:
-        window = max(MIN_WINDOW, window // 2)
-    return window
-
-
-def plan_window(context_window: int, max_request: int | None, models: list, pad: int, free: int | None
-                ) -> tuple[int, int | None, bool]:
-    """(window, cap, short): the static caches' window (tokens, `pad` slots to add) for requests of at most
-    `max_request` tokens (the context window by default), given `free` device bytes (None: not counted, a CPU);
-    the cap a shortened window puts on requests (None: none); and whether memory shortened the window below what
-    was asked (only then is there something to warn of: a bench's short max_request is no shortage)."""
-    asked = min(context_window, max_request or context_window)
-    window = asked if free is None else fitting_window(models, asked, pad, free)
-    return window, (window if window < context_window else None), window < asked
 
 
 def choose_mode(device: torch.device, asked: str, asker: str | None = None) -> tuple[str, str]:
@@ -361,6 +324,8 @@ def choose_mode(device: torch.device, asked: str, asker: str | None = None) -> t
         raise ValueError(f"{asker or 'decoding'} must be one of {', '.join(MODES)}, got {asked!r}")
     if device.type == "cuda" and os.environ.get("SPACES_ZERO_GPU"):
         return "eager", "ZeroGPU runs each GPU task in a fresh process: no graphs to keep (docs/deploy.md)"
+    if asked == "compiled" and device.type == "cuda":
+        return "compiled", "CUDA graphs over a static cache"
     if asked == "auto":
         if device.type == "cuda":
             return "graphs", "CUDA graphs over a static cache"
@@ -368,9 +333,37 @@ def choose_mode(device: torch.device, asked: str, asker: str | None = None) -> t
             return CPU_MODE, ("a CPU: dynamic KV cache, eager forwards (a static cache measured no faster here)"
                               if CPU_MODE == "eager" else "a CPU: static cache, eager forwards (graphs need CUDA)")
         return "eager", f"{device.type}: CUDA graphs need a CUDA device"
-    if asked == "graphs" and device.type != "cuda":
+    if asked in ("graphs", "compiled") and device.type != "cuda":
         return "static", f"{device.type}: static cache, eager forwards (graphs need CUDA)"
     return asked, f"{asked}, as {asker} asks" if asker else f"{asked}, as asked"
+
+
+def compiled_or_plain(slot: StaticSlot, why: str) -> tuple[StaticSlot, str, str]:
+    """(slot, mode, why) for the `compiled` decoding: the slot with its forward compiled (its seconds logged), or,
+    where the compiler fails, a fresh slot of plain graphs and a reason that says so."""
+    try:
+        took = slot.compile()
+    except Exception as err:  # noqa: BLE001 - a compiler failure falls back to plain graphs, and says why
+        log.warning("torch.compile of the target failed (%s: %s): plain CUDA graphs", type(err).__name__,
+                    str(err)[:200])
+        fresh = StaticSlot(slot.model, slot.vocab_size, slot.max_len, slot.layers)
+        return fresh, "graphs", f"torch.compile failed ({type(err).__name__}): plain CUDA graphs"
+    log.info("torch.compile of the target: %.1f s", took)
+    return slot, "compiled", f"{why}, the target's forward compiled (torch.compile, {took:.0f} s)"
+
+
+def warm(slot: StaticSlot) -> None:
+    """One step through the slot as a run makes it, before any run owns it: the replay and the eager LM head on the
+    current stream, and a draw, so that a run's first round pays for no lazy set-up (issue 45: `fixed`'s first
+    propose synced once on CUDA)."""
+    lm = StaticLM(slot)
+    cdf = lm.feed(torch.zeros(1, dtype=torch.long, device=slot.device)).softmax(-1).cumsum(-1, dtype=torch.float64)
+    u = torch.rand(1, 1, generator=torch.Generator(device=slot.device).manual_seed(0), device=slot.device,
+                   dtype=torch.float64)
+    torch.searchsorted(cdf, u)  # the draws of engine.sampling.sample
+    if slot.device.type == "cuda":
+        torch.cuda.synchronize(slot.device)
+    slot.owner = None
 
 
 def prepare(pair, asked: str | None = None, widths: tuple[int, ...] = WIDTHS, max_request: int | None = None) -> None:
@@ -398,8 +391,12 @@ def prepare(pair, asked: str | None = None, widths: tuple[int, ...] = WIDTHS, ma
         try:
             for role, model in models.items():
                 slot = StaticSlot(model, pair.vocab_size, window + pad, head_layers if role == "target" else ())
-                if mode == "graphs":  # a draft model feeds one or two tokens a forward (its prompt: eagerly)
+                if mode == "compiled" and role == "target":
+                    slot, mode, why = compiled_or_plain(slot, why)
+                if mode in ("graphs", "compiled"):  # a draft model feeds one or two tokens a forward (its prompt:
+                    #                                 eagerly)
                     slot.capture(widths if role == "target" else tuple(w for w in widths if w in DRAFT_WIDTHS))
+                    warm(slot)
                 pair.static_slots[role] = slot
         except Exception as err:  # noqa: BLE001 - any failure to capture leaves the pair eager, and says why
             pair.static_slots, pair.window_cap = {}, None

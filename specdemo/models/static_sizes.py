@@ -1,0 +1,69 @@
+"""The sizes of the static path's caches (models/static.py): the cache lengths a forward attends over
+(`buckets_for`) and a bucket's view of a cache (`cache_view`); the bytes a cache takes (`cache_bytes`) and the window
+the caches get where device memory is short (`fitting_window`, `plan_window`). No forwards here."""
+
+from __future__ import annotations
+
+import copy
+
+MIN_BUCKET = 64  # the shortest cache length a forward attends over
+MIN_WINDOW = 512  # a GPU too small for the largest request's static caches shrinks them, down to this window
+
+
+def buckets_for(max_len: int, smallest: int = MIN_BUCKET) -> tuple[int, ...]:
+    """The cache lengths a forward may attend over: the powers of two from `smallest` below `max_len`, then `max_len`
+    (a power within an eighth of `max_len` is left out: it would cost what the whole cache costs). A forward whose
+    last slot is s attends over the smallest that holds s + 1: at most twice what the cache holds."""
+    out, b = [], smallest
+    while b < max_len:
+        if max_len - b >= b // 8:
+            out.append(b)
+        b *= 2
+    return (*out, max_len)
+
+
+def cache_view(cache, length: int):
+    """A StaticCache whose layers are the first `length` slots of `cache`'s: the same storage and the same write
+    counters, so a forward through it writes where one through `cache` would, and attends over `length` slots."""
+    if length == cache.layers[0].max_cache_len:
+        return cache
+    view = copy.copy(cache)
+    view.layers = []
+    for layer in cache.layers:
+        part = copy.copy(layer)  # device, heads, head sizes, is_initialized and the counter tensor, shared
+        part.max_cache_len = length
+        part.keys, part.values = layer.keys[:, :, :length], layer.values[:, :, :length]
+        view.layers.append(part)
+    return view
+
+
+def kv_shape(cfg) -> tuple[int, int]:
+    """(key/value heads, head dimension) of a model's attention, from its config (GQA where it names its KV heads)."""
+    heads = cfg.num_attention_heads
+    return getattr(cfg, "num_key_value_heads", None) or heads, getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+
+
+def cache_bytes(model, max_len: int) -> int:
+    """Bytes of one static cache of `max_len` tokens for `model` (keys and values, every layer)."""
+    kv_heads, head_dim = kv_shape(model.config)
+    return (2 * model.config.num_hidden_layers * kv_heads * head_dim * max_len
+            * next(model.parameters()).element_size())
+
+
+def fitting_window(models: list, window: int, pad: int, free: int) -> int:
+    """The longest request window, halving from `window` but not below MIN_WINDOW, whose static caches (every
+    model's, `pad` slots wider) take at most half of the `free` bytes."""
+    while window > MIN_WINDOW and sum(cache_bytes(m, window + pad) for m in models) > free // 2:
+        window = max(MIN_WINDOW, window // 2)
+    return window
+
+
+def plan_window(context_window: int, max_request: int | None, models: list, pad: int, free: int | None
+                ) -> tuple[int, int | None, bool]:
+    """(window, cap, short): the static caches' window (tokens, `pad` slots to add) for requests of at most
+    `max_request` tokens (the context window by default), given `free` device bytes (None: not counted, a CPU);
+    the cap a shortened window puts on requests (None: none); and whether memory shortened the window below what
+    was asked (only then is there something to warn of: a bench's short max_request is no shortage)."""
+    asked = min(context_window, max_request or context_window)
+    window = asked if free is None else fitting_window(models, asked, pad, free)
+    return window, (window if window < context_window else None), window < asked
