@@ -425,7 +425,7 @@ def test_drafters_read_nothing_back_but_their_stop_rules_confidence(pair32, monk
         assert reads == [0] * len(rounds)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: CUDA's sync debug mode sees every sync")
+@pytest.mark.cuda  # CUDA's sync debug mode sees every sync; skipped without a CUDA device (conftest.py)
 @pytest.mark.parametrize("strategy", ["fixed", "lookup", "eagle", "adaptive"])
 def test_on_a_gpu_drafters_sync_only_for_their_stop_rule(strategy):
     """On CUDA, torch's sync debug mode reports every synchronizing call, from C++ too: proposing syncs nowhere,

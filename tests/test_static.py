@@ -21,7 +21,7 @@ from specdemo.engine.tree import DraftTree, tree_attention
 from specdemo.models import CachedLM, loading
 from specdemo.models.loading import load_pair, load_pair_uncached
 from specdemo.models.static import (CPU_MODE, StaticLM, buckets_for, cache_bytes, choose_mode, fitting_window,
-                                    plan_window, prepare, warm)
+                                    plan_window, prepare, stand_ins)
 
 STRATEGIES = ("fixed", "adaptive", "lookup", "eagle", "tree")
 GREEDY = SamplingConfig(temperature=0.0)
@@ -30,10 +30,8 @@ GREEDY = SamplingConfig(temperature=0.0)
 def decode_as(pair, mode: str, widths=(1, 2, 4, 8, 16, 32)) -> None:
     """Switch a pair to `mode`: eager, static, or replayed (static with every width recorded by the stand-in)."""
     prepare(pair, "static" if mode == "replayed" else mode, widths=widths)
-    if mode == "replayed":  # as prepare does on CUDA: capture, then one warm-up step before any run
-        for slot in pair.static_slots.values():
-            slot.capture(widths, stand_in=True)
-            warm(slot)
+    if mode == "replayed":  # as prepare does on CUDA: capture (the head's chain step too), a warm-up step
+        stand_ins(pair, widths)
 
 
 @pytest.fixture(scope="module")
@@ -145,6 +143,7 @@ def test_every_strategy_gives_the_eager_paths_tokens(own_pair, mode):
                                                                                  strategy=strategy))
         assert got.output_ids == ids, strategy
     assert all(slot.owner is not None for slot in pair.static_slots.values())
+    assert ("head" in pair.static_slots) == (mode == "replayed"), "the eagle runs replayed the head's chain step"
 
 
 def test_two_interleaved_runs_each_give_what_they_give_alone(own_pair):
@@ -154,14 +153,18 @@ def test_two_interleaved_runs_each_give_what_they_give_alone(own_pair):
     decode_as(pair, "replayed")
     runs = [("ROMEO:\n", SpecConfig(k=3, max_new_tokens=48, seed=1, strategy="fixed"), SamplingConfig(0.9)),
             ("JULIET:\nO", SpecConfig(k=4, max_new_tokens=48, seed=2, strategy="tree"), SamplingConfig(0.0)),
-            ("HAMLET:\n", SpecConfig(k=2, max_new_tokens=48, seed=3, strategy="adaptive"), SamplingConfig(0.7))]
+            ("HAMLET:\n", SpecConfig(k=2, max_new_tokens=48, seed=3, strategy="adaptive"), SamplingConfig(0.7)),
+            ("ROMEO:\nO", SpecConfig(k=4, max_new_tokens=48, seed=4, strategy="eagle"), SamplingConfig(0.8)),
+            ("JULIET:\n", SpecConfig(k=3, max_new_tokens=48, seed=5, strategy="eagle"), SamplingConfig(0.0))]
 
     alone = [tokens_of(speculative_rounds(pair, pair.encode(p), sampling, spec)) for p, spec, sampling in runs]
     swaps = sum(slot.swaps for slot in pair.static_slots.values())
+    head_swaps = pair.static_slots["head"].swaps
     together = interleaved(pair, runs)
     assert together == alone
-    assert len({tuple(a) for a in alone}) == 3, "three different runs"
+    assert len({tuple(a) for a in alone}) == 5, "five different runs"
     assert sum(slot.swaps for slot in pair.static_slots.values()) - swaps > 20, "the runs took turns in the caches"
+    assert pair.static_slots["head"].swaps - head_swaps > 5, "the two eagle runs took turns in the head's cache"
 
 
 def test_a_pair_loads_eager_on_this_cpu_and_its_log_says_why(caplog):

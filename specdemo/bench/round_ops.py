@@ -19,7 +19,7 @@ import statistics
 import torch
 
 from specdemo.models import static
-from specdemo.models.static import CAPTURED
+from specdemo.models.static_parts import CAPTURED
 
 HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "nonzero", "cpu", "numpy")
 
@@ -92,8 +92,7 @@ def main() -> None:
     args = ap.parse_args()
     pair = load_pair_uncached(args.pair, device=args.device, decoding="graphs")
     if pair.device.type != "cuda":  # the graphs' stand-in: the same buffers and replays, run eagerly
-        for role, slot in pair.static_slots.items():
-            slot.capture(static.WIDTHS if role == "target" else static.DRAFT_WIDTHS, stand_in=True)
+        static.stand_ins(pair)
     print(f"{pair.name} on {pair.device}, decoding {pair.decoding}")
     print("| strategy | T | rounds | operators outside graphs a round (median, max) | host reads a round (max) |")
     print("|---|---:|---:|---:|---:|")

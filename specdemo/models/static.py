@@ -29,11 +29,14 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .eagle import EagleHead
+from .head_graphs import HeadSlot
 from .lm import cache_argument, float32_head, head_logits
-from .static_sizes import (MIN_WINDOW, buckets_for, cache_bytes, cache_view, fitting_window, kv_shape,
-                           plan_window)
+from .static_parts import (CAPTURED, MIN_WINDOW, ReplayStandIn, buckets_for, cache_bytes, cache_view, fitting_window,
+                           kv_shape, plan_window)
 
-__all__ = ["MIN_WINDOW", "buckets_for", "cache_bytes", "cache_view", "fitting_window", "kv_shape", "plan_window"]
+__all__ = ["CAPTURED", "MIN_WINDOW", "ReplayStandIn", "buckets_for", "cache_bytes", "cache_view", "fitting_window",
+           "kv_shape", "plan_window"]
 
 log = logging.getLogger("specdemo")
 
@@ -41,7 +44,6 @@ log = logging.getLogger("specdemo")
 # largest tree is 64 nodes: 65). A wider forward (a prompt) runs eagerly over the same cache.
 WIDTHS = (1, 2, 4, 8, 16, 32, 65)
 DRAFT_WIDTHS = (1, 2)  # a draft model's forwards: one token, or two after an all-accepted round (its prompt: eager)
-CAPTURED = "specdemo.captured"  # the profiler range around a stand-in's replay: what a CUDA graph would replay
 
 
 @dataclass
@@ -55,22 +57,6 @@ class Captured:
     mask: torch.Tensor  # [1, 1, w, bucket]
     start: torch.Tensor  # [] the length that the forward writes after
     out: tuple[torch.Tensor, torch.Tensor]
-
-
-class ReplayStandIn:
-    """A captured width's stand-in on a CPU: `replay()` runs the forward again on the same input buffers and copies
-    its results into the same output tensors, as a CUDA graph's replay leaves them. Only tests use it: it lets the
-    padding, the buffers and the turns of the graph path run without a GPU."""
-
-    def __init__(self, forward, out: tuple[torch.Tensor, torch.Tensor]):
-        self.forward, self.out = forward, out
-
-    def replay(self) -> None:
-        with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
-            hidden, features = self.forward()
-        self.out[0].copy_(hidden)
-        if self.out[1] is not self.out[0]:
-            self.out[1].copy_(features)
 
 
 @dataclass
@@ -366,6 +352,19 @@ def warm(slot: StaticSlot) -> None:
     slot.owner = None
 
 
+def stand_ins(pair, widths: tuple[int, ...] = WIDTHS) -> None:
+    """On a CPU, what `graphs` makes on CUDA, with the graphs' stand-in: a pair already prepared `static` gets its
+    widths recorded (the draft model's DRAFT_WIDTHS), the warm-up step, and the head's chain step where it has an
+    EagleHead. Tests and bench/round_ops.py run the graph path this way without a GPU."""
+    assert pair.decoding == "static", "stand-ins are recorded over a pair prepared static"
+    for role, slot in pair.static_slots.items():
+        slot.capture(widths if role == "target" else tuple(w for w in widths if w in DRAFT_WIDTHS), stand_in=True)
+        warm(slot)
+    if type(pair.head) is EagleHead:
+        pair.static_slots["head"] = HeadSlot(pair.head, pair.target.get_input_embeddings(), pair.context_window + 1)
+        pair.static_slots["head"].capture(stand_in=True)
+
+
 def prepare(pair, asked: str | None = None, widths: tuple[int, ...] = WIDTHS, max_request: int | None = None) -> None:
     """Decide how `pair`'s caches run and make them ready: static slots for the target and the draft model, each
     width captured on CUDA. Sets pair.decoding, pair.decoding_note and pair.static_slots (and pair.window_cap where
@@ -398,6 +397,9 @@ def prepare(pair, asked: str | None = None, widths: tuple[int, ...] = WIDTHS, ma
                     slot.capture(widths if role == "target" else tuple(w for w in widths if w in DRAFT_WIDTHS))
                     warm(slot)
                 pair.static_slots[role] = slot
+            if mode in ("graphs", "compiled") and type(pair.head) is EagleHead:  # the head's chain step, captured
+                pair.static_slots["head"] = HeadSlot(pair.head, pair.target.get_input_embeddings(), window + 1)
+                pair.static_slots["head"].capture()
         except Exception as err:  # noqa: BLE001 - any failure to capture leaves the pair eager, and says why
             pair.static_slots, pair.window_cap = {}, None
             mode, why = "eager", f"capture failed ({type(err).__name__}: {str(err)[:120]}): eager forwards"

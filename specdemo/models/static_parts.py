@@ -1,12 +1,16 @@
-"""The sizes of the static path's caches (models/static.py): the cache lengths a forward attends over
-(`buckets_for`) and a bucket's view of a cache (`cache_view`); the bytes a cache takes (`cache_bytes`) and the window
-the caches get where device memory is short (`fitting_window`, `plan_window`). No forwards here."""
+"""The static path's parts that models/static.py and models/head_graphs.py share: the cache lengths a forward
+attends over (`buckets_for`) and a bucket's view of a cache (`cache_view`); the bytes a cache takes (`cache_bytes`)
+and the window the caches get where device memory is short (`fitting_window`, `plan_window`); and the graphs'
+stand-in on a CPU (`ReplayStandIn`, replaying inside the profiler range `CAPTURED`). No model forwards here."""
 
 from __future__ import annotations
 
 import copy
 
+import torch
+
 MIN_BUCKET = 64  # the shortest cache length a forward attends over
+CAPTURED = "specdemo.captured"  # the profiler range around a stand-in's replay: what a CUDA graph would replay
 MIN_WINDOW = 512  # a GPU too small for the largest request's static caches shrinks them, down to this window
 
 
@@ -67,3 +71,19 @@ def plan_window(context_window: int, max_request: int | None, models: list, pad:
     asked = min(context_window, max_request or context_window)
     window = asked if free is None else fitting_window(models, asked, pad, free)
     return window, (window if window < context_window else None), window < asked
+
+
+class ReplayStandIn:
+    """A captured width's stand-in on a CPU: `replay()` runs the forward again on the same input buffers and copies
+    its results into the same output tensors, as a CUDA graph's replay leaves them. Only tests use it: it lets the
+    padding, the buffers and the turns of the graph path run without a GPU."""
+
+    def __init__(self, forward, out: tuple[torch.Tensor, torch.Tensor]):
+        self.forward, self.out = forward, out
+
+    def replay(self) -> None:
+        with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
+            hidden, features = self.forward()
+        self.out[0].copy_(hidden)
+        if self.out[1] is not self.out[0]:
+            self.out[1].copy_(features)
