@@ -62,9 +62,9 @@ def outside_ops(events) -> int:
     return sum(1 for e in events if e.name.startswith("aten::") and outside(e))
 
 
-def round_counts(rounds, skip: int = 1) -> list[tuple[int, int, int]]:
-    """(operators outside the captured forwards, host reads, tokens) of each round of a speculative_rounds
-    generator after the first `skip` (round one reads the prompt), each round profiled on its own."""
+def round_counts(rounds, skip: int = 1) -> list[tuple[int, int, int, int]]:
+    """(operators outside the captured forwards, host reads, tokens kept, tokens drafted) of each round of a
+    speculative_rounds generator after the first `skip` (round one reads the prompt), each profiled on its own."""
     from torch.profiler import ProfilerActivity, profile
 
     out = []
@@ -74,7 +74,7 @@ def round_counts(rounds, skip: int = 1) -> list[tuple[int, int, int]]:
         if rnd is None:
             break
         if i >= skip:
-            out.append((outside_ops(prof.events()), reads.count, len(rnd.tokens)))
+            out.append((outside_ops(prof.events()), reads.count, len(rnd.tokens), rnd.k))
     return out
 
 
@@ -89,11 +89,15 @@ def main() -> None:
     ap.add_argument("--strategies", default="eagle,tree")
     ap.add_argument("--temperatures", default="0,0.7")
     ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--eager-head", action="store_true", help="the head's chain step eager (as before issue 45)")
     args = ap.parse_args()
     pair = load_pair_uncached(args.pair, device=args.device, decoding="graphs")
     if pair.device.type != "cuda":  # the graphs' stand-in: the same buffers and replays, run eagerly
         static.stand_ins(pair)
-    print(f"{pair.name} on {pair.device}, decoding {pair.decoding}")
+    if args.eager_head:
+        pair.static_slots.pop("head", None)
+    print(f"{pair.name} on {pair.device}, decoding {pair.decoding}, the head's chain step "
+          f"{'captured' if 'head' in pair.static_slots else 'eager'}")
     print("| strategy | T | rounds | operators outside graphs a round (median, max) | host reads a round (max) |")
     print("|---|---:|---:|---:|---:|")
     for strategy in args.strategies.split(","):
