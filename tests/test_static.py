@@ -346,3 +346,30 @@ def test_a_round_reads_the_device_once_and_the_heads_steps_launch_nothing_outsid
     assert max(k for *_, k in captured) == 4
     for (ops_c, _, _, k), (ops_e, *_) in zip(captured, eager):
         assert ops_e - ops_c >= 30 * (k - 1), (ops_c, ops_e, k)  # k drafts: k - 1 chain steps replayed
+
+
+def test_the_heads_captured_chain_step_keeps_the_joint_of_three_tokens_the_targets(own_pair):
+    """χ² on the graphs' stand-in: with k = 3 the eagle chain's second draft of round two comes from the head's
+    captured step (models/head_graphs.py), so the third token of the output depends on it; the joint of the first
+    three tokens must be the warped target's, enumerated exactly over the top-3 support."""
+    pair = own_pair
+    decode_as(pair, "replayed")
+    assert "head" in pair.static_slots
+    cfg = SamplingConfig(temperature=1.0, top_k=3)
+    prompt_ids = pair.encode("ROMEO:\nI")
+
+    def p_next(ids):
+        return warp(pair.target(torch.tensor([ids])).logits[0, -1, : pair.vocab_size].float(), cfg)
+
+    exact: dict[tuple, float] = {}
+    p1 = p_next(prompt_ids)
+    for x1 in p1.nonzero().flatten().tolist():
+        p2 = p_next(prompt_ids + [x1])
+        for x2 in p2.nonzero().flatten().tolist():
+            p3 = p_next(prompt_ids + [x1, x2])
+            for x3 in p3.nonzero().flatten().tolist():
+                exact[(x1, x2, x3)] = float(p1[x1] * p2[x2] * p3[x3])
+    n = 500  # 27 cells, none expected below 5 at this n for this prompt's top-3 rows; about 1 min on quiet cores
+    counts = speculative_samples(pair, prompt_ids, cfg, k=3, n=n, n_tokens=3, strategy="eagle")
+    counts.pop("rejections")
+    assert chi2_pvalue(drop_k(counts), exact, n) > PASS_P
