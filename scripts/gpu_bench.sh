@@ -6,12 +6,19 @@
 #              target-only, 8 held-out prompts x 64 tokens; "identity N/8" per strategy (bench --identity), and the
 #              captured target-only against the eager one
 #   t0, t07    bench --strategies at T = 0 and T = 0.7, 10 held-out prompts x 128 tokens (and the 4 copy prompts),
-#              --decoding graphs --compiled --no-k-search --no-hf: the captured target-only (bf16 and float32) and
-#              transformers' generate, plain and with its static cache under torch.compile, beside every strategy;
-#              the capture seconds of each pair load and the compile seconds are printed
+#              --decoding graphs --no-k-search --no-hf: the captured target-only (bf16 and float32) beside every
+#              strategy; the capture seconds of each pair load are printed
+#   window     scripts/experiments/window_cost.py: a target step through the whole window's cache against the
+#              request's, with and without the cache-length buckets (issue 45's first floor)
+#   rounds     python -m specdemo.bench.round_ops: operators launched outside the graphs and host reads, per eagle
+#              and tree round (issue 45's floor: at most 40 and 1)
 #   cuda-tests python -m pytest -m cuda -q
 #   load       one load of the pair as the app loads it (auto: graphs on CUDA, caches of the whole context window):
 #              load and capture seconds
+#   compiled   bench --strategies --compiled at T = 0 on 2 prompts (and the 4 copy prompts) x 128 tokens:
+#              transformers' generate with its static cache under torch.compile, in a process of its own, warmed on
+#              each prompt length (compile seconds printed apart), beside the captured rows; last, since each new
+#              prompt length may compile again (47 s the first time on the H200)
 #
 # Every step has its own timeout, and all of them together --budget seconds (the GPU machine stops a command at 600
 # s); a failed step does not stop the others. Logs go to the results folder ($OUT if set, else ./gpu-results; --out
@@ -30,7 +37,7 @@ cd "$(dirname "$(readlink -f "$0")")/.." || exit 2
 PY=${PYTHON:-python3}
 DEVICE=cuda
 QUICK=0
-STEPS="identity,t0,t07,cuda-tests,load"
+STEPS="identity,t0,t07,window,rounds,cuda-tests,load,compiled"
 RESULTS=${OUT:-./gpu-results}
 BUDGET=
 while [ $# -gt 0 ]; do
@@ -40,7 +47,7 @@ while [ $# -gt 0 ]; do
     --steps) STEPS=$2; shift 2 ;;
     --out) RESULTS=$2; shift 2 ;;
     --budget) BUDGET=$2; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)"; exit 2 ;;
   esac
 done
@@ -54,17 +61,18 @@ else
   ID_PROMPTS=8; ID_TOKENS=64; B_PROMPTS=10; B_TOKENS=128
 fi
 # per-step timeouts in seconds (4x on a CPU); each is also cut to what is left of the budget
-declare -A LIMIT=([identity]=150 [t0]=220 [t07]=200 [cuda-tests]=90 [load]=90 [compiled-cpu]=150)
+declare -A LIMIT=([identity]=150 [t0]=200 [t07]=180 [window]=90 [rounds]=90 [cuda-tests]=120 [load]=90
+                  [compiled]=300 [compiled-cpu]=150)
 BENCH=(-m specdemo bench --pair "$PAIR" --device "$DEVICE" --strategies --decoding graphs --no-k-search --no-hf
        --prompts "$B_PROMPTS" --max-new-tokens "$B_TOKENS")
-COMPILED=(--compiled)
 if [ "$DEVICE" = cpu ]; then
   for k in "${!LIMIT[@]}"; do LIMIT[$k]=$(( LIMIT[$k] * 4 )); done
   BUDGET=${BUDGET:-2400}
-  COMPILED=()  # SmolLM2's compile on a 2-core CPU takes minutes: the compiled-cpu step dry-runs the row instead
-  STEPS=${STEPS/t07/t07,compiled-cpu}
+  # SmolLM2's compile on a 2-core CPU takes minutes: the compiled-cpu step dry-runs the row on Shakespeare instead
+  STEPS=${STEPS/compiled/compiled-cpu}
 fi
 BUDGET=${BUDGET:-570}
+W_PASSES=3; [ "$QUICK" = 1 ] && W_PASSES=1
 
 START=$(date +%s)
 declare -a NAMES STATUS SECS
@@ -130,12 +138,18 @@ if want identity; then
   render identity identity
 fi
 if want t0; then
-  run t0 "$PY" "${BENCH[@]}" ${COMPILED[@]+"${COMPILED[@]}"} --temperature 0 --json
+  run t0 "$PY" "${BENCH[@]}" --temperature 0 --json
   render strategies t0
 fi
 if want t07; then
-  run t07 "$PY" "${BENCH[@]}" ${COMPILED[@]+"${COMPILED[@]}"} --temperature 0.7 --json
+  run t07 "$PY" "${BENCH[@]}" --temperature 0.7 --json
   render strategies t07
+fi
+if want window; then
+  run window "$PY" scripts/experiments/window_cost.py --pair "$PAIR" --device "$DEVICE" --passes "$W_PASSES"
+fi
+if want rounds; then
+  run rounds "$PY" -m specdemo.bench.round_ops --pair "$PAIR" --device "$DEVICE"
 fi
 if want compiled-cpu; then
   echo "compiled-cpu: the compiled row on a CPU is dry-run with the Shakespeare pair: compiling SmolLM2 takes minutes" \
@@ -161,9 +175,17 @@ pair = load_pair(sys.argv[1], device=sys.argv[2])
 took = time.perf_counter() - t0
 capture = {role: round(slot.capture_s, 2) for role, slot in pair.static_slots.items()}
 sizes = {role: slot.max_len for role, slot in pair.static_slots.items()}
+graphs = {role: len(slot.graphs) for role, slot in pair.static_slots.items()}
 print(f"load: {took:.1f} s for {pair.name} on {pair.device} ({pair.describe()['dtype']}); decoding {pair.decoding}: "
-      f"{pair.decoding_note}; capture seconds {capture} (static caches of {sizes} tokens, the whole context window)")
+      f"{pair.decoding_note}; capture seconds {capture}, graphs {graphs} (static caches of {sizes} tokens, the "
+      f"whole context window)")
 EOF
+fi
+
+if want compiled; then
+  run compiled "$PY" -m specdemo bench --pair "$PAIR" --device "$DEVICE" --strategies --decoding graphs --compiled \
+    --no-k-search --no-hf --prompts 2 --max-new-tokens "$B_TOKENS" --temperature 0 --json
+  render strategies compiled
 fi
 
 # ------------------------------------------------------------------------------------------------ the summary
@@ -175,7 +197,7 @@ fi
   echo "|---|---|---:|"
   for i in "${!NAMES[@]}"; do echo "| ${NAMES[$i]} | ${STATUS[$i]} | ${SECS[$i]} |"; done
   echo
-  for f in identity t0 t07 compiled-cpu; do
+  for f in identity t0 t07 compiled compiled-cpu; do
     [ -f "$RESULTS/$f.log" ] || continue
     echo; echo "### $f"
     grep -hE "^decoding |identity [0-9]+/|^hf generate static compiled|^greedy identity|^pair " "$RESULTS/$f.log" \
@@ -183,6 +205,9 @@ fi
     # the general prompts' table (the first table of a strategies log)
     awk '/^general prompts/{on=1} /^copy prompts/{on=0} on' "$RESULTS/$f.log"
     [ -s "$RESULTS/$f.out" ] || tail -n 3 "$RESULTS/$f.log"  # no result: how it ended
+  done
+  for f in window rounds; do
+    if [ -f "$RESULTS/$f.log" ]; then echo; echo "### $f"; grep -h "^|\|^smollm2\|on cuda\|on cpu" "$RESULTS/$f.log"; fi
   done
   if [ -f "$RESULTS/cuda-tests.log" ]; then echo; echo "### cuda-tests"; tail -n 3 "$RESULTS/cuda-tests.log"; fi
   if [ -f "$RESULTS/load.log" ]; then

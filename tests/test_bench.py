@@ -49,7 +49,7 @@ def test_assisted_generate_syncs_on_the_pairs_device(toy_pair, monkeypatch):
     assert calls == [toy_pair.device] * 2
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.cuda  # skipped without a CUDA device (conftest.py)
 def test_forward_ms_and_assisted_generate_on_cuda():
     from specdemo.models import load_pair
 

@@ -425,7 +425,7 @@ def test_drafters_read_nothing_back_but_their_stop_rules_confidence(pair32, monk
         assert reads == [0] * len(rounds)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: CUDA's sync debug mode sees every sync")
+@pytest.mark.cuda  # CUDA's sync debug mode sees every sync; skipped without a CUDA device (conftest.py)
 @pytest.mark.parametrize("strategy", ["fixed", "lookup", "eagle", "adaptive"])
 def test_on_a_gpu_drafters_sync_only_for_their_stop_rule(strategy):
     """On CUDA, torch's sync debug mode reports every synchronizing call, from C++ too: proposing syncs nowhere,
@@ -456,3 +456,16 @@ def test_on_a_gpu_drafters_sync_only_for_their_stop_rule(strategy):
     rounds = list(speculative_rounds(gpu, gpu.encode("ROMEO:\nROMEO:\n"), cfg, spec, drafter=drafter))
     expected = {"adaptive": [r.k for r in rounds], "lookup": [1] + [0] * (len(rounds) - 1)}
     assert per_call == expected.get(strategy, [0] * len(rounds))
+
+
+def test_a_tree_of_unset_sizes_drafts_the_cuda_default_on_cuda(pair32):
+    """On CUDA a tree whose sizes are 0 drafts tree_drafter.CUDA_TREE (chosen by a rule from the H200's costs,
+    docs/decisions.md), elsewhere the head's own shape; sizes a run names win everywhere."""
+    from specdemo.engine.tree_drafter import CUDA_TREE, tree_shape
+
+    unset = SpecConfig(strategy="tree")
+    assert tree_shape(unset, pair32.head, cuda=True) == (CUDA_TREE["topk"], CUDA_TREE["depth"], CUDA_TREE["budget"])
+    own = pair32.head.cfg.tree
+    assert tree_shape(unset, pair32.head)[:2] == (own.get("topk", 2), own.get("depth", 4))
+    named = SpecConfig(strategy="tree", tree_topk=3, tree_depth=2, tree_budget=5)
+    assert tree_shape(named, pair32.head, cuda=True) == tree_shape(named, pair32.head) == (3, 2, 5)

@@ -24,7 +24,8 @@ from specdemo.models import ModelPair
 from specdemo.models.devices import dtype_name
 
 from .decodings import decoded_views, decoding_info, longest_request, target_variants
-from .hf_rows import CompiledGenerate, assisted_generate, hf_generate
+from .compiled_apart import CompiledApart
+from .hf_rows import assisted_generate, hf_generate
 from .methods import COPY_PROMPTS, bench_prompts
 from .timing import forward_ms, head_step_ms
 
@@ -84,8 +85,8 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
     ks = list(range(1, 9)) if k_search else [k]
     trees = tree_methods(pair, sampling, tree, tree_prune_below)
     own_methods = method_names(pair, views[modes[0]], ks, k, lookup_k, False, list(trees))
-    hf_methods, compiler = hf_entrants(pair, sampling, k, lookup_k, include_hf, compiled, general + copy,
-                                       max_new_tokens, seed, log)
+    runs = [(general[0], seed)] + [(p, seed + i) for group in (general, copy) for i, p in enumerate(group)]
+    hf_methods, compiler = hf_entrants(pair, sampling, k, lookup_k, include_hf, compiled, runs, max_new_tokens, log)
     race = Race(own_methods, hf_methods, modes, {
         d: method_runner(v[own], v, sampling, k, max_new_tokens, ngram, lookup_k, CallCounter(pair.target), trees,
                          compiler) for d, v in views.items()})
@@ -111,16 +112,16 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
 
 
 def hf_entrants(pair: ModelPair, sampling: SamplingConfig, k: int, lookup_k: int, include_hf: bool, compiled: bool,
-                prompts: list[str], max_new_tokens: int, seed: int, log) -> tuple[list[str], CompiledGenerate | None]:
+                runs: list[tuple[str, int]], max_new_tokens: int, log) -> tuple[list[str], CompiledApart | None]:
     """transformers' rows in the race (method_names) and, with `compiled`, its target-only generate plain and
-    compiled side by side (also under --no-hf); the compiled row only where CompiledGenerate.warm_up on `prompts`
-    compiles. -> (the rows, the warmed-up CompiledGenerate or None)."""
+    compiled (also under --no-hf); the compiled row only where its own process (compiled_apart.py) compiled and
+    timed every (prompt, seed) of `runs`. -> (the rows, the CompiledApart with its results, or None)."""
     hf_methods = method_names(pair, {}, [], k, lookup_k, include_hf)
     if not compiled:
         return hf_methods, None
     hf_methods = list(dict.fromkeys([HF_GENERATE, *hf_methods]))
-    compiler = CompiledGenerate(pair)
-    if compiler.warm_up(pair, prompts, sampling, max_new_tokens, seed, log=log):
+    compiler = CompiledApart(pair)
+    if compiler.warm_up(runs, sampling, max_new_tokens, log=log):
         hf_methods.append(HF_COMPILED)
     return hf_methods, compiler
 
@@ -238,7 +239,7 @@ def tree_method(shape: tuple[int, int, int], children: str = "top", prune_below:
 
 def method_runner(pair: ModelPair, targets: dict, sampling: SamplingConfig, k: int, max_new_tokens: int, ngram: int,
                   lookup_k: int, counter: CallCounter, trees: dict[str, dict] | None = None,
-                  compiled: CompiledGenerate | None = None):
+                  compiled: CompiledApart | None = None):
     """run(method, prompt, seed) -> (tokens, seconds, target calls, trace or None), for any of `method_names` and
     HF_COMPILED (with `compiled`, warmed up). transformers' generate makes one target call a token."""
 
@@ -246,9 +247,11 @@ def method_runner(pair: ModelPair, targets: dict, sampling: SamplingConfig, k: i
         if method.startswith("target-only"):
             tr = baseline_generate(targets[method.split()[-1]], prompt, sampling, max_new_tokens, s)
             return len(tr.output_ids), tr.wall_s, len(tr.steps), tr
-        if method in (HF_GENERATE, HF_COMPILED):
-            n, secs = hf_generate(pair, prompt, sampling, max_new_tokens, s, compiled if method == HF_COMPILED
-                                  else None)
+        if method == HF_COMPILED:  # timed in its own process before the race (compiled_apart.py)
+            n, secs = compiled.result(prompt, s)
+            return n, secs, n, None
+        if method == HF_GENERATE:
+            n, secs = hf_generate(pair, prompt, sampling, max_new_tokens, s)
             return n, secs, n, None
         if method.startswith("hf"):
             mode = "lookup" if "lookup" in method else "default" if "default" in method else "constant"

@@ -47,14 +47,22 @@ def isolated_lines(res: dict, modes: list) -> list[str]:
 
 
 def compiled_line(hc: dict) -> str:
-    """transformers' compiled row (CompiledGenerate.describe): how it compiled, and its compile and warm-up seconds
-    or why it was left out."""
+    """transformers' compiled row (CompiledGenerate.describe, or CompiledApart's from its own process): how it
+    compiled, and its compile seconds (per prompt length where it ran apart) or why it was left out."""
+    if "compile_config" not in hc:
+        return f"{HF_COMPILED}: left out: {hc.get('error')}"
     cc = hc["compile_config"]
-    return (f"{HF_COMPILED}: generate(cache_implementation=\"static\") with CompileConfig(fullgraph="
+    head = (f"{HF_COMPILED}: generate(cache_implementation=\"static\") with CompileConfig(fullgraph="
             f"{cc['fullgraph']}, mode={cc['mode']!r})" + (" on a plain copy of the target (unpacked "
-            "linears)" if hc["plain_copy"] else "") + (f"; left out: {hc['error']}" if hc["error"] else
-            f"; compile and warm-up, not timed in the row: first call {hc['compile_s']:.1f} s, then "
-            + ", ".join(f"{v:.1f} s" for v in hc["warmup_s"][1:])))
+            "linears)" if hc["plain_copy"] else ""))
+    if hc["error"]:
+        return head + f"; left out: {hc['error']}"
+    if hc.get("own_process"):
+        return head + ("; in a process of its own, warmed on each prompt length before its timed runs; compile, "
+                       "not timed in the row: " + ", ".join(f"{n} tokens {v:.1f} s"
+                                                            for n, v in hc["compile_s_by_length"].items()))
+    return head + (f"; compile and warm-up, not timed in the row: first call {hc['compile_s']:.1f} s, then "
+                   + ", ".join(f"{v:.1f} s" for v in hc["warmup_s"][1:]))
 
 
 def group_lines(res: dict, group: str, rows: dict, modes: list) -> list[str]:

@@ -120,7 +120,8 @@ def isolated_draft_ms(pair: ModelPair, strategy: str, width: int = 0) -> float |
     if strategy == "eagle":
         return head_step_ms(pair)
     if strategy == "tree":
-        return head_step_ms(pair, width=width or tree_shape(SpecConfig(strategy="tree"), pair.head)[0])
+        return head_step_ms(pair, width=width or tree_shape(SpecConfig(strategy="tree"), pair.head,
+                                                            cuda=pair.device.type == "cuda")[0])
     return forward_ms(pair.draft, pair.vocab_size, 1)
 
 

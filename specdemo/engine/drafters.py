@@ -297,12 +297,14 @@ class EagleDrafter(Drafter):
     name = "eagle"
     wants_features = True
 
-    def __init__(self, head, target, sampling: SamplingConfig, vocab_size: int, capacity: int):
+    def __init__(self, head, target, sampling: SamplingConfig, vocab_size: int, capacity: int, slot=None):
         self.head, self.sampling, self.vocab_size = head, sampling, vocab_size
         self.embed = head.embedder(target)  # the target's embedding, or the head's own (a published EAGLE-3 head's)
         self.published = getattr(head, "published_name", None)  # a published head's name, for the captions
         self.dtype, self.device = head.lm_rows.dtype, head.lm_rows.device
-        self.cache = HeadCache(head.cfg, capacity, self.device, self.dtype)
+        # slot: the pair's shared head cache with its captured chain step (models/head_graphs.py), where it has one
+        self.slot = slot if slot is not None and slot.max_len >= capacity else None
+        self.cache = self.slot.view() if self.slot else HeadCache(head.cfg, capacity, self.device, self.dtype)
         self.feature_layers = head.cfg.feature_layers  # the target layers it reads besides the last
         self.pending: list[torch.Tensor] = []  # true features not yet read by the head, from position cache.length
         self.true_len = 0  # head positions that carry true features (the rest of a round is cropped off)
@@ -311,6 +313,14 @@ class EagleDrafter(Drafter):
     def step(self, feat: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """Head positions for (feat [n, H], tokens [n]) -> the last one's predicted feature [1, H]."""
         return self.head.step(feat.to(self.dtype), self.embed(tokens).to(self.dtype), self.cache)[-1:]
+
+    def advance(self, g: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One chain step from (g [1, H], x [1]): the next predicted feature and its float32 logits [1, V_draft], by
+        one replay of the captured step where the drafter has a slot, eagerly otherwise."""
+        if self.slot:
+            return self.slot.step(self.cache, g, x)
+        g = self.step(g, x)
+        return g, self.head.logits(g).float()
 
     def read(self, feats: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """As `step`, at accepted positions: from the target's features (with its feature layers' outputs)."""
@@ -323,6 +333,8 @@ class EagleDrafter(Drafter):
             return Proposal(seq.new_empty(0), empty, "prefill")
         if k_max <= 0:
             return Proposal(seq.new_empty(0), empty, "eagle")
+        if self.slot:  # the shared head cache holds this run's positions from here to the round's end
+            self.slot.take(self.cache)
         chain = self.draft_chain(self.read_pending(seq), k_max, gen, self.sampling.greedy)
         if chain.q is None:
             q_draft = one_hot(chain.tokens, self.vocab_size)
@@ -344,8 +356,8 @@ class EagleDrafter(Drafter):
         """Draft up to k_max tokens from the predicted feature g: feature -> q over the draft vocabulary -> token
         (the argmax if greedy, else a draw from the warped q); then go on from the prediction."""
         tokens, rows, probs, picks, unsure = [], [], [], [], None
+        logits = self.head.logits(g).float()  # [1, V_draft]
         for t in range(k_max):
-            logits = self.head.logits(g).float()  # [1, V_draft]
             q = None if greedy else warp(logits, self.sampling)
             if t and self.stop_below and (conf := confidence(logits, q)) < self.stop_below:
                 unsure = (conf, self.stop_below)
@@ -360,7 +372,7 @@ class EagleDrafter(Drafter):
             picks.append(pick.view(1))
             if t + 1 == k_max:
                 break
-            g = self.step(g, x)
+            g, logits = self.advance(g, x)
         return DraftedChain(torch.cat(tokens), torch.cat(picks), None if greedy else torch.cat(rows), unsure,
                             torch.cat(probs) if head_p else None)
 

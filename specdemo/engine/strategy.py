@@ -48,7 +48,8 @@ def make_drafter(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, dr
         return LookupDrafter(pair.vocab_size, spec.ngram)
     check_head(spec.strategy, pair.name, pair)
     if spec.strategy == "eagle":
-        return EagleDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1)
+        return EagleDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1,
+                            pair.static_slots.get("head"))
     if spec.strategy == "tree":
         return TreeDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1,
                            run_tree_shape(spec, sampling, pair), tree_children(spec, sampling, pair),

@@ -21,6 +21,9 @@ from .sampling import warp
 from .tree import DraftTree, Drawn, graft, grow, grow_sampled, sampled_plan
 
 DEFAULT_TREE = {"topk": 2, "depth": 4, "budget": 8}  # a head whose config names no tree shape drafts this one
+# the default shape on CUDA, where a verify's rows cost little: chosen by a rule from the H200's costs (issue 45;
+# docs/decisions.md, "the default tree on CUDA")
+CUDA_TREE = {"topk": 2, "depth": 4, "budget": 8}
 
 
 def head_tree(head) -> dict:
@@ -36,13 +39,13 @@ def bf16_cpu(pair: ModelPair | None) -> bool:
     return pair is not None and pair.device.type == "cpu" and pair.dtype == torch.bfloat16
 
 
-def tree_shape(spec: SpecConfig, head, limits: Limits | None = None, sampled_bf16_cpu: bool = False
-               ) -> tuple[int, int, int]:
-    """(topk, depth, budget) for a tree run: spec's sizes, 0 taking the head's default (its config's "tree"), the
-    budget never above what the tree can hold nor the server's SPECDEMO_MAX_TREE. sampled_bf16_cpu: the run's
-    children are sampled and its target runs in bf16 on a CPU, where the head's config may name other defaults
-    (tree["sampled_bf16_cpu"]); run_tree_shape says when."""
-    own = DEFAULT_TREE | head_tree(head)
+def tree_shape(spec: SpecConfig, head, limits: Limits | None = None, sampled_bf16_cpu: bool = False,
+               cuda: bool = False) -> tuple[int, int, int]:
+    """(topk, depth, budget) for a tree run: spec's sizes, 0 taking the head's default (its config's "tree"; on
+    `cuda`, CUDA_TREE), the budget never above what the tree can hold nor the server's SPECDEMO_MAX_TREE.
+    sampled_bf16_cpu: the run's children are sampled and its target runs in bf16 on a CPU, where the head's config
+    may name other defaults (tree["sampled_bf16_cpu"]); run_tree_shape says when."""
+    own = DEFAULT_TREE | head_tree(head) | (CUDA_TREE if cuda else {})
     if sampled_bf16_cpu:
         own |= own.get(SAMPLED_BF16_CPU, {})
     topk = spec.tree_topk or own["topk"]
@@ -56,7 +59,7 @@ def run_tree_shape(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, 
                    ) -> tuple[int, int, int]:
     """The sizes a tree run drafts with (tree_shape): those for its children, on its target's device and dtype."""
     sampled = tree_children(spec, sampling, pair) == "sampled"
-    return tree_shape(spec, pair.head, limits, sampled and bf16_cpu(pair))
+    return tree_shape(spec, pair.head, limits, sampled and bf16_cpu(pair), pair.device.type == "cuda")
 
 
 def tree_prune(head, spec: SpecConfig | None = None) -> float:

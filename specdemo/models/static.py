@@ -7,10 +7,16 @@ and the GPU idles; a replayed graph launches them all at once. docs/decisions.md
 says why this captures the eager forward with torch.cuda.CUDAGraph instead of compiling it.
 
 How a forward runs: the new ids go into the width's input buffer (padded up to the width), their positions and a
-float 4D mask over the whole static cache go beside them, and the layers' write counters are set to the run's
-length inside the forward; the model writes its keys and values at [length, length + width) and attends through the
-mask, which never shows a slot at or beyond a real row's own position (a padding row's slots stay hidden, and the
-next forward overwrites them). Rolling back is lowering `length`: no crop, no reallocation.
+float 4D mask go beside them, and the layers' write counters are set to the run's length inside the forward; the
+model writes its keys and values at [length, length + width) and attends through the mask, which never shows a slot
+at or beyond a real row's own position (a padding row's slots stay hidden, and the next forward overwrites them).
+Rolling back is lowering `length`: no crop, no reallocation.
+
+What a forward attends over: not the whole cache but its first `bucket` slots, the smallest of `buckets_for`'s
+lengths (powers of two from 64, then the whole cache) that holds the forward's last slot. Each bucket is a view of
+the cache's first slots (`cache_view`: the same storage, the same write counters), and on CUDA each (width, bucket)
+is captured once, so a replay costs what the cache holds, not what it could hold (issue 45; docs/decisions.md,
+"attention over the filled cache").
 """
 
 from __future__ import annotations
@@ -23,41 +29,34 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .eagle import EagleHead
+from .head_graphs import HeadSlot
 from .lm import cache_argument, float32_head, head_logits
+from .static_parts import (CAPTURED, MIN_WINDOW, ReplayStandIn, buckets_for, cache_bytes, cache_view, fitting_window,
+                           kv_shape, plan_window)
+
+__all__ = ["CAPTURED", "MIN_WINDOW", "ReplayStandIn", "buckets_for", "cache_bytes", "cache_view", "fitting_window",
+           "kv_shape", "plan_window"]
 
 log = logging.getLogger("specdemo")
 
 # the forward widths captured: a step, a chain's K + 1 (K <= 12 by default: 16), a tree's nodes + 1 (a GPU's default
 # largest tree is 64 nodes: 65). A wider forward (a prompt) runs eagerly over the same cache.
 WIDTHS = (1, 2, 4, 8, 16, 32, 65)
+DRAFT_WIDTHS = (1, 2)  # a draft model's forwards: one token, or two after an all-accepted round (its prompt: eager)
 
 
 @dataclass
 class Captured:
-    """One width's graph and its static buffers: ids, positions and mask in; hidden state (and features) out."""
+    """One (width, bucket)'s graph and its static buffers: ids, positions and mask in; hidden state (and features)
+    out."""
 
     graph: object
     ids: torch.Tensor  # [1, w]
     positions: torch.Tensor  # [1, w]
-    mask: torch.Tensor  # [1, 1, w, max_len]
+    mask: torch.Tensor  # [1, 1, w, bucket]
     start: torch.Tensor  # [] the length that the forward writes after
     out: tuple[torch.Tensor, torch.Tensor]
-
-
-class ReplayStandIn:
-    """A captured width's stand-in on a CPU: `replay()` runs the forward again on the same input buffers and copies
-    its results into the same output tensors, as a CUDA graph's replay leaves them. Only tests use it: it lets the
-    padding, the buffers and the turns of the graph path run without a GPU."""
-
-    def __init__(self, forward, out: tuple[torch.Tensor, torch.Tensor]):
-        self.forward, self.out = forward, out
-
-    def replay(self) -> None:
-        with torch.inference_mode():
-            hidden, features = self.forward()
-        self.out[0].copy_(hidden)
-        if self.out[1] is not self.out[0]:
-            self.out[1].copy_(features)
 
 
 @dataclass
@@ -71,7 +70,7 @@ class StaticSlot:
     vocab_size: int
     max_len: int
     layers: tuple[int, ...] = ()  # the decoder layers whose outputs a head reads (features), fixed at capture
-    graphs: dict[int, Captured] = field(default_factory=dict)
+    graphs: dict[tuple[int, int], Captured] = field(default_factory=dict)  # (width, bucket) -> its graph
     owner: weakref.ref | None = None  # the run whose tokens the cache holds (weak: a run that ended owns nothing)
     swaps: int = 0
     capture_s: float = 0.0
@@ -87,6 +86,10 @@ class StaticSlot:
         self.cache = StaticCache(config=cfg, max_cache_len=self.max_len)
         self.cache.early_initialization(1, *kv_shape(cfg), self.dtype, self.device)
         self.kv = [(layer.keys, layer.values) for layer in self.cache.layers]
+        self.buckets = buckets_for(self.max_len)
+        self.views = {b: cache_view(self.cache, b) for b in self.buckets}
+        self.widths: tuple[int, ...] = ()  # the widths captured, ascending
+        self.start = torch.zeros((), dtype=torch.long, device=self.device)  # an eager forward's write position
         self.counters = [layer.cumulative_length for layer in self.cache.layers]
         self.slots = torch.arange(self.max_len, device=self.device)
         # a padding row's position may pass the last one a model knows (GPT-2's learned positions): clamped there
@@ -94,18 +97,41 @@ class StaticSlot:
                               or self.max_len) - 1
         self.minimum = torch.finfo(self.dtype).min
         self._cache_kw = cache_argument(type(self.base).forward)
+        self.run_base = self.base  # the forward that runs (and is captured): the model's own, or compiled
+        self.compile_s = 0.0
 
+    def compile(self) -> float:
+        """Compile the base model's forward (torch.compile, dynamic shapes, so that every width and bucket shares a
+        few compiled graphs) and run it once at widths 1 and 2, where the compiling happens; returns the seconds it
+        took. Captures made after this record the compiled (fused) kernels. Raises whatever the compiler raises."""
+        self.run_base = torch.compile(self.base, dynamic=True)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            for width in (1, 2):  # size 1 is specialised apart from the others
+                positions = torch.empty(1, width, dtype=torch.long, device=self.device)
+                mask = torch.empty(1, 1, width, self.buckets[0], dtype=self.dtype, device=self.device)
+                self.causal(0, width, positions, mask)
+                self.start.zero_()
+                self._forward(torch.zeros(1, width, dtype=torch.long, device=self.device), positions, mask, self.start)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.compile_s = time.perf_counter() - t0
+        return self.compile_s
     @property
     def nbytes(self) -> int:
         """The cache's bytes (the captured graphs' own pool is not counted)."""
         return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.kv)
 
     # ------------------------------------------------------------------------------------------ the forward
+    def bucket(self, end: int) -> int:
+        """The cache length a forward whose last slot is end - 1 attends over (buckets_for)."""
+        return next(b for b in self.buckets if b >= end)
+
     def causal(self, start: int, width: int, positions: torch.Tensor, mask: torch.Tensor) -> None:
-        """Write a causal forward's positions [1, w] and mask [1, 1, w, max_len] in place: row i sits at start + i and
+        """Write a causal forward's positions [1, w] and mask [1, 1, w, bucket] in place: row i sits at start + i and
         sees the slots up to its own."""
         positions.copy_((self.slots[:width] + start).clamp_(max=self.last_position).view(1, width))
-        allowed = self.slots.view(1, -1) <= positions.view(-1, 1)
+        allowed = self.slots[: mask.shape[-1]].view(1, -1) <= positions.view(-1, 1)
         mask.copy_(torch.zeros((), dtype=self.dtype, device=self.device).masked_fill(~allowed, self.minimum)
                    .view(1, 1, width, -1))
 
@@ -122,12 +148,13 @@ class StaticSlot:
         positions[:, :n].copy_(tree_pos)
 
     def _forward(self, ids, positions, mask, start) -> tuple[torch.Tensor, torch.Tensor]:
-        """The model over the static cache: the layers' write counters set to `start` (a device scalar), then one
-        forward. Every tensor it reads is an argument or the cache, so it can be captured. Returns the last hidden
-        state and the features of `layers` (the hidden state again where there are none)."""
+        """The model over the static cache's first mask.shape[-1] slots (a bucket's view): the layers' write counters
+        set to `start` (a device scalar), then one forward. Every tensor it reads is an argument or the cache, so it
+        can be captured. Returns the last hidden state and the features of `layers` (the hidden state again where
+        there are none)."""
         torch._foreach_copy_(self.counters, [start] * len(self.counters))
-        out = self.base(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
-                        output_hidden_states=bool(self.layers), **{self._cache_kw: self.cache})
+        out = self.run_base(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
+                        output_hidden_states=bool(self.layers), **{self._cache_kw: self.views[mask.shape[-1]]})
         hidden = out.last_hidden_state[0]
         if not self.layers:
             return hidden, hidden
@@ -135,20 +162,21 @@ class StaticSlot:
 
     def forward(self, ids: torch.Tensor, start: int, tree=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Hidden states [n, H] (and features) of ids [n] fed after `start` cached tokens: replayed from the
-        smallest captured width that holds them, or run eagerly at width n."""
+        smallest captured width that holds them, over the smallest bucket that holds its last slot, or run eagerly at
+        width n over that bucket."""
         n = ids.numel()
-        width = next((w for w in sorted(self.graphs) if w >= n and start + w <= self.max_len), None)
+        width = next((w for w in self.widths if w >= n and start + w <= self.max_len), None)
         if width is None:
             assert start + n <= self.max_len, f"the static cache holds {self.max_len} tokens; {start + n} asked"
             positions = torch.empty(1, n, dtype=torch.long, device=self.device)
-            mask = torch.empty(1, 1, n, self.max_len, dtype=self.dtype, device=self.device)
+            mask = torch.empty(1, 1, n, self.bucket(start + n), dtype=self.dtype, device=self.device)
             if tree is None:
                 self.causal(start, n, positions, mask)
             else:
                 self.given(start, n, tree, positions, mask)
-            start_t = torch.tensor(start, device=self.device)
-            return self._forward(ids.view(1, n), positions, mask, start_t)
-        c = self.graphs[width]
+            self.start.fill_(start)  # a device scalar filled in place: no host-to-device copy, no sync
+            return self._forward(ids.view(1, n), positions, mask, self.start)
+        c = self.graphs[width, self.bucket(start + width)]
         c.ids[0, :n].copy_(ids)
         if tree is None:
             self.causal(start, width, c.positions, c.mask)
@@ -162,19 +190,20 @@ class StaticSlot:
 
     # ------------------------------------------------------------------------------------------ capture (CUDA)
     def capture(self, widths: tuple[int, ...] = WIDTHS, stand_in: bool = False) -> float:
-        """Capture the forward at each width (CUDA); returns the seconds it took. Warm-up and capture write into
-        the cache, so this runs before any run owns it. stand_in: on a CPU, record each width as a `ReplayStandIn`
-        instead, which keeps the graphs' contract (fixed buffers in, fixed buffers out, padded widths) so that
-        tests can run it without a GPU."""
+        """Capture the forward at each width over each bucket that holds it (CUDA); returns the seconds it took.
+        Warm-up and capture write into the cache, so this runs before any run owns it. stand_in: on a CPU, record
+        each as a `ReplayStandIn` instead, which keeps the graphs' contract (fixed buffers in, fixed buffers out,
+        padded widths, bucketed masks) so that tests can run it without a GPU."""
         assert self.device.type == "cuda" or stand_in, "CUDA graphs need a CUDA device"
         assert self.owner is None or self.owner() is None, "capture before any run owns the cache"
         t0 = time.perf_counter()
         cuda = self.device.type == "cuda" and not stand_in
         pool = torch.cuda.graph_pool_handle() if cuda else None
-        for width in (w for w in widths if w <= self.max_len):
+        self.widths = tuple(sorted(w for w in widths if w <= self.max_len))
+        for width, bucket in ((w, b) for w in self.widths for b in self.buckets if w <= b):
             ids = torch.zeros(1, width, dtype=torch.long, device=self.device)
             positions = torch.empty(1, width, dtype=torch.long, device=self.device)
-            mask = torch.empty(1, 1, width, self.max_len, dtype=self.dtype, device=self.device)
+            mask = torch.empty(1, 1, width, bucket, dtype=self.dtype, device=self.device)
             start = torch.zeros((), dtype=torch.long, device=self.device)
             self.causal(0, width, positions, mask)
 
@@ -195,7 +224,7 @@ class StaticSlot:
                 with torch.inference_mode():
                     out = forward()
                 graph = ReplayStandIn(forward, out)
-            self.graphs[width] = Captured(graph, ids, positions, mask, start, out)
+            self.graphs[width, bucket] = Captured(graph, ids, positions, mask, start, out)
         if cuda:
             torch.cuda.synchronize(self.device)
         self.capture_s = time.perf_counter() - t0
@@ -270,30 +299,8 @@ class StaticLM:
 
 
 # ---------------------------------------------------------------------------------------------- the pair's choice
-MODES = ("auto", "eager", "static", "graphs")  # SPECDEMO_DECODING
+MODES = ("auto", "eager", "static", "graphs", "compiled")  # SPECDEMO_DECODING
 CPU_MODE = "eager"  # what `auto` picks on a CPU: decided by measurement (docs/decisions.md, "a static cache on a CPU")
-MIN_WINDOW = 512  # a GPU too small for the largest request's static caches shrinks them, down to this window
-
-
-def kv_shape(cfg) -> tuple[int, int]:
-    """(key/value heads, head dimension) of a model's attention, from its config (GQA where it names its KV heads)."""
-    heads = cfg.num_attention_heads
-    return getattr(cfg, "num_key_value_heads", None) or heads, getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-
-
-def cache_bytes(model, max_len: int) -> int:
-    """Bytes of one static cache of `max_len` tokens for `model` (keys and values, every layer)."""
-    kv_heads, head_dim = kv_shape(model.config)
-    return (2 * model.config.num_hidden_layers * kv_heads * head_dim * max_len
-            * next(model.parameters()).element_size())
-
-
-def fitting_window(models: list, window: int, pad: int, free: int) -> int:
-    """The longest request window, halving from `window` but not below MIN_WINDOW, whose static caches (every
-    model's, `pad` slots wider) take at most half of the `free` bytes."""
-    while window > MIN_WINDOW and sum(cache_bytes(m, window + pad) for m in models) > free // 2:
-        window = max(MIN_WINDOW, window // 2)
-    return window
 
 
 def choose_mode(device: torch.device, asked: str, asker: str | None = None) -> tuple[str, str]:
@@ -303,6 +310,8 @@ def choose_mode(device: torch.device, asked: str, asker: str | None = None) -> t
         raise ValueError(f"{asker or 'decoding'} must be one of {', '.join(MODES)}, got {asked!r}")
     if device.type == "cuda" and os.environ.get("SPACES_ZERO_GPU"):
         return "eager", "ZeroGPU runs each GPU task in a fresh process: no graphs to keep (docs/deploy.md)"
+    if asked == "compiled" and device.type == "cuda":
+        return "compiled", "CUDA graphs over a static cache"
     if asked == "auto":
         if device.type == "cuda":
             return "graphs", "CUDA graphs over a static cache"
@@ -310,9 +319,50 @@ def choose_mode(device: torch.device, asked: str, asker: str | None = None) -> t
             return CPU_MODE, ("a CPU: dynamic KV cache, eager forwards (a static cache measured no faster here)"
                               if CPU_MODE == "eager" else "a CPU: static cache, eager forwards (graphs need CUDA)")
         return "eager", f"{device.type}: CUDA graphs need a CUDA device"
-    if asked == "graphs" and device.type != "cuda":
+    if asked in ("graphs", "compiled") and device.type != "cuda":
         return "static", f"{device.type}: static cache, eager forwards (graphs need CUDA)"
     return asked, f"{asked}, as {asker} asks" if asker else f"{asked}, as asked"
+
+
+def compiled_or_plain(slot: StaticSlot, why: str) -> tuple[StaticSlot, str, str]:
+    """(slot, mode, why) for the `compiled` decoding: the slot with its forward compiled (its seconds logged), or,
+    where the compiler fails, a fresh slot of plain graphs and a reason that says so."""
+    try:
+        took = slot.compile()
+    except Exception as err:  # noqa: BLE001 - a compiler failure falls back to plain graphs, and says why
+        log.warning("torch.compile of the target failed (%s: %s): plain CUDA graphs", type(err).__name__,
+                    str(err)[:200])
+        fresh = StaticSlot(slot.model, slot.vocab_size, slot.max_len, slot.layers)
+        return fresh, "graphs", f"torch.compile failed ({type(err).__name__}): plain CUDA graphs"
+    log.info("torch.compile of the target: %.1f s", took)
+    return slot, "compiled", f"{why}, the target's forward compiled (torch.compile, {took:.0f} s)"
+
+
+def warm(slot: StaticSlot) -> None:
+    """One step through the slot as a run makes it, before any run owns it: the replay and the eager LM head on the
+    current stream, and a draw, so that a run's first round pays for no lazy set-up (issue 45: `fixed`'s first
+    propose synced once on CUDA)."""
+    lm = StaticLM(slot)
+    cdf = lm.feed(torch.zeros(1, dtype=torch.long, device=slot.device)).softmax(-1).cumsum(-1, dtype=torch.float64)
+    u = torch.rand(1, 1, generator=torch.Generator(device=slot.device).manual_seed(0), device=slot.device,
+                   dtype=torch.float64)
+    torch.searchsorted(cdf, u)  # the draws of engine.sampling.sample
+    if slot.device.type == "cuda":
+        torch.cuda.synchronize(slot.device)
+    slot.owner = None
+
+
+def stand_ins(pair, widths: tuple[int, ...] = WIDTHS) -> None:
+    """On a CPU, what `graphs` makes on CUDA, with the graphs' stand-in: a pair already prepared `static` gets its
+    widths recorded (the draft model's DRAFT_WIDTHS), the warm-up step, and the head's chain step where it has an
+    EagleHead. Tests and bench/round_ops.py run the graph path this way without a GPU."""
+    assert pair.decoding == "static", "stand-ins are recorded over a pair prepared static"
+    for role, slot in pair.static_slots.items():
+        slot.capture(widths if role == "target" else tuple(w for w in widths if w in DRAFT_WIDTHS), stand_in=True)
+        warm(slot)
+    if type(pair.head) is EagleHead:
+        pair.static_slots["head"] = HeadSlot(pair.head, pair.target.get_input_embeddings(), pair.context_window + 1)
+        pair.static_slots["head"].capture(stand_in=True)
 
 
 def prepare(pair, asked: str | None = None, widths: tuple[int, ...] = WIDTHS, max_request: int | None = None) -> None:
@@ -331,25 +381,30 @@ def prepare(pair, asked: str | None = None, widths: tuple[int, ...] = WIDTHS, ma
         mode, why = "eager", "a model computes its own logits (soft-capped or scaled): eager forwards"
     if mode != "eager":
         pad = max(widths)
-        window = min(pair.context_window, max_request or pair.context_window)
-        if pair.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(pair.device)
-            window = fitting_window(list(models.values()), window, pad, free)
-            if window < pair.context_window:
-                pair.window_cap = window
-                log.warning("static caches: %d MiB free on %s, so requests are capped at %d tokens (prompt + new)",
-                            free >> 20, pair.device, window)
+        free = torch.cuda.mem_get_info(pair.device)[0] if pair.device.type == "cuda" else None
+        window, pair.window_cap, short = plan_window(pair.context_window, max_request, list(models.values()), pad, free)
+        if short:
+            log.warning("static caches: %d MiB free on %s, so requests are capped at %d tokens (prompt + new)",
+                        free >> 20, pair.device, window)
         head_layers = tuple(pair.head.cfg.feature_layers) if pair.head is not None else ()
         try:
             for role, model in models.items():
                 slot = StaticSlot(model, pair.vocab_size, window + pad, head_layers if role == "target" else ())
-                if mode == "graphs":
-                    slot.capture(widths)
+                if mode == "compiled" and role == "target":
+                    slot, mode, why = compiled_or_plain(slot, why)
+                if mode in ("graphs", "compiled"):  # a draft model feeds one or two tokens a forward (its prompt:
+                    #                                 eagerly)
+                    slot.capture(widths if role == "target" else tuple(w for w in widths if w in DRAFT_WIDTHS))
+                    warm(slot)
                 pair.static_slots[role] = slot
+            if mode in ("graphs", "compiled") and type(pair.head) is EagleHead:  # the head's chain step, captured
+                pair.static_slots["head"] = HeadSlot(pair.head, pair.target.get_input_embeddings(), window + 1)
+                pair.static_slots["head"].capture()
         except Exception as err:  # noqa: BLE001 - any failure to capture leaves the pair eager, and says why
             pair.static_slots, pair.window_cap = {}, None
             mode, why = "eager", f"capture failed ({type(err).__name__}: {str(err)[:120]}): eager forwards"
     pair.decoding, pair.decoding_note = mode, why
     spent = sum(s.capture_s for s in pair.static_slots.values())
     log.info("decoding %s on %s: %s%s", mode, pair.device, why,
-             f" (captured {len(widths)} widths x {len(pair.static_slots)} models in {spent:.1f} s)" if spent else "")
+             f" (captured {sum(len(s.graphs) for s in pair.static_slots.values())} graphs (widths x cache buckets) of"
+             f" {len(pair.static_slots)} models in {spent:.1f} s)" if spent else "")

@@ -1,0 +1,114 @@
+"""What one speculative round dispatches outside the captured forwards, and how often it reads the device back
+(issue 45's floor: at most 40 operators and one device-to-host read a round). Counted on any device: on a CPU with
+the graphs' stand-in (static.ReplayStandIn, whose replays run inside a `CAPTURED` profiler range and are left out),
+on a GPU with the real graphs. Used by tests/test_static.py and by `gpu_bench.sh` (through `main`).
+
+- `outside_ops`: torch.profiler's events of one round, counting each operator called from Python (an `aten::` event
+  with no `aten::` event around it), outside the `CAPTURED` ranges. On a GPU each is at least one launch or a host
+  step; inside a graph they cost nothing of the host.
+- `HostReads`: every Python-level read of a tensor's values on the host (.item(), .tolist(), float(), int(),
+  bool(), .nonzero(), .cpu(), .numpy()), the reads that are device-to-host copies on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+
+import torch
+
+from specdemo.models import static
+from specdemo.models.static_parts import CAPTURED
+
+HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "nonzero", "cpu", "numpy")
+
+
+class HostReads(contextlib.AbstractContextManager):
+    """Counts the host reads made while it is entered (`count`), by wrapping torch.Tensor's reading methods. Reads
+    made inside C++ are not seen (on a GPU torch.cuda.set_sync_debug_mode sees those)."""
+
+    def __init__(self):
+        self.count, self._saved = 0, {}
+
+    def __enter__(self):
+        for name in HOST_READS:
+            original = self._saved[name] = getattr(torch.Tensor, name)
+
+            def counted(tensor, *args, _original=original, **kwargs):
+                self.count += 1
+                return _original(tensor, *args, **kwargs)
+
+            setattr(torch.Tensor, name, counted)
+        return self
+
+    def __exit__(self, *exc):
+        for name, original in self._saved.items():
+            setattr(torch.Tensor, name, original)
+        self._saved = {}
+        return False
+
+
+def outside_ops(events) -> int:
+    """Operators called from Python in a profile's events, less those inside a CAPTURED range."""
+    def outside(e) -> bool:
+        parent = e.cpu_parent
+        while parent is not None:
+            if parent.name.startswith("aten::") or parent.name == CAPTURED:
+                return False
+            parent = parent.cpu_parent
+        return True
+
+    return sum(1 for e in events if e.name.startswith("aten::") and outside(e))
+
+
+def round_counts(rounds, skip: int = 1) -> list[tuple[int, int, int, int]]:
+    """(operators outside the captured forwards, host reads, tokens kept, tokens drafted) of each round of a
+    speculative_rounds generator after the first `skip` (round one reads the prompt), each profiled on its own."""
+    from torch.profiler import ProfilerActivity, profile
+
+    out = []
+    for i in range(10_000):
+        with profile(activities=[ProfilerActivity.CPU]) as prof, HostReads() as reads:
+            rnd = next(rounds, None)
+        if rnd is None:
+            break
+        if i >= skip:
+            out.append((outside_ops(prof.events()), reads.count, len(rnd.tokens), rnd.k))
+    return out
+
+
+def main() -> None:
+    from specdemo.config import SamplingConfig, SpecConfig
+    from specdemo.engine.speculative import speculative_rounds
+    from specdemo.models.loading import load_pair_uncached
+
+    ap = argparse.ArgumentParser(description="operators outside the captured forwards and host reads per round")
+    ap.add_argument("--pair", default="smollm2-135m")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--strategies", default="eagle,tree")
+    ap.add_argument("--temperatures", default="0,0.7")
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--eager-head", action="store_true", help="the head's chain step eager (as before issue 45)")
+    args = ap.parse_args()
+    pair = load_pair_uncached(args.pair, device=args.device, decoding="graphs")
+    if pair.device.type != "cuda":  # the graphs' stand-in: the same buffers and replays, run eagerly
+        static.stand_ins(pair)
+    if args.eager_head:
+        pair.static_slots.pop("head", None)
+    print(f"{pair.name} on {pair.device}, decoding {pair.decoding}, the head's chain step "
+          f"{'captured' if 'head' in pair.static_slots else 'eager'}")
+    print("| strategy | T | rounds | operators outside graphs a round (median, max) | host reads a round (max) |")
+    print("|---|---:|---:|---:|---:|")
+    for strategy in args.strategies.split(","):
+        for t in (float(x) for x in args.temperatures.split(",")):
+            spec = SpecConfig(k=4, max_new_tokens=args.tokens, strategy=strategy, top_candidates=0)
+            counts = round_counts(speculative_rounds(pair, pair.encode("Tell me about the sea."), SamplingConfig(t),
+                                                     spec))
+            ops = [c[0] for c in counts]
+            print(f"| {strategy} | {t} | {len(counts)} | {statistics.median(ops):.0f}, {max(ops)} | "
+                  f"{max(c[1] for c in counts)} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""The EAGLE head's chain step captured (issue 45): one head cache per pair of fixed capacity, shared by every run
+the way models/static.py shares the target's (runs take turns a round at a time and swap their positions in and
+out), and the one-position drafting step over it, captured once per cache bucket (static_sizes.buckets_for) as a
+CUDA graph, or recorded by the graphs' stand-in on a CPU (static.ReplayStandIn).
+
+A step reads the predicted feature g [1, H] and the drafted token x [1] from fixed buffers, embeds x, runs the
+head's layer at the position held in a device scalar (its key and value written there in place, attention over the
+bucket's first slots through a mask that hides every slot after it), and leaves the next feature and its float32
+logits over the draft vocabulary in fixed outputs: the arithmetic of EagleHead.step (models/eagle.py) for one
+position. The drafter (engine/drafters.py, EagleDrafter) replays it between its picks. Only `EagleHead` itself is
+captured here; another head type drafts eagerly.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+
+import torch
+import torch.nn.functional as F
+
+from .eagle import EagleHead, HeadCache, rope
+from .static_parts import CAPTURED, ReplayStandIn, buckets_for
+
+
+def step_over(head: EagleHead, feat: torch.Tensor, emb: torch.Tensor, cache: HeadCache, pos: torch.Tensor,
+              length: int) -> torch.Tensor:
+    """EagleHead.step for one position [1, H] at the device position `pos` [] (a scalar), attending over the cache's
+    first `length` slots (those after `pos` hidden): every shape is fixed, so it can be captured."""
+    cfg = head.cfg
+    nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    x = head.linear(torch.cat([emb, feat], dim=-1), "fc")  # [1, H]
+    qkv = head.linear(head.input_norm(x), "qkv")
+    q = qkv[:, : nh * hd].view(1, nh, hd).transpose(0, 1)
+    k = qkv[:, nh * hd : (nh + nkv) * hd].view(1, nkv, hd).transpose(0, 1)
+    cos, sin = head.rope_tables(cache.k.shape[1], x.device)
+    at = pos.view(1)
+    cos, sin = cos.index_select(0, at).to(x.dtype), sin.index_select(0, at).to(x.dtype)
+    cache.k.index_copy_(1, at, rope(k, cos, sin))
+    cache.v.index_copy_(1, at, qkv[:, (nh + nkv) * hd :].view(1, nkv, hd).transpose(0, 1))
+    mask = (torch.arange(length, device=x.device) <= pos).view(1, length)
+    attn = F.scaled_dot_product_attention(rope(q, cos, sin), cache.k[:, :length], cache.v[:, :length],
+                                          attn_mask=mask, enable_gqa=nh != nkv)
+    x = x + head.linear(attn.transpose(0, 1).reshape(1, nh * hd), "o")
+    gate, up = head.linear(head.post_norm(x), "gu").chunk(2, dim=-1)
+    return x + head.linear(F.silu(gate) * up, "down")
+
+
+class HeadSlot:
+    """The head's shared cache (`cache`, of `max_len` positions) and its step captured per bucket. `view()` gives a
+    run its own HeadCache over the shared tensors; `take(view)` makes the cache hold that run's positions (as
+    StaticSlot.take does for a model's cache)."""
+
+    def __init__(self, head: EagleHead, embed, max_len: int):
+        self.head, self.embed, self.max_len = head, embed, max_len
+        self.dtype, self.device = head.lm_rows.dtype, head.lm_rows.device
+        self.cache = HeadCache(head.cfg, max_len, self.device, self.dtype)
+        self.buckets = buckets_for(max_len)
+        self.g = torch.zeros(1, head.cfg.hidden_size, dtype=self.dtype, device=self.device)
+        self.x = torch.zeros(1, dtype=torch.long, device=self.device)
+        self.pos = torch.zeros((), dtype=torch.long, device=self.device)
+        self.graphs: dict[int, tuple[object, tuple[torch.Tensor, torch.Tensor]]] = {}
+        self.owner: weakref.ref | None = None
+        self.swaps, self.capture_s = 0, 0.0
+        head.rope_tables(max_len, self.device)  # grown now: a captured step must not allocate its tables
+
+    @property
+    def nbytes(self) -> int:
+        """The shared cache's bytes (the captured graphs' own pool is not counted)."""
+        return sum(t.numel() * t.element_size() for t in (self.cache.k, self.cache.v))
+
+    def view(self) -> HeadCache:
+        """A run's head cache: the shared tensors, its own length (and saved positions while another run holds them)."""
+        view = HeadCache.__new__(HeadCache)
+        view.k, view.v, view.length = self.cache.k, self.cache.v, 0
+        view.saved = None
+        return view
+
+    def _forward(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = step_over(self.head, self.g, self.embed(self.x).to(self.dtype), self.cache, self.pos, length)
+        return g, self.head.logits(g).float()
+
+    def capture(self, widths=(), stand_in: bool = False) -> float:
+        """Capture the step at each bucket (CUDA), or record the stand-in (a CPU); returns the seconds. `widths` is
+        ignored (a chain step is one position); it is there so that every slot captures alike."""
+        assert self.device.type == "cuda" or stand_in, "CUDA graphs need a CUDA device"
+        t0 = time.perf_counter()
+        cuda = self.device.type == "cuda" and not stand_in
+        pool = torch.cuda.graph_pool_handle() if cuda else None
+        for b in self.buckets:
+            if cuda:
+                stream = torch.cuda.Stream(self.device)
+                stream.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(stream), torch.inference_mode():
+                    for _ in range(2):
+                        self._forward(b)
+                torch.cuda.current_stream(self.device).wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool), torch.inference_mode():
+                    out = self._forward(b)
+            else:
+                with torch.inference_mode():
+                    out = self._forward(b)
+                graph = ReplayStandIn(lambda b=b: self._forward(b), out)
+            self.graphs[b] = (graph, out)
+        if cuda:
+            torch.cuda.synchronize(self.device)
+        self.capture_s = time.perf_counter() - t0
+        return self.capture_s
+
+    def step(self, view: HeadCache, g: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The run's next position: (g [1, H], x [1]) -> (the predicted feature [1, H], its float32 logits
+        [1, V_draft]), by one replay; the view's length grows by one."""
+        assert view.length < self.max_len, "the head's cache is full"
+        self.take(view)
+        self.g.copy_(g)
+        self.x.copy_(x)
+        self.pos.fill_(view.length)
+        b = next(b for b in self.buckets if b > view.length)
+        graph, (g_out, logits) = self.graphs[b]
+        with torch.profiler.record_function(CAPTURED):
+            graph.replay()
+        view.length += 1
+        return g_out.clone(), logits.clone()
+
+    def take(self, view: HeadCache) -> None:
+        """Make the shared cache hold `view`'s positions (called before each of its uses): the owner's are saved
+        into its view, and `view`'s put back if it saved any."""
+        owner = self.owner() if self.owner is not None else None
+        if owner is view:
+            return
+        if owner is not None and owner.length:
+            owner.saved = (self.cache.k[:, : owner.length].clone(), self.cache.v[:, : owner.length].clone())
+        if view.saved is not None:
+            k, v = view.saved
+            self.cache.k[:, : k.shape[1]].copy_(k)
+            self.cache.v[:, : v.shape[1]].copy_(v)
+            view.saved = None
+        self.owner = weakref.ref(view)
+        self.swaps += owner is not None

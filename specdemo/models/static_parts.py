@@ -1,0 +1,89 @@
+"""The static path's parts that models/static.py and models/head_graphs.py share: the cache lengths a forward
+attends over (`buckets_for`) and a bucket's view of a cache (`cache_view`); the bytes a cache takes (`cache_bytes`)
+and the window the caches get where device memory is short (`fitting_window`, `plan_window`); and the graphs'
+stand-in on a CPU (`ReplayStandIn`, replaying inside the profiler range `CAPTURED`). No model forwards here."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+MIN_BUCKET = 64  # the shortest cache length a forward attends over
+CAPTURED = "specdemo.captured"  # the profiler range around a stand-in's replay: what a CUDA graph would replay
+MIN_WINDOW = 512  # a GPU too small for the largest request's static caches shrinks them, down to this window
+
+
+def buckets_for(max_len: int, smallest: int = MIN_BUCKET) -> tuple[int, ...]:
+    """The cache lengths a forward may attend over: the powers of two from `smallest` below `max_len`, then `max_len`
+    (a power within an eighth of `max_len` is left out: it would cost what the whole cache costs). A forward whose
+    last slot is s attends over the smallest that holds s + 1: at most twice what the cache holds."""
+    out, b = [], smallest
+    while b < max_len:
+        if max_len - b >= b // 8:
+            out.append(b)
+        b *= 2
+    return (*out, max_len)
+
+
+def cache_view(cache, length: int):
+    """A StaticCache whose layers are the first `length` slots of `cache`'s: the same storage and the same write
+    counters, so a forward through it writes where one through `cache` would, and attends over `length` slots."""
+    if length == cache.layers[0].max_cache_len:
+        return cache
+    view = copy.copy(cache)
+    view.layers = []
+    for layer in cache.layers:
+        part = copy.copy(layer)  # device, heads, head sizes, is_initialized and the counter tensor, shared
+        part.max_cache_len = length
+        part.keys, part.values = layer.keys[:, :, :length], layer.values[:, :, :length]
+        view.layers.append(part)
+    return view
+
+
+def kv_shape(cfg) -> tuple[int, int]:
+    """(key/value heads, head dimension) of a model's attention, from its config (GQA where it names its KV heads)."""
+    heads = cfg.num_attention_heads
+    return getattr(cfg, "num_key_value_heads", None) or heads, getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+
+
+def cache_bytes(model, max_len: int) -> int:
+    """Bytes of one static cache of `max_len` tokens for `model` (keys and values, every layer)."""
+    kv_heads, head_dim = kv_shape(model.config)
+    return (2 * model.config.num_hidden_layers * kv_heads * head_dim * max_len
+            * next(model.parameters()).element_size())
+
+
+def fitting_window(models: list, window: int, pad: int, free: int) -> int:
+    """The longest request window, halving from `window` but not below MIN_WINDOW, whose static caches (every
+    model's, `pad` slots wider) take at most half of the `free` bytes."""
+    while window > MIN_WINDOW and sum(cache_bytes(m, window + pad) for m in models) > free // 2:
+        window = max(MIN_WINDOW, window // 2)
+    return window
+
+
+def plan_window(context_window: int, max_request: int | None, models: list, pad: int, free: int | None
+                ) -> tuple[int, int | None, bool]:
+    """(window, cap, short): the static caches' window (tokens, `pad` slots to add) for requests of at most
+    `max_request` tokens (the context window by default), given `free` device bytes (None: not counted, a CPU);
+    the cap a shortened window puts on requests (None: none); and whether memory shortened the window below what
+    was asked (only then is there something to warn of: a bench's short max_request is no shortage)."""
+    asked = min(context_window, max_request or context_window)
+    window = asked if free is None else fitting_window(models, asked, pad, free)
+    return window, (window if window < context_window else None), window < asked
+
+
+class ReplayStandIn:
+    """A captured width's stand-in on a CPU: `replay()` runs the forward again on the same input buffers and copies
+    its results into the same output tensors, as a CUDA graph's replay leaves them. Only tests use it: it lets the
+    padding, the buffers and the turns of the graph path run without a GPU."""
+
+    def __init__(self, forward, out: tuple[torch.Tensor, torch.Tensor]):
+        self.forward, self.out = forward, out
+
+    def replay(self) -> None:
+        with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
+            hidden, features = self.forward()
+        self.out[0].copy_(hidden)
+        if self.out[1] is not self.out[0]:
+            self.out[1].copy_(features)
