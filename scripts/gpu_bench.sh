@@ -72,7 +72,7 @@ if [ "$DEVICE" = cpu ]; then
   STEPS=${STEPS/compiled/compiled-cpu}
 fi
 BUDGET=${BUDGET:-570}
-W_PASSES=3; [ "$QUICK" = 1 ] && W_PASSES=1
+W_ARGS=(--passes 3); [ "$QUICK" = 1 ] && W_ARGS=(--passes 1 --reps 3 --contexts 64,290)
 
 START=$(date +%s)
 declare -a NAMES STATUS SECS
@@ -146,7 +146,7 @@ if want t07; then
   render strategies t07
 fi
 if want window; then
-  run window "$PY" scripts/experiments/window_cost.py --pair "$PAIR" --device "$DEVICE" --passes "$W_PASSES"
+  run window "$PY" scripts/experiments/window_cost.py --pair "$PAIR" --device "$DEVICE" "${W_ARGS[@]}"
 fi
 if want rounds; then
   run rounds "$PY" -m specdemo.bench.round_ops --pair "$PAIR" --device "$DEVICE"
