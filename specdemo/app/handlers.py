@@ -337,7 +337,8 @@ def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, head_id=
         back = (loaded or {}).get("chosen")
         if back is None:  # nothing loaded yet to go back to
             return out | {"custom_box": gr.update(visible=custom)}
-        return out | back | {"custom_box": gr.update(visible=back["pair"] == CUSTOM)}
+        # the head field goes back too (empty where the loaded pair has none), so the next run is the loaded pair's
+        return out | {"head": ""} | back | {"custom_box": gr.update(visible=back["pair"] == CUSTOM)}
     progress(1.0, desc=tr("pair.done", lang))
     desc = pair.describe() | {"chosen": chosen}
     chat = {} if keep_settings else {"value": pair.chat}
