@@ -18,7 +18,9 @@ bf16 values):
                      input_ids [N]; per head: aux [N, 3H] (the verifier's hidden_states[k] for each aux id k),
                      chain_logits [3, V_draft] (three greedy drafted steps), chain_picks [3] (draft ids),
                      tree_children [2] (the root's top-2 draft ids), tree_logits [2, V_draft] (each child's logits)
-`save_pretrained` also writes a config.py beside config.json (remote code); specdemo never reads it.
+`save_pretrained` also writes a config.py beside config.json (remote code: a copy of the package's config class).
+specdemo never reads it, and the script deletes it, so the repository holds no copy of the package's source; a test
+plants a config.py of its own to show that it is never run.
 
 The reference: the head reads pairs (f_j, x_{j+1}) at positions j + 1 (as the package trains and vLLM serves), all
 N - 1 of them at once with a causal mask, through the package's own fc, norms, decoder layer (its Eagle3 first
@@ -97,6 +99,7 @@ def speculator(kind: str, target: LlamaForCausalLM, out: Path, seed: int) -> Eag
             else:
                 p.normal_(0, 0.35)
     model.to(torch.bfloat16).save_pretrained(out / f"head-{kind}")
+    (out / f"head-{kind}" / "config.py").unlink(missing_ok=True)  # the package's own source: not ours to commit
     # a fresh module holding the saved bf16 values in float32 (fresh RoPE frequencies, as for the verifier)
     fresh = Eagle3DraftModel(config)
     saved = load_file(str(out / f"head-{kind}" / "model.safetensors"))

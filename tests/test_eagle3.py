@@ -258,3 +258,19 @@ def test_the_eagle_authors_layout_reads_as_the_same_head(pair3, reference, tmp_p
     with torch.inference_mode():
         root = head.logits(drafter.read(target_features(pair3, head, ids)[:-1], ids[1:]))[0]
     assert (root - reference["llama.chain_logits"][0]).abs().max() < TOL
+
+
+def test_attaching_a_head_in_bf16_leaves_the_target_as_it_was(pair3, tmp_path):
+    """The head runs in its own dtype; the target's weights keep theirs, also where the head reads the target's
+    embedding (a checkpoint without embed_tokens, as vLLM allows: the target's is shared)."""
+    folder = tmp_path / "no-embed"
+    shutil.copytree(FIXTURE / "head-qwen3", folder)
+    state = load_file(str(folder / "model.safetensors"))
+    del state["embed_tokens.weight"]
+    save_file(state, str(folder / "model.safetensors"))
+    before = {name: t.dtype for name, t in pair3.target.state_dict().items()}
+    head = load_eagle3(str(folder), pair3.target, "specdemo/tiny-llama-verifier", torch.bfloat16, pair3.device)
+    assert head.embed_tokens is None and head.embedder(pair3.target) is pair3.target.get_input_embeddings()
+    assert head.lm_rows.dtype == torch.bfloat16
+    assert {name: t.dtype for name, t in pair3.target.state_dict().items()} == before
+    assert all(dt == torch.float32 for dt in before.values())

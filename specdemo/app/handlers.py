@@ -355,8 +355,9 @@ def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, head_id=
         if back is None:  # nothing loaded yet to go back to
             return out | {"custom_box": gr.update(visible=custom)}
         line = views.pair_line(back["pair"], back.get("draft", ""), back.get("target", ""))
-        return out | back | {"pair": gr.update(value=back["pair"], info=line),
-                             "custom_box": gr.update(visible=back["pair"] == CUSTOM)}
+        # the head field goes back too (empty where the loaded pair has none), so the next run is the loaded pair's
+        return out | {"head": ""} | back | {"pair": gr.update(value=back["pair"], info=line),
+                                            "custom_box": gr.update(visible=back["pair"] == CUSTOM)}
     progress(1.0, desc=tr("pair.done", lang))
     desc = pair.describe() | {"chosen": chosen}
     chat = {} if keep_settings else {"value": pair.chat}

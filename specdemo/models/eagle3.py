@@ -97,18 +97,18 @@ class Eagle3Head(nn.Module):
         self.embed_tokens: nn.Embedding | None = None  # the head's own, where the checkpoint has one
         self.register_buffer("d2t", torch.arange(cfg.draft_vocab_size), persistent=False)  # target ids, absolute
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._target_embed: nn.Module | None = None
 
     # ------------------------------------------------------------------------------------------- the drafters' API
     def attach(self, target, dtype: torch.dtype, device) -> Eagle3Head:
-        """Ready the head to draft for `target`: frozen, on `device` in `dtype`. `lm_rows` is its own lm_head (the
-        drafters read the head's dtype and device from it)."""
+        """Ready the head to draft: frozen, on `device` in `dtype`. It keeps no reference to `target` (a module held
+        here would be cast with the head); the drafters hand it the target's embedding where it has none."""
         self.requires_grad_(False)
-        if self.embed_tokens is None:
-            self._target_embed = target.get_input_embeddings()
-        head = self.to(device=device, dtype=dtype).eval()
-        head.lm_rows = head.lm_head.weight
-        return head
+        return self.to(device=device, dtype=dtype).eval()
+
+    @property
+    def lm_rows(self) -> torch.Tensor:
+        """Its own lm_head [V_draft, H]: the drafters read the head's dtype and device from it, as from our heads'."""
+        return self.lm_head.weight
 
     @property
     def published_name(self) -> str:
@@ -177,12 +177,6 @@ class Eagle3Head(nn.Module):
         y = self.post_attention_layernorm(h)
         h = h + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
         return self.norm(h) if cfg.norm_output else h
-
-    def describe(self) -> str:
-        """One line for logs and the trace: what the head is and what it reads."""
-        cfg = self.cfg
-        return (f"EAGLE-3 head {cfg.name} ({cfg.layer_type} layer, draft vocabulary {cfg.draft_vocab_size}, "
-                f"aux layers {list(cfg.aux_ids)})")
 
 
 def rotary_for(cfg: Eagle3Config) -> torch.nn.Module:
