@@ -355,7 +355,7 @@ def test_a_fast_run_sends_a_few_updates_and_the_last_holds_every_round(pair, mon
 
     monkeypatch.setattr(handlers, "UPDATE_INTERVAL_S", 1e6)
     counts = count_events(monkeypatch)
-    updates = list(handlers.generate_ui(*FAST_RUN, **QUIET))
+    updates = list(handlers.generate_ui(*FAST_RUN))
     rounds, steps = counts["speculative"], counts["baseline"]
     assert rounds >= 50 and steps >= 100, counts
     assert len(updates) == 3, [sorted(u) for u in updates]
@@ -379,7 +379,7 @@ def test_the_stream_sends_at_most_one_update_an_interval_and_loses_no_round(pair
     assert 0.02 <= interval <= 0.1, "about 20 updates a second"
     counts = count_events(monkeypatch)
     updates, received = [], []
-    for update in handlers.generate_ui(*FAST_RUN, **QUIET):
+    for update in handlers.generate_ui(*FAST_RUN):
         received.append(time.monotonic())
         updates.append(update)
     rounds, steps = counts["speculative"], counts["baseline"]

@@ -137,7 +137,7 @@ def test_the_experiments_follow_the_pages_strategy_and_ngram(client):
     strategy: with the EAGLE head, whose first round is a plain target step, it samples the reply's token 2."""
     race = client.submit("shakespeare", "", "", "ROMEO:\n", 3, 0.0, 0, 1.0, 12, 0, None, "en", False, 2,
                          api_name="/strategy_race").result(timeout=300)
-    names = [row.split("|")[1].strip() for row in race[1].splitlines()[2:]]
+    names = [row.split("|")[1].strip() for row in race[1].splitlines()[2:] if row.startswith("|")]
     assert "prompt lookup n = 2" in names, names
     args = list(EXPERIMENTS["/distribution_check"][0])
     args[-3] = "eagle"
@@ -178,5 +178,5 @@ def test_a_failed_pair_load_puts_the_selector_back_on_the_loaded_pair(app_url):
         page.click("#sd-generate")
         page.wait_for_function("document.querySelector('#sd-stats').innerText.includes('done')", timeout=120000)
         assert "Could not load" in page.evaluate(STATUS), "the error was replaced"
-        assert page.input_value("#sd-pair input").startswith("shakespeare:")
+        assert page.input_value("#sd-pair input") == "shakespeare"
         browser.close()
