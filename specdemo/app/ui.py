@@ -253,9 +253,12 @@ def wire_runs(u, wire, view: list) -> None:
     inputs = ([c[name] for name in GENERATE_INPUTS] + view + [c["ngram"]] + [c[name] for name in TREE_INPUTS]
               + [u.head_state])  # the custom pair's EAGLE-3 head, last
     # no gradio tracker: the stats draw the run's status and the baseline's bar themselves (render.stats_html), in a
-    # line of fixed height, so that nothing above the reply moves or blinks while the run streams
+    # line of fixed height, so that nothing above the reply moves or blinks while the run streams. The run's status
+    # still lives on the stats alone: an error (or a cancel that crosses an update) marks them, and run_over, which
+    # redraws them, clears it; on the inspector's outputs it would stay ("Error" above the round's reason)
     gen = model_run(u.go_btn.click, handlers.generate_ui, handlers.RUN_OUTPUTS, inputs=inputs,
-                    api_name="generate_stream", api_visibility="undocumented", show_progress="hidden")
+                    api_name="generate_stream", api_visibility="undocumented", show_progress="hidden",
+                    show_progress_on=[u.stats])
     gen.success(**wire(handlers.select_round, handlers.INSPECT_OUTPUTS), inputs=[u.state, u.round_sl] + view,
                 api_visibility="private", show_progress="hidden")
     u.busy = gr.Checkbox(visible=False)  # carries SUBMIT_JS's finding (Generate disabled: a run is going)
