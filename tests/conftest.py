@@ -199,3 +199,16 @@ def client(app_url):
     from gradio_client import Client
 
     return Client(app_url, verbose=False)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's headless Chromium driven by Playwright, one per test module (skips where it is not installed)."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("Debian chromium is not installed")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()

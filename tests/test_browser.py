@@ -9,20 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import CHROMIUM, CHROMIUM_ARGS, free_port
+from conftest import CHROMIUM, free_port
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian chromium is not installed")
 SCREENSHOT = Path(__file__).resolve().parent.parent / "assets" / "screenshot.png"
 
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 LOADED = {"en-US": "Loaded", "zh-CN": "已加载"}

@@ -6,11 +6,8 @@ mismatch or damage is refused in one sentence that leaves the pair as it was. Th
 from __future__ import annotations
 
 import json
-import os
-from collections import Counter
 import shutil
-import subprocess
-import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -22,10 +19,8 @@ from specdemo import SamplingConfig, SpecConfig, baseline_generate, load_pair, s
 from specdemo.engine.drafters import EagleDrafter
 from specdemo.engine.speculative import speculative_rounds
 from specdemo.engine.tree_drafter import TreeDrafter
-from specdemo.models import ModelLoadError
 from specdemo.models.eagle3 import Eagle3Head
 from specdemo.models.eagle3_files import load_eagle3
-from specdemo.models.loading import attach_eagle3
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "eagle3"

@@ -14,23 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from test_eagle3 import FIXTURE, ROOT, verifier_folder
+from test_eagle3 import FIXTURE, ROOT, pair3, verifier  # noqa: F401  (fixtures from test_eagle3)
 
 from specdemo import load_pair
-from specdemo.i18n import tr
 from specdemo.models import ModelLoadError
 from specdemo.models.eagle3_files import load_eagle3
 from specdemo.models.loading import attach_eagle3
-
-
-@pytest.fixture(scope="module")
-def verifier(tmp_path_factory) -> Path:
-    return verifier_folder(tmp_path_factory.mktemp("e3r"))
-
-
-@pytest.fixture(scope="module")
-def pair3(verifier):
-    return load_pair((str(verifier), str(verifier)), dtype="float32", head=str(FIXTURE / "head-llama"))
 
 
 def bad_copy(tmp_path: Path, config=None, weights=None, name: str = "bad-head") -> Path:

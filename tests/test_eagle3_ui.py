@@ -17,17 +17,6 @@ from test_eagle3 import FIXTURE, verifier_folder
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian chromium is not installed")
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    from conftest import CHROMIUM_ARGS
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
 
 def choose_custom(page, draft: str, target: str, head: str) -> None:
     page.click("#sd-pair input")

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import CHROMIUM, CHROMIUM_ARGS
 
 from specdemo.app.validation import NOT_A_REPO_ID
 from specdemo.config import EMBEDDED_DRAFT, PRESETS
@@ -148,17 +147,6 @@ def test_repo_ids_pass_the_hub_validator_and_paths_do_not():
 
 STATUS = "(document.querySelector('#sd-pair-status')?.innerText || '')"
 
-
-@pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian chromium is not installed")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def page_text(page) -> str:

@@ -12,7 +12,7 @@ import re
 import pytest
 from conftest import CHROMIUM
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
-from test_browser import browser, open_page  # noqa: F401  (browser: a fixture)
+from test_browser import open_page
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian chromium is not installed")
 LOCALES = ("en-US", "zh-CN")
@@ -21,7 +21,7 @@ TABS = {"en-US": {"race": "Strategy race", "sweep": "K sweep", "dist": "Distribu
 
 
 @pytest.fixture(params=LOCALES)
-def stage(request, browser, app_url):  # noqa: F811
+def stage(request, browser, app_url):
     """The page at 1280x720, a projector's size, in each language."""
     context, pg = open_page(browser, app_url, request.param, width=1280, height=720)
     pg.locale = request.param
@@ -225,7 +225,7 @@ def check_kinds(stage) -> None:
     assert int(k["bonus"]["weight"]) >= 700
 
 
-def test_the_replys_own_bold_is_not_a_bonus_token(browser):  # noqa: F811
+def test_the_replys_own_bold_is_not_a_bonus_token(browser):
     """Markdown bold in a reply ("**Avoiding Caffeine:**", kept drafts) next to a bonus token, drawn with the page's
     CSS: the bold chips keep their kind's pale fill, 3:1 or more from the bonus's amber, and no bonus outline."""
     from specdemo.app import render, style

@@ -236,16 +236,6 @@ def test_a_refused_child_is_marked_by_its_box_not_a_line_through_its_text(miss_r
 browser_only = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian chromium is not installed")
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from conftest import CHROMIUM_ARGS
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
 
 @browser_only
 @pytest.mark.parametrize("locale", ["en-US", "zh-CN"])

@@ -342,16 +342,6 @@ def test_the_drawing_keeps_hostile_text_inert_in_chromium(tree_trace, tmp_path):
         b.close()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from conftest import CHROMIUM_ARGS
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
 
 def tree_kinds(page, where: str) -> dict:
     return page.eval_on_selector_all(f"{where} .sd-tree-node", """gs => {
