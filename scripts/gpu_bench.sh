@@ -12,9 +12,13 @@
 #              request's, with and without the cache-length buckets (issue 45's first floor)
 #   rounds     python -m specdemo.bench.round_ops: operators launched outside the graphs and host reads, per eagle
 #              and tree round (issue 45's floor: at most 40 and 1)
-#   cuda-tests python -m pytest -m cuda -q
+#   cuda-tests python -m pytest -m cuda -q over the test files that hold a `cuda` test (the others import gradio,
+#              which the GPU machine lacks)
 #   load       one load of the pair as the app loads it (auto: graphs on CUDA, caches of the whole context window):
 #              load and capture seconds
+#   fused      bench --strategies --decodings graphs,compiled at T = 0 on 3 prompts (and the 4 copy prompts) x 128
+#              tokens: every row with the target's forward captured plain and compiled by torch.compile first
+#              (SPECDEMO_DECODING=compiled; issue 45's fused forwards), the compile seconds in the decoding line
 #   compiled   bench --strategies --compiled at T = 0 on 2 prompts (and the 4 copy prompts) x 128 tokens:
 #              transformers' generate with its static cache under torch.compile, in a process of its own, warmed on
 #              each prompt length (compile seconds printed apart), beside the captured rows; last, since each new
@@ -37,7 +41,7 @@ cd "$(dirname "$(readlink -f "$0")")/.." || exit 2
 PY=${PYTHON:-python3}
 DEVICE=cuda
 QUICK=0
-STEPS="identity,t0,t07,window,rounds,cuda-tests,load,compiled"
+STEPS="identity,t0,t07,window,rounds,cuda-tests,load,fused,compiled"
 RESULTS=${OUT:-./gpu-results}
 BUDGET=
 while [ $# -gt 0 ]; do
@@ -47,7 +51,7 @@ while [ $# -gt 0 ]; do
     --steps) STEPS=$2; shift 2 ;;
     --out) RESULTS=$2; shift 2 ;;
     --budget) BUDGET=$2; shift 2 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)"; exit 2 ;;
   esac
 done
@@ -61,7 +65,7 @@ else
   ID_PROMPTS=8; ID_TOKENS=64; B_PROMPTS=10; B_TOKENS=128
 fi
 # per-step timeouts in seconds (4x on a CPU); each is also cut to what is left of the budget
-declare -A LIMIT=([identity]=150 [t0]=200 [t07]=180 [window]=90 [rounds]=90 [cuda-tests]=120 [load]=90
+declare -A LIMIT=([identity]=150 [t0]=200 [t07]=180 [window]=90 [rounds]=90 [cuda-tests]=120 [load]=90 [fused]=240
                   [compiled]=300 [compiled-cpu]=150)
 BENCH=(-m specdemo bench --pair "$PAIR" --device "$DEVICE" --strategies --decoding graphs --no-k-search --no-hf
        --prompts "$B_PROMPTS" --max-new-tokens "$B_TOKENS")
@@ -160,7 +164,8 @@ if want compiled-cpu; then
 fi
 if want cuda-tests; then
   if "$PY" -c "import pytest, xdist" 2>/dev/null; then
-    run cuda-tests "$PY" -m pytest -m cuda -q -p no:cacheprovider
+    mapfile -t CUDA_FILES < <(grep -l "mark.cuda" tests/test_*.py)
+    run cuda-tests "$PY" -m pytest -m cuda -q -p no:cacheprovider "${CUDA_FILES[@]}"
   else
     run cuda-tests "$PY" -c "import pytest, xdist"  # fails, and the log says which is missing (pytest.ini needs xdist)
   fi
@@ -182,6 +187,12 @@ print(f"load: {took:.1f} s for {pair.name} on {pair.device} ({pair.describe()['d
 EOF
 fi
 
+if want fused; then
+  run fused "$PY" -m specdemo bench --pair "$PAIR" --device "$DEVICE" --strategies --decodings graphs,compiled \
+    --no-k-search --no-hf --prompts 3 --max-new-tokens "$B_TOKENS" --temperature 0 --json
+  render strategies fused
+fi
+
 if want compiled; then
   run compiled "$PY" -m specdemo bench --pair "$PAIR" --device "$DEVICE" --strategies --decoding graphs --compiled \
     --no-k-search --no-hf --prompts 2 --max-new-tokens "$B_TOKENS" --temperature 0 --json
@@ -197,7 +208,7 @@ fi
   echo "|---|---|---:|"
   for i in "${!NAMES[@]}"; do echo "| ${NAMES[$i]} | ${STATUS[$i]} | ${SECS[$i]} |"; done
   echo
-  for f in identity t0 t07 compiled compiled-cpu; do
+  for f in identity t0 t07 fused compiled compiled-cpu; do
     [ -f "$RESULTS/$f.log" ] || continue
     echo; echo "### $f"
     grep -hE "^decoding |identity [0-9]+/|^hf generate static compiled|^greedy identity|^pair " "$RESULTS/$f.log" \
