@@ -14,6 +14,8 @@ import pytest
 import torch
 from gradio_client import Client
 
+from specdemo.app.handlers import RUN_OUTPUTS  # /generate_stream's outputs, in order
+
 OUTPUT = ("accepted", "resampled", "bonus")
 
 
@@ -116,7 +118,7 @@ def test_stream_endpoint_streams_rounds(client):
     assert len(updates) >= 3, "the handler should stream several updates"
     html = final[0]
     assert 'class="sd-tok sd-' in html and "JULIET:" in html
-    trace = final[8]
+    trace = final[RUN_OUTPUTS.index("trace_json")]
     assert trace["speculative"]["text"] and trace["speculative"]["settings"]["draft"] == "shakespeare:draft"
     assert not any(isinstance(v, str) and os.path.isabs(v) for v in final)  # no server file (see page_js.DOWNLOAD_JS)
 
@@ -403,8 +405,9 @@ def test_the_stream_through_the_server_is_coalesced_and_its_last_update_holds_ev
     assert rounds >= 50 and counts["baseline"] >= 100, counts
     assert len(job.outputs()) == 3
     assert FILM_ROW.findall(final[2]) == [str(i) for i in range(rounds)]
-    assert len(final[8]["speculative"]["rounds"]) == rounds
-    assert len(final[8]["baseline"]["token_ids"]) == counts["baseline"]
+    trace = final[RUN_OUTPUTS.index("trace_json")]
+    assert len(trace["speculative"]["rounds"]) == rounds
+    assert len(trace["baseline"]["token_ids"]) == counts["baseline"]
 
 
 DECODING_LABEL = {"en": {"eager": "eager", "static": "static cache", "graphs": "CUDA graphs"},

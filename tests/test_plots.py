@@ -55,6 +55,7 @@ def figures(spec, base) -> dict[str, list]:
         "race": [plots.race(spec, base)],
         "strategy_race": [plots.strategy_race(race_runs)],
         "acceptance_per_round": [plots.acceptance_per_round(spec)],
+        "round_times": [plots.round_times(spec, base), plots.round_times(spec, None)],
         "accepted_length_histogram": [plots.accepted_length_histogram(spec)],
         "acceptance_by_position": [plots.acceptance_by_position(spec)],
         "speedup_vs_theory": [plots.speedup_vs_theory(spec, base), plots.speedup_vs_theory(spec, None)],

@@ -116,8 +116,42 @@ def test_a_strategy_looks_the_same_in_every_chart(runs, lang):
     assert look(sweep.data[1]) not in strategy_looks
 
 
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_time_chart_splits_each_round_into_its_draft_verify_and_the_rest(runs, lang):
+    """Issue 45, item 7: each round is one stacked bar of its draft, its verify and the rest, in ms, which add up to
+    the round's time in the film strip; the draft in its strategy's colour, the verify in target-only's, the rest
+    in a hatched grey, each at 3:1 on white; the median target-only step is the dashed line beside them; the axis
+    names the clock (the host's here; CUDA events in a trace run on a GPU)."""
+    base = runs["target"]
+    step_ms = sorted(s.step_ms for s in base.steps)[len(base.steps) // 2]
+    for strategy in STRATEGIES:
+        spec = runs[strategy]
+        fig = plots.round_times(spec, base, lang)
+        bars = [t for t in fig.data if t.type == "bar"]
+        assert [b.name for b in bars] == [tr(key, lang) for key in plots.PHASE_KEY.values()]
+        assert fig.layout.barmode == "stack" and fig.layout.title.text == tr("chart.times", lang)
+        for bar, field in zip(bars, plots.PHASE_KEY, strict=True):
+            assert list(bar.x) == [r.index + 1 for r in spec.rounds]
+            assert list(bar.y) == pytest.approx([getattr(r, field) for r in spec.rounds], abs=1e-3)
+        totals = [sum(b.y[i] for b in bars) for i in range(len(spec.rounds))]
+        assert totals == pytest.approx([r.draft_ms + r.verify_ms + r.overhead_ms for r in spec.rounds], abs=3e-3)
+        assert all(v > 0 for v in bars[1].y)  # every round calls the target once
+        colours = [b.marker.color for b in bars]
+        assert colours == [plots.STRATEGY_STYLE[strategy]["color"], plots.STRATEGY_STYLE["target"]["color"],
+                           plots.PHASE_STYLE["overhead_ms"]["color"]]
+        assert all(contrast(c, "#FFFFFF") >= 3.0 for c in colours) and bars[2].marker.pattern.shape == "x"
+        halo, line = [t for t in fig.data if t.type == "scatter"]  # a white line under the dashes, off the legend
+        assert halo.line.color == "#FFFFFF" and halo.showlegend is False and list(halo.y) == list(line.y)
+        assert list(line.y) == pytest.approx([step_ms] * 2, abs=1e-3) and line.name == tr("chart.t_step", lang)
+        assert fig.layout.yaxis.title.text == tr("chart.times_y_host", lang)
+        on_gpu = dataclasses.replace(spec, settings=spec.settings | {"device": "cuda:0"})
+        assert plots.round_times(on_gpu, None, lang).layout.yaxis.title.text == tr("chart.times_y_cuda", lang)
+    assert not [t for t in plots.round_times(runs["fixed"], None, lang).data if t.type == "scatter"]
+
+
 EMPTY = {
     "race": lambda lang: plots.race(None, None, lang),
+    "round_times": lambda lang: plots.round_times(None, None, lang),
     "strategy_race": lambda lang: plots.strategy_race({}, lang),
     "acceptance_per_round": lambda lang: plots.acceptance_per_round(None, lang),
     "accepted_length_histogram": lambda lang: plots.accepted_length_histogram(None, lang),
@@ -324,4 +358,36 @@ def test_the_legend_never_covers_the_axis_title_on_the_served_page(browser, app_
         assert len(race) == 6 and len({tuple(t) for t in race}) == 6, race
         assert sorted((c.upper(), d) for c, d in race) == sorted((s["color"].upper(), s["dash"]) for s in
                                                                  plots.STRATEGY_STYLE.values())
+    context.close()
+
+
+@pytest.mark.parametrize("locale", ["en-US", "zh-CN"])
+def test_the_time_chart_draws_every_round_on_the_served_page(browser, app_url, locale, tmp_path):
+    """Issue 45, item 7, as a visitor sees it at 1280x720: after a run, the Charts tab opens on the time chart, one
+    stacked bar of three phases per round of the film strip, titled and labelled in the page's language, with the
+    target-only step's line when the baseline ran (it does by default)."""
+    from test_browser import DONE, open_page, set_prompt, set_slider
+
+    lang = "en" if locale == "en-US" else "zh-CN"
+    context, page = open_page(browser, app_url, locale, 1280, 720)
+    set_slider(page, "sd-max-new", 24)
+    set_prompt(page, "ROMEO:\n")
+    page.click("#sd-generate")
+    page.wait_for_function(DONE, timeout=120000)
+    rounds = page.locator("#sd-film .sd-row").count()
+    assert rounds > 1
+    page.get_by_role("tab", name=tr("tab.charts", lang)).click()
+    page.wait_for_function("document.querySelectorAll('#sd-times .barlayer .trace').length == 3")
+    chart = page.locator("#sd-times")
+    chart.scroll_into_view_if_needed()
+    assert chart.locator(".gtitle").text_content() == tr("chart.times", lang)  # SVG text: no inner_text
+    assert chart.locator(".g-ytitle").text_content() == tr("chart.times_y_host", lang)
+    legend = chart.locator(".legend").text_content()
+    for key in (*plots.PHASE_KEY.values(), "chart.t_step"):
+        assert tr(key, lang) in legend, (key, legend)
+    per_trace = page.eval_on_selector_all("#sd-times .barlayer .trace", "ts => ts.map(t => t.querySelectorAll('.point').length)")
+    assert per_trace == [rounds] * 3, (per_trace, rounds)
+    box = chart.bounding_box()
+    assert box["width"] > 600 and box["height"] >= 280  # the tab's whole width: a round's bars can be told apart
+    chart.screenshot(path=str(tmp_path / f"times-{locale}.png"))
     context.close()

@@ -1,5 +1,6 @@
-"""Plotly figures, built from events: the race, acceptance per round, accepted lengths, acceptance by position,
-measured speedup against theory, the round inspector (p, q, residual), the K sweep and the distribution check.
+"""Plotly figures, built from events: the race, acceptance per round, where each round's time goes, accepted
+lengths, acceptance by position, measured speedup against theory, the round inspector (p, q, residual), the K sweep
+and the distribution check.
 
 Owns figure construction only; no gradio import, no model calls. Plotly does NOT escape text: it reads a subset of
 HTML in every title, tick label, legend entry, hover label and annotation (`<b>`, `<br>`, `<a href>`, ...) and
@@ -150,6 +151,38 @@ def acceptance_per_round(spec: Trace | None, lang: str | None = None) -> go.Figu
         fig.add_bar(x=[r.index + 1 for r in rs], y=[most_kept(r) - r.n_accepted for r in rs],
                     name=tr("chart.not_accepted", lang), marker_color=PALETTE["rejected"], marker_pattern_shape="/")
         fig.update_layout(barmode="stack")
+    return _axes_from_zero(fig)
+
+
+# a round's three phases in the time chart: the drafter in its strategy's colour (round_times), the target's verify
+# in target-only's black, the bookkeeping in grey with a hatch, so that no two read alike in grey or on a projector
+PHASE_KEY = {"draft_ms": "chart.t_draft", "verify_ms": "chart.t_verify", "overhead_ms": "chart.t_book"}
+CLOCK_KEY = {True: "chart.times_y_cuda", False: "chart.times_y_host"}  # the y axis: which clock timed the phases
+PHASE_STYLE = {"verify_ms": dict(color=STRATEGY_STYLE["target"]["color"]),
+               "overhead_ms": dict(color="#8C8C8C", pattern_shape="x")}
+
+
+def round_times(spec: Trace | None, base: Trace | None, lang: str | None = None) -> go.Figure:
+    """Where each round's time goes: its draft, its verify and the rest (the verdict's copy, the roll-back and the
+    round's story), stacked, in ms, beside the median target-only step when the baseline ran. On a GPU the draft
+    and verify are CUDA-event times (speculative.PhaseClock), and the axis says so; elsewhere the host's clock."""
+    cuda = spec is not None and str(spec.settings.get("device", "")).startswith("cuda")
+    fig = _fig(tr("chart.times", lang), tr("chart.round", lang), tr(CLOCK_KEY[cuda], lang))
+    if spec is not None and spec.rounds:
+        xs = [r.index + 1 for r in spec.rounds]
+        for field_name, key in PHASE_KEY.items():
+            color = PHASE_STYLE.get(field_name, dict(color=STRATEGY_STYLE[run_strategy(spec)]["color"]))
+            fig.add_bar(x=xs, y=[round(getattr(r, field_name), 3) for r in spec.rounds], name=tr(key, lang),
+                        marker=dict(color=color["color"], pattern_shape=color.get("pattern_shape", "")))
+        fig.update_layout(barmode="stack")
+        if base is not None and base.steps:
+            ms = sorted(s.step_ms for s in base.steps)
+            x, y = [xs[0] - 0.5, xs[-1] + 0.5], [ms[len(ms) // 2]] * 2
+            # target-only's black dashes over a wide white line, so that the step shows across the black verify bars
+            fig.add_scatter(x=x, y=y, mode="lines", line=dict(color="#FFFFFF", width=6), showlegend=False,
+                            hoverinfo="skip")
+            fig.add_scatter(x=x, y=y, mode="lines", name=tr("chart.t_step", lang),
+                            line=dict(STRATEGY_STYLE["target"], width=2, dash="dash"))
     return _axes_from_zero(fig)
 
 

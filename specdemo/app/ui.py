@@ -159,6 +159,7 @@ def results(u, limits: Limits, first: dict, n_rounds: int) -> None:
         with gr.Tab(L("tab.film"), id="film") as u.tab_film:
             film_tab(u, limits, first, n_rounds)
         with gr.Tab(L("tab.charts"), id="charts") as u.tab_charts:
+            u.times = gr.Plot(first["times"], elem_id="sd-times", show_label=False)
             with gr.Row():
                 u.hist = gr.Plot(first["hist"], show_label=False)
                 u.by_pos = gr.Plot(first["by_pos"], show_label=False)

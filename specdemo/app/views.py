@@ -20,7 +20,7 @@ from specdemo.models.loading import preset_unavailable
 from . import plots, render, tree_view
 from .validation import has_head
 
-CHARTS = ("race", "acc_round", "hist", "by_pos", "theory")  # the run's five charts, in ui.py's order
+CHARTS = ("race", "acc_round", "times", "hist", "by_pos", "theory")  # the run's six charts, in ui.py's order
 TAB_KEYS = ("tab.film", "tab.charts", "tab.sweep", "tab.race", "tab.dist", "tab.step", "tab.export")  # ui.py's order
 TABS = {f"tab_{key.split('.')[1]}": key for key in TAB_KEYS}  # output name -> label key
 
@@ -37,8 +37,9 @@ def trace_payload(spec: Trace | None, base: Trace | None) -> dict | None:
 
 
 def charts(spec: Trace | None, base: Trace | None, lang: str | None = None, presenter: bool = False) -> dict:
-    """The five run charts (race, acceptance per round, accepted lengths, by position, theory) in one language."""
-    figs = (plots.race(spec, base, lang), plots.acceptance_per_round(spec, lang),
+    """The six run charts (race, acceptance per round, where each round's time goes, accepted lengths, by position,
+    theory) in one language."""
+    figs = (plots.race(spec, base, lang), plots.acceptance_per_round(spec, lang), plots.round_times(spec, base, lang),
             plots.accepted_length_histogram(spec, lang), plots.acceptance_by_position(spec, lang),
             plots.speedup_vs_theory(spec, base, lang=lang))
     return {name: plots.present(f, presenter) for name, f in zip(CHARTS, figs, strict=True)}
@@ -50,7 +51,7 @@ def _empty_charts(lang: str | None, presenter: bool) -> dict:
 
 
 def empty_charts(lang: str | None = None, presenter: bool = False) -> dict:
-    """The five run charts with nothing drawn yet, built once per language and size (building five plotly figures
+    """The six run charts with nothing drawn yet, built once per language and size (building six plotly figures
     takes about 0.2 s here, too slow for a run's first update). Nobody changes a figure after it is built."""
     return dict(_empty_charts(lang, bool(presenter)))
 
