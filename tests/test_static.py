@@ -6,6 +6,7 @@ must each give what they give alone."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections import OrderedDict
 
@@ -144,6 +145,9 @@ def test_every_strategy_gives_the_eager_paths_tokens(own_pair, mode):
         assert got.output_ids == ids, strategy
     assert all(slot.owner is not None for slot in pair.static_slots.values())
     assert ("head" in pair.static_slots) == (mode == "replayed"), "the eagle runs replayed the head's chain step"
+    # the chains' verdicts replayed too (engine/judge_graph.py): the sampled `fixed` run above among them
+    judges = getattr(pair.static_slots["target"], "judges", {})
+    assert (mode == "replayed") == any(j.graphs for j in judges.values()), judges
 
 
 def test_two_interleaved_runs_each_give_what_they_give_alone(own_pair):
@@ -374,3 +378,44 @@ def test_the_heads_captured_chain_step_keeps_the_joint_of_three_tokens_the_targe
     counts = speculative_samples(pair, prompt_ids, cfg, k=3, n=n, n_tokens=3, strategy="eagle")
     counts.pop("rejections")
     assert chi2_pvalue(drop_k(counts), exact, n) > PASS_P
+
+
+@pytest.mark.parametrize("cfg,lenience,top_m", [(GREEDY, 1.0, 3), (SamplingConfig(0.7, top_k=20, top_p=0.9), 1.0, 3),
+                                                 (SamplingConfig(1.0), 0.5, 0)],
+                         ids=["greedy", "top-k-top-p", "lenient"])
+def test_a_chains_captured_verdict_decides_what_the_eager_judge_decides(own_pair, cfg, lenience, top_m):
+    """Issue 45, item 3, on the graphs' stand-in: the chain's verdict replayed from one graph per k
+    (engine/judge_graph.py), with its uniforms drawn before the replay, gives the eager judge's verdict number for
+    number (drafts, p, q, min(1, p/q), r, overlap, the accepted count, the next token and its p, the inspector's
+    candidates) from the same generator state, and leaves the generator where the eager judge leaves it."""
+    from specdemo.engine.judge_graph import candidate_width, chain_judge, split_flat
+    from specdemo.engine.sampling import sample, verify
+    from specdemo.engine.story import verdict_from_host, verdict_on_host
+
+    pair = own_pair
+    decode_as(pair, "replayed")
+    judge = chain_judge(pair, cfg, lenience, top_m)
+    assert judge is not None and judge.stand_in and chain_judge(pair, cfg, lenience, top_m) is judge
+    vocab, g = pair.vocab_size, torch.Generator().manual_seed(7)
+    kinds = set()
+    for k, trial in itertools.product((1, 4), range(6)):
+        logits = torch.randn(k + 1, vocab, generator=g) * 4
+        if cfg.greedy:  # drafts that agree with the target's argmax, and in odd trials one that may not
+            tokens = logits[:k].argmax(-1)
+            if trial % 2:
+                tokens[trial % k] = int(torch.randint(vocab, (1,), generator=g))
+            q = torch.zeros(k, vocab).scatter_(1, tokens.view(-1, 1), 1.0)
+        else:
+            q = warp(logits[:k] + torch.randn(k, vocab, generator=g) * 2, cfg)
+            tokens = sample(q, g)
+        a, b = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
+        p = warp(logits, cfg)
+        eager = verdict_on_host(pair, tokens, q, p, verify(tokens, q, p, a, greedy=cfg.greedy, lenience=lenience),
+                                top_m)
+        flat = judge.judge(logits, tokens, q, b)
+        captured = verdict_from_host(pair, split_flat(flat, k, top_m, vocab), top_m, candidate_width(top_m, logits))
+        assert captured == eager, (k, trial)
+        assert torch.equal(a.get_state(), b.get_state())
+        kinds.add(eager[2] == k)
+    assert kinds == {True, False}, "some trials accepted every draft, some rejected one"
+    assert sorted(judge.graphs) == [1, 4]

@@ -53,7 +53,8 @@ def first_max(x: torch.Tensor, keepdim: bool = False) -> torch.Tensor:
     return x.max(-1, keepdim=keepdim).indices
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator | None, greedy: bool = False) -> torch.Tensor:
+def sample(probs: torch.Tensor, generator: torch.Generator | None, greedy: bool = False,
+           u: torch.Tensor | None = None) -> torch.Tensor:
     """One token per row of probs [..., V] -> [...] (long). Greedy takes the argmax and draws nothing.
 
     By the inverse of each row's cumulative distribution: one uniform u per row, scaled to the row's mass, picks
@@ -61,7 +62,8 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None, greedy: bool 
     float64, 1e-16 relative). A token of probability 0 adds no width and is never picked. If rounding puts u on
     the row's total, the token where the cumulative mass first reaches that total is taken: it has mass, since the
     sum rose there. On a CPU this costs about 0.3 ms for a row of 49,152 tokens, where torch.multinomial costs
-    about 1.1 ms (2026-11-25), and the tree's walk draws at every node.
+    about 1.1 ms (2026-11-25), and the tree's walk draws at every node. u: the uniforms [rows, 1] (`uniforms`),
+    drawn before a captured replay; None draws them here.
     """
     if greedy:
         return first_max(probs)
@@ -69,10 +71,16 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None, greedy: bool 
     wide = torch.float32 if flat.device.type == "mps" else torch.float64  # MPS has no float64
     cdf = torch.cumsum(flat, -1, dtype=wide)
     total = cdf[:, -1:].contiguous()
-    u = torch.rand(flat.shape[0], 1, generator=generator, device=flat.device, dtype=wide) * total
+    u = (uniforms(flat.shape[0], generator, flat.device) if u is None else u) * total
     picked = torch.searchsorted(cdf, u, right=True)
     last = torch.searchsorted(cdf, total)  # the first index where the sum reaches its total: a token with mass
     return torch.minimum(picked, last).reshape(probs.shape[:-1])
+
+
+def uniforms(rows: int, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
+    """The uniforms [rows, 1] that `sample` draws, in its width (float64; float32 on MPS, which has no float64)."""
+    wide = torch.float32 if device.type == "mps" else torch.float64
+    return torch.rand(rows, 1, generator=generator, device=device, dtype=wide)
 
 
 def residual(p_target: torch.Tensor, q_draft: torch.Tensor) -> torch.Tensor:
@@ -104,13 +112,15 @@ def verify(
     generator: torch.Generator | None,
     greedy: bool = False,
     lenience: float = 1.0,
+    drawn: tuple[torch.Tensor, torch.Tensor | None] | None = None,
 ) -> Verdict:
     """The modified rejection test of speculative sampling, for all K positions at once.
 
     draft_tokens [K], q_draft [K, V] (the draft's warped distributions it sampled from), p_target [K+1, V] (the
     target's warped distributions; the last row scores the bonus position). Accept x_t while r_t < min(1, p/q) with
     r_t ~ U[0, lenience); at the first rejection sample from norm(max(0, p_t - q_t)); if none is rejected, sample the
-    bonus token from p_target[K].
+    bonus token from p_target[K]. drawn: (r [K], the residual draw's uniforms [K+1, 1] or None if greedy), as
+    `draw_verify` draws them before a captured replay; None draws them here, in the same order.
     """
     k = draft_tokens.shape[0]
     assert q_draft.shape[0] == k and p_target.shape[0] == k + 1, (draft_tokens.shape, q_draft.shape, p_target.shape)
@@ -120,16 +130,25 @@ def verify(
     q_x = q_draft.gather(1, idx).squeeze(1)
     # q(x) > 0 because x was drawn from q; the clamp only protects against a caller passing foreign tokens
     accept_prob = (p_x / q_x.clamp(min=torch.finfo(q_x.dtype).tiny)).clamp(max=1.0)
-    r = torch.rand(k, generator=generator, device=p_target.device) * lenience
+    r_drawn, u_drawn = drawn if drawn is not None else (None, None)
+    r = (torch.rand(k, generator=generator, device=p_target.device) if r_drawn is None else r_drawn) * lenience
     accepted = r < accept_prob
     # the number of leading acceptances: cumprod stays 1 until the first rejection
     n_accepted = accepted.long().cumprod(0).sum()
     # candidates for the next token at every position, chosen by n_accepted without a host sync:
     # rows 0..K-1 are residuals (used if that position rejects), row K is the target itself (the bonus)
     candidates = torch.cat([residual(p_target[:k], q_draft), p_target[k:]], dim=0)
-    next_tokens = sample(candidates, generator, greedy=greedy)
+    next_tokens = sample(candidates, generator, greedy=greedy, u=u_drawn)
     overlap = torch.minimum(p_target[:k], q_draft).sum(-1)
     # gather, not next_tokens[n_accepted]: indexing with a 0-dim device tensor would be a host sync on a GPU
     next_token = next_tokens.gather(0, n_accepted.view(1)).squeeze(0)
     return Verdict(n_accepted, next_token, p_x, q_x, accept_prob, r, overlap)
 
+
+
+def draw_verify(k: int, generator: torch.Generator | None, device: torch.device, greedy: bool
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The uniforms `verify` draws for k drafts, drawn as it draws them (r, then the next token's unless greedy), so
+    that a verify given them decides exactly as one that draws its own from the same generator state."""
+    r = torch.rand(k, generator=generator, device=device)
+    return r, None if greedy else uniforms(k + 1, generator, device)

@@ -40,8 +40,9 @@ from specdemo.models.devices import cpu_bf16_kind, packs_bf16
 
 from .drafters import Drafter, Proposal, RoundOutcome
 from .events import Round, Trace
+from .judge_graph import candidate_width, chain_judge, split_flat
 from .sampling import verify, warp
-from .story import Judged, round_story, tree_verdict_on_host, verdict_on_host
+from .story import Judged, round_story, tree_verdict_on_host, verdict_from_host, verdict_on_host
 from .strategy import make_drafter, max_drafts
 from .tree import tree_attention
 from .tree_drafter import run_tree_shape, tree_children, tree_prune
@@ -113,28 +114,39 @@ def kept_ids(draft_list: list[int], n_acc: int, next_tok: int, eos_ids: Collecti
 
 
 def verify_forward(target: CachedLM, seq: torch.Tensor, proposal: Proposal, drafter: Drafter,
-                   sampling: SamplingConfig, dtype: torch.dtype):
+                   sampling: SamplingConfig, dtype: torch.dtype, warped: bool = True):
     """Step 2: one target forward over its unseen fixed tokens and the k drafts. Returns p_1..p_{k+1} (warped as the
-    draft's q were), the features a drafter reads, where the forward started and how many fixed tokens it fed. A
-    tree's nodes attend to their ancestors only; a chain's mask is the causal one, so it needs none."""
+    draft's q were; warped=False: their float32 logits, which `judge` warps), the features a drafter reads, where
+    the forward started and how many fixed tokens it fed. A tree's nodes attend to their ancestors only; a chain's
+    mask is the causal one, so it needs none."""
     fed_from = target.length
     unseen = seq.numel() - fed_from
     tree = proposal.tree
     attention = None if tree is None or tree.is_chain else tree_attention(tree, fed_from, unseen, dtype)
     logits, features = target.feed_features(torch.cat([seq[fed_from:], proposal.tokens]), keep_logits=proposal.k + 1,
                                             layers=drafter.feature_layers, tree=attention)
-    return warp(logits, sampling), features, fed_from, unseen
+    return (warp(logits, sampling) if warped else logits), features, fed_from, unseen
 
 
-def judge(pair: ModelPair, proposal: Proposal, p: torch.Tensor, gen: torch.Generator, sampling: SamplingConfig,
+def judge(pair: ModelPair, proposal: Proposal, logits: torch.Tensor, gen: torch.Generator, sampling: SamplingConfig,
           spec: SpecConfig) -> Judged:
-    """Step 3: judge all k drafts at once, then copy the verdict (and the inspector's top candidates) to the host in
-    one sync: a chain by the modified rejection test with its q, a tree by the exact walk (walk.py)."""
+    """Step 3: judge all k drafts at once from the target's logits, then copy the verdict (and the inspector's top
+    candidates) to the host in one sync: a chain by the modified rejection test with its q (one captured replay
+    where the target's forwards are captured: judge_graph.py), a tree by the exact walk (walk.py)."""
     tree, top_m = proposal.tree, spec.top_candidates
     if tree is None:
-        v = verify(proposal.tokens, proposal.q, p, gen, greedy=sampling.greedy, lenience=spec.lenience)
-        drafts, rows, n_acc, next_tok, p_next, top = verdict_on_host(pair, proposal.tokens, proposal.q, p, v, top_m)
+        captured = chain_judge(pair, sampling, spec.lenience, top_m) if proposal.k else None
+        flat = captured.judge(logits, proposal.tokens, proposal.q, gen) if captured is not None else None
+        if flat is not None:
+            drafts, rows, n_acc, next_tok, p_next, top = verdict_from_host(
+                pair, split_flat(flat, proposal.k, top_m, logits.shape[-1]), top_m, candidate_width(top_m, logits))
+        else:
+            p = warp(logits, sampling)
+            v = verify(proposal.tokens, proposal.q, p, gen, greedy=sampling.greedy, lenience=spec.lenience)
+            drafts, rows, n_acc, next_tok, p_next, top = verdict_on_host(pair, proposal.tokens, proposal.q, p, v,
+                                                                         top_m)
         return Judged(drafts, n_acc, next_tok, p_next, list(range(n_acc)), top, rows=rows)
+    p = warp(logits, sampling)
     tv = (walk(proposal.tokens, tree, p, gen, greedy=sampling.greedy) if tree.drawn is None
           else walk_sampled(proposal.tokens, tree, p, gen))
     nodes, path, p_go, next_tok, p_next, leaf, top = tree_verdict_on_host(pair, proposal.tokens, tree, p, tv, top_m)
@@ -194,11 +206,12 @@ def speculative_rounds(
         m1 = clock.mark()
 
         # 2. verify: one target forward over the drafts -> p_1..p_{k+1}
-        p, features, fed_from, unseen = verify_forward(target, seq, proposal, drafter, sampling, pair.dtype)
+        logits, features, fed_from, unseen = verify_forward(target, seq, proposal, drafter, sampling, pair.dtype,
+                                                            warped=False)
         m2 = clock.mark()
 
         # 3. judge: accept or reject every draft at once; one copy to the host
-        judged = judge(pair, proposal, p, gen, sampling, spec)
+        judged = judge(pair, proposal, logits, gen, sampling, spec)
 
         # 4. keep the accepted drafts + the resampled/bonus token, cut at EOS and at the budget; roll the caches back
         new_ids, stop_reason = kept_ids(judged.drafts, judged.n_acc, judged.next_tok, eos, remaining)

@@ -68,23 +68,34 @@ def top_candidates(pair: ModelPair, ids: list, p_vals: list, q_vals: list, width
 
 
 @torch.inference_mode()
-def verdict_on_host(pair: ModelPair, draft_tokens, q_draft, p, v, top_m: int) -> tuple:
-    """The round's one device-to-host copy: the drafts, their per-position numbers (p, q, min(1, p/q), r, overlap),
-    the verdict (accepted count, next token and its p) and, for the inspector, the top_m candidates per position."""
+def verdict_tensors(draft_tokens, q_draft, p, v, top_m: int) -> list[torch.Tensor]:
+    """What a chain round's one copy carries, still on the device (so that it can be captured: judge_graph.py): the
+    drafts, their per-position numbers (p, q, min(1, p/q), r, overlap), the verdict (accepted count and next
+    token), the next token's p and, for the inspector, the top_m candidates per position with their p and q."""
     top_tensors = []
     if top_m > 0:
         q_padded = torch.cat([q_draft, torch.zeros_like(p[:1])])  # the bonus position has no draft distribution
         top_ids = candidate_ids(p, q_padded, top_m)
         top_tensors = [top_ids, p.gather(1, top_ids), q_padded.gather(1, top_ids)]
-    host = to_host(
-        draft_tokens, v.p_of_draft, v.q_of_draft, v.accept_prob, v.r, v.overlap,
-        torch.stack([v.n_accepted, v.next_token]), p.view(-1).gather(0, v.n_accepted * p.shape[1] + v.next_token),
-        *top_tensors,
-    )
+    return [draft_tokens, v.p_of_draft, v.q_of_draft, v.accept_prob, v.r, v.overlap,
+            torch.stack([v.n_accepted, v.next_token]), p.view(-1).gather(0, v.n_accepted * p.shape[1] + v.next_token),
+            *top_tensors]
+
+
+def verdict_from_host(pair: ModelPair, host: list[list[float]], top_m: int, width: int) -> tuple:
+    """verdict_tensors' lists, as the loop reads them: (drafts, (p, q, min(1, p/q), r, overlap), accepted count, next
+    token, its p, top candidates per position); width: the candidates per row (candidate_ids)."""
     draft_list, p_x, q_x, acc, r, overlap, (n_acc, next_tok), (p_next,), *top_host = host
     k = len(draft_list)
-    top = top_candidates(pair, *top_host, width=top_tensors[0].shape[1]) if top_m > 0 else [[] for _ in range(k + 1)]
+    top = top_candidates(pair, *top_host, width=width) if top_m > 0 else [[] for _ in range(k + 1)]
     return [int(t) for t in draft_list], (p_x, q_x, acc, r, overlap), int(n_acc), int(next_tok), p_next, top
+
+
+def verdict_on_host(pair: ModelPair, draft_tokens, q_draft, p, v, top_m: int) -> tuple:
+    """The round's one device-to-host copy of verdict_tensors, read by verdict_from_host."""
+    tensors = verdict_tensors(draft_tokens, q_draft, p, v, top_m)
+    width = tensors[8].shape[1] if top_m > 0 else 0
+    return verdict_from_host(pair, to_host(*tensors), top_m, width)
 
 
 def round_tokens(pair: ModelPair, draft_list: list[int], rows: tuple, top: list, n_acc: int, k: int,

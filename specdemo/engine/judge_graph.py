@@ -1,0 +1,128 @@
+"""A chain round's verdict as one replay (issue 45, item 3: judged on the device, read once).
+
+Where the target's forwards are captured (`graphs` on CUDA; the graphs' stand-in on a CPU, for tests), a chain's
+step 3 runs as one graph per number of drafts k: the target's logits -> warped p -> the modified rejection test
+(sampling.verify) -> the numbers the round's one copy carries (story.verdict_tensors), flattened into one buffer.
+The operators between them (about a hundred at T > 0) stop being launched one by one from the host.
+
+The randomness is drawn outside the graph, before the replay, by the same calls in the same order as an eager
+verify makes them (sampling.draw_verify), so a replay decides exactly what the eager judge decides from the same
+generator state; the sampling settings (T, top-k, top-p, lenience, the inspector's top_m) are fixed per graph and
+key its cache. A capture that fails leaves the eager judge in place, with one log line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import torch
+
+from specdemo.config import SamplingConfig
+from specdemo.models.static_parts import CAPTURED, ReplayStandIn
+
+from .sampling import Verdict, draw_verify, verify, warp
+from .story import verdict_tensors
+
+log = logging.getLogger(__name__)
+
+
+class ChainJudge:
+    """The captured verdicts of one sampling setting, one graph per k: `judge` fills the graph's inputs, draws the
+    uniforms, replays and copies the flat result to the host once."""
+
+    def __init__(self, sampling: SamplingConfig, lenience: float, top_m: int, vocab: int, device: torch.device,
+                 stand_in: bool):
+        self.sampling, self.lenience, self.top_m, self.vocab = sampling, lenience, top_m, vocab
+        self.device, self.stand_in = device, stand_in
+        self.graphs: dict[int, tuple] = {}
+        self.failed = False
+
+    def _capture(self, k: int) -> tuple:
+        dev, greedy = self.device, self.sampling.greedy
+        logits = torch.zeros(k + 1, self.vocab, device=dev)
+        tokens = torch.zeros(k, dtype=torch.long, device=dev)
+        q = torch.full((k, self.vocab), 1.0 / self.vocab, device=dev)
+        r, u = draw_verify(k, torch.Generator(device=dev).manual_seed(0), dev, greedy)
+
+        def forward():
+            p = warp(logits, self.sampling)
+            v: Verdict = verify(tokens, q, p, None, greedy=greedy, lenience=self.lenience, drawn=(r, u))
+            flat = torch.cat([t.reshape(-1).float() for t in verdict_tensors(tokens, q, p, v, self.top_m)])
+            return flat, flat
+
+        if self.stand_in:
+            with torch.inference_mode():
+                out = forward()
+            graph = ReplayStandIn(forward, out)
+        else:
+            stream = torch.cuda.Stream(dev)
+            stream.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(stream), torch.inference_mode():
+                for _ in range(2):  # warm-up before capture: lazy allocations and library handles
+                    forward()
+            torch.cuda.current_stream(dev).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph), torch.inference_mode():
+                out = forward()
+        return graph, logits, tokens, q, r, u, out[0]
+
+    @torch.inference_mode()
+    def judge(self, logits: torch.Tensor, tokens: torch.Tensor, q: torch.Tensor, gen: torch.Generator
+              ) -> list[float] | None:
+        """The flat host copy of verdict_tensors for (the target's logits [k+1, V], drafts [k], q [k, V]); None
+        where no graph could be captured (the caller judges eagerly)."""
+        k = tokens.numel()
+        if k not in self.graphs:
+            if self.failed:
+                return None
+            try:  # once per (settings, k): on the stand-in its buffers and run count as captured work, not a round's
+                with torch.profiler.record_function(CAPTURED) if self.stand_in else contextlib.nullcontext():
+                    self.graphs[k] = self._capture(k)
+            except Exception as err:  # noqa: BLE001 - any capture failure falls back to the eager judge
+                self.failed = True
+                log.warning("the chain's verdict could not be captured (%s: %s); judging eagerly",
+                            type(err).__name__, err)
+                return None
+        graph, g_logits, g_tokens, g_q, g_r, g_u, out = self.graphs[k]
+        g_logits.copy_(logits)
+        g_tokens.copy_(tokens)
+        g_q.copy_(q)
+        r, u = draw_verify(k, gen, self.device, self.sampling.greedy)
+        g_r.copy_(r)
+        if u is not None:
+            g_u.copy_(u)
+        graph.replay()
+        return out.tolist()
+
+
+def chain_judge(pair, sampling: SamplingConfig, lenience: float, top_m: int) -> ChainJudge | None:
+    """The pair's ChainJudge for these settings, where its target's forwards are captured (or stood in for); None
+    elsewhere. Kept on the target's static slot, so that runs with the same settings share the graphs."""
+    slot = (getattr(pair, "static_slots", None) or {}).get("target")
+    if slot is None or not slot.graphs:
+        return None
+    judges = slot.__dict__.setdefault("judges", {})
+    key = (sampling.temperature, sampling.top_k, sampling.top_p, lenience, top_m)
+    if key not in judges:
+        stand_in = isinstance(next(iter(slot.graphs.values())).graph, ReplayStandIn)
+        judges[key] = ChainJudge(sampling, lenience, top_m, slot.vocab_size, slot.device, stand_in)
+    return judges[key]
+
+
+def candidate_width(top_m: int, logits: torch.Tensor) -> int:
+    """The inspector's candidates per row in verdict_tensors: the top_m under p and the top_m under q."""
+    return 2 * min(top_m, logits.shape[-1]) if top_m > 0 else 0
+
+
+def split_flat(flat: list[float], k: int, top_m: int, vocab: int) -> list[list[float]]:
+    """verdict_tensors' lists from the flat copy of k drafts: six per-draft rows, the verdict's two numbers, the next
+    token's p, then the candidates' ids, p and q over k + 1 rows."""
+    width = 2 * min(top_m, vocab) if top_m > 0 else 0
+    sizes = [k] * 6 + [2, 1] + ([(k + 1) * width] * 3 if width else [])
+    assert sum(sizes) == len(flat), (sizes, len(flat))
+    out, i = [], 0
+    for n in sizes:
+        out.append(flat[i : i + n])
+        i += n
+    return out
