@@ -14,6 +14,7 @@ from gradio_client import Client
 from test_browser import set_slider
 
 from specdemo.app import views
+from specdemo.app.handlers import RUN_OUTPUTS
 from specdemo.config import PRESETS
 
 RUN = ("shakespeare", "", "", "JULIET:\n", 4, 0.8, 0, 1.0, 40, 1, False, 1.0, None, "fixed")  # /generate_stream
@@ -86,13 +87,14 @@ def plot_data(value) -> list | None:
 
 def test_a_runs_first_update_clears_the_previous_runs_charts(client):
     """The charts are redrawn every 0.4 s while a run streams; its first update already replaces the previous
-    run's five charts with empty ones, so a run stopped at once shows none of the previous run's lines."""
+    run's charts with empty ones, so a run stopped at once shows none of the previous run's lines."""
     run_in(client)
     job = client.submit(*RUN[:8], 8, 2, False, 1.0, None, "fixed", "en", False, 3, 0, 0, 0,
                         api_name="/generate_stream")
     job.result(timeout=300)
     first = job.outputs()[0]
-    charts = first[3:8]
+    at = RUN_OUTPUTS.index(views.CHARTS[0])  # /generate_stream's outputs, in handlers.RUN_OUTPUTS' order
+    charts = first[at : at + len(views.CHARTS)]
     assert all(plot_data(c) is not None for c in charts), [str(c)[:80] for c in charts]
     assert plot_data(charts[0]) == [], "the first update's race chart still has lines"
     empty = [json.loads(gr.Plot().postprocess(f).plot)["data"] for f in views.charts(None, None, "en").values()]

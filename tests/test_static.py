@@ -6,9 +6,10 @@ must each give what they give alone."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 
 import pytest
 import torch
@@ -387,7 +388,8 @@ def test_a_chains_captured_verdict_decides_what_the_eager_judge_decides(own_pair
     """Issue 45, item 3, on the graphs' stand-in: the chain's verdict replayed from one graph per k
     (engine/judge_graph.py), with its uniforms drawn before the replay, gives the eager judge's verdict number for
     number (drafts, p, q, min(1, p/q), r, overlap, the accepted count, the next token and its p, the inspector's
-    candidates) from the same generator state, and leaves the generator where the eager judge leaves it."""
+    candidates) from the same generator state, with and without a cut decided on the device, and leaves the
+    generator where the eager judge leaves it."""
     from specdemo.engine.judge_graph import candidate_width, chain_judge, split_flat
     from specdemo.engine.sampling import sample, verify
     from specdemo.engine.story import verdict_from_host, verdict_on_host
@@ -410,12 +412,127 @@ def test_a_chains_captured_verdict_decides_what_the_eager_judge_decides(own_pair
             tokens = sample(q, g)
         a, b = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
         p = warp(logits, cfg)
-        eager = verdict_on_host(pair, tokens, q, p, verify(tokens, q, p, a, greedy=cfg.greedy, lenience=lenience),
-                                top_m)
-        flat = judge.judge(logits, tokens, q, b)
-        captured = verdict_from_host(pair, split_flat(flat, k, top_m, vocab), top_m, candidate_width(top_m, logits))
+        # every other trial, a confidence stop decided on the device cuts the chain at c (c = k: no cut)
+        cut = (torch.tensor(1 + trial % k), torch.tensor(0.25)) if trial % 2 == 0 else None
+        v = verify(tokens, q, p, a, greedy=cfg.greedy, lenience=lenience, cut=cut[0] if cut else None)
+        eager = verdict_on_host(pair, tokens, q, p, v, top_m, cut)
+        flat = judge.judge(logits, tokens, q, b, cut)
+        captured = verdict_from_host(pair, split_flat(flat, k, top_m, vocab), top_m, candidate_width(top_m, logits),
+                                     cut=True)
         assert captured == eager, (k, trial)
         assert torch.equal(a.get_state(), b.get_state())
-        kinds.add(eager[2] == k)
+        kept = len(eager[0])  # the drafts the round proposed: c where a cut came before k
+        assert kept == (int(cut[0]) if cut else k) and (eager[6] is not None) == (kept < k)
+        assert eager[2] <= kept and len(eager[5]) == kept + 1  # accepted <= c; candidates for c drafts and a bonus
+        kinds.add(eager[2] == kept)
     assert kinds == {True, False}, "some trials accepted every draft, some rejected one"
     assert sorted(judge.graphs) == [1, 4]
+    from specdemo.engine.judge_graph import SETTINGS_KEPT
+    for t in range(SETTINGS_KEPT + 2):  # a public page's visitors pick many settings: the pair keeps a few
+        chain_judge(pair, SamplingConfig(0.5 + t / 100), lenience, top_m)
+    assert len(pair.static_slots["target"].judges) == SETTINGS_KEPT
+
+
+@pytest.fixture
+def unsure_head(own_pair, monkeypatch):
+    """The Shakespeare pair on the graphs' stand-in; `unsure_head(stop)` gives its head a confidence stop (SmolLM2's
+    head has one; this head has none), so that some eagle rounds stop short."""
+    decode_as(own_pair, "replayed")
+
+    def with_stop(stop: float):
+        monkeypatch.setattr(own_pair.head, "cfg", dataclasses.replace(own_pair.head.cfg, stop_below=stop))
+        return own_pair
+
+    return with_stop
+
+
+def test_a_stop_decided_on_the_device_keeps_the_rounds_of_the_stop_read_on_the_host(unsure_head):
+    """Issue 45, item 3: on captured graphs the eagle chain drafts all K and its confidence stop is decided on the
+    device (the verify and the verdict cut at c, sampling.verify); at T = 0 every round is the one the host-read stop
+    makes (its drafts, verdict and the confidence it stopped at), and each round reads the device once."""
+    from specdemo.bench.round_ops import round_counts
+
+    pair = unsure_head(0.05)  # at T = 0 this head's confidence is often below 0.1: a mix of cut and whole rounds
+    ids = pair.encode("ROMEO:\nWhat light through yonder")
+    spec = SpecConfig(k=4, max_new_tokens=40, strategy="eagle")
+    on_device = list(speculative_rounds(pair, ids, GREEDY, spec))
+    head = pair.static_slots.pop("head")  # the head's step eager: the stop is read on the host, as on a CPU
+    try:
+        on_host = list(speculative_rounds(pair, ids, GREEDY, spec))
+    finally:
+        pair.static_slots["head"] = head
+
+    def story(rounds):
+        return [(r.k, r.n_accepted, [d.token_id for d in r.drafts], [t.token_id for t in r.tokens],
+                 None if r.unsure is None else (round(r.unsure[0], 5), r.unsure[1])) for r in rounds]
+
+    assert story(on_device) == story(on_host)
+    assert any(r.unsure for r in on_device) and any(r.k == 4 for r in on_device), "rounds cut short and whole"
+    counts = round_counts(speculative_rounds(pair, ids, GREEDY, SpecConfig(k=4, max_new_tokens=24,
+                                                                           strategy="eagle", top_candidates=0)))
+    assert all(reads == 1 for _, reads, _, _ in counts), counts
+
+
+def test_a_stop_decided_on_the_device_keeps_the_joint_of_three_tokens_the_targets(unsure_head):
+    """χ² with the device's stop: with k = 3 the second round drafts three and is cut at c on the device, so the
+    output's second and third tokens come from a cut verify (the bonus from p at c); their joint with the first
+    must be the warped target's, enumerated exactly over the top-3 support."""
+    pair = unsure_head(0.4)  # with top-k 3 the confidence is at least 1/3: about a fifth of the chains are cut
+    cfg = SamplingConfig(temperature=1.0, top_k=3)
+    prompt_ids = pair.encode("ROMEO:\nI")
+
+    def p_next(ids):
+        return warp(pair.target(torch.tensor([ids])).logits[0, -1, : pair.vocab_size].float(), cfg)
+
+    exact: dict[tuple, float] = {}
+    p1 = p_next(prompt_ids)
+    for x1 in p1.nonzero().flatten().tolist():
+        p2 = p_next(prompt_ids + [x1])
+        for x2 in p2.nonzero().flatten().tolist():
+            p3 = p_next(prompt_ids + [x1, x2])
+            for x3 in p3.nonzero().flatten().tolist():
+                exact[(x1, x2, x3)] = float(p1[x1] * p2[x2] * p3[x3])
+    n = 500
+    counts = Counter()
+    cuts = Counter()
+    for seed in range(n):
+        spec = SpecConfig(k=3, max_new_tokens=5, seed=seed, top_candidates=0, strategy="eagle")
+        out = []
+        for rnd in speculative_rounds(pair, prompt_ids, cfg, spec):
+            out += [t.token_id for t in rnd.output]
+            cuts[rnd.k] += rnd.index == 1
+            if len(out) >= 3:
+                break
+        counts[tuple(out[:3])] += 1
+    assert cuts[1] + cuts[2] > 25 and cuts[3] > 25, cuts  # the stop cut some second rounds and let others through
+    assert chi2_pvalue(counts, exact, n) > PASS_P
+
+
+def test_the_heads_captured_read_of_kept_positions_is_its_eager_read(own_pair):
+    """Issue 45, item 2, on the graphs' stand-in: the head's read of a round's kept positions (the target's features
+    and their next tokens, n of them) replays a graph captured for n positions over a bucket of the shared head
+    cache (models/head_graphs.py, HeadSlot.read), and gives what the head's eager step gives: the predicted feature
+    and the cache's keys and values, for n = 1..5 at positions that cross a bucket's end; more positions than a
+    round keeps (the prompt's) are left to the eager read."""
+    from specdemo.models.eagle import HeadCache
+    from specdemo.models.head_graphs import READ_MAX
+
+    pair = own_pair
+    decode_as(pair, "replayed")
+    slot, head = pair.static_slots["head"], pair.head
+    embed = pair.target.get_input_embeddings()
+    g = torch.Generator().manual_seed(3)
+    width = head.cfg.hidden_size * (1 + len(head.cfg.feature_layers))
+    view, eager = slot.view(), HeadCache(head.cfg, slot.max_len, slot.device, slot.dtype)
+    assert slot.read(view, torch.zeros(READ_MAX + 1, width), torch.zeros(READ_MAX + 1, dtype=torch.long)) is None
+    with torch.inference_mode():
+        for n in (3, 1, 5, 2, 4) * 3 + (5,) * 10:  # up to 85 positions: past the first bucket's 64
+            feats = torch.randn(n, width, generator=g).to(slot.dtype)
+            tokens = torch.randint(pair.vocab_size, (n,), generator=g)
+            got = slot.read(view, feats, tokens)
+            want = head.step(head.true_feature(feats), embed(tokens).to(slot.dtype), eager)[-1:]
+            assert view.length == eager.length
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert view.length > 64 and {b for _, b in slot.reads} >= {64, 128}
+    torch.testing.assert_close(slot.cache.k[:, : view.length], eager.k[:, : view.length], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(slot.cache.v[:, : view.length], eager.v[:, : view.length], rtol=1e-4, atol=1e-4)

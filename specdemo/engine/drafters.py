@@ -76,6 +76,9 @@ class Proposal:
     #                                            top probability for the next position, its stop_below)
     tree: DraftTree | None = None  # a draft tree (tree.py): the tokens are its nodes, verified by walk.py; None: a
     #                                chain, verified by the modified rejection test with q
+    cut: tuple[torch.Tensor, torch.Tensor, float] | None = None  # eagle on captured graphs: its confidence stop
+    #    decided on the device (EagleDrafter.draft_chain): (c, the confidence at c, stop_below); the verify and the
+    #    verdict treat the round as proposing x_1..x_c (sampling.verify's cut), and the one copy says c
 
     @property
     def k(self) -> int:
@@ -94,11 +97,18 @@ def confidence(logits: torch.Tensor, q: torch.Tensor | None) -> float:
     The one host read a drafter makes while drafting: a stop rule decides on the host whether to draft the next
     token, so it reads one number per position it decides at (adaptive: after every draft; eagle with a
     stop_below: before every draft but the first). On a CPU that costs nothing; on a GPU each is a sync that waits
-    for the draft step just queued. It is kept rather than drafting all K and cutting afterwards with one read,
-    which would spend the draft forwards the stop exists to save."""
+    for the draft step just queued. Where the head's step is captured (a GPU's graphs, or their stand-in) the
+    eagle chain instead drafts all K and decides the stop on the device (`device_confidence`, Proposal.cut): a
+    replayed step costs little there, and the round reads the device once. Elsewhere the read is kept, since
+    drafting all K would spend the draft forwards the stop exists to save."""
     if q is None:
         return float(logits.float().softmax(-1).max())
     return float(q.max())
+
+
+def device_confidence(logits: torch.Tensor, q: torch.Tensor | None) -> torch.Tensor:
+    """`confidence` left on the device (a 0-dim tensor), for a stop decided there (EagleDrafter.draft_chain)."""
+    return logits.float().softmax(-1).max() if q is None else q.max()
 
 
 @dataclass
@@ -285,6 +295,7 @@ class DraftedChain(NamedTuple):
     q: torch.Tensor | None  # [k, V_draft] the warped rows they were drawn from (None: greedy, the argmax)
     unsure: tuple[float, float] | None  # the confidence stop's (conf, stop_below), if it ended the chain early
     head_p: torch.Tensor | None  # [k] the head's unwarped probability of each token, if asked for
+    cut: tuple[torch.Tensor, torch.Tensor, float] | None = None  # the stop decided on the device (Proposal.cut)
 
 
 class EagleDrafter(Drafter):
@@ -323,7 +334,12 @@ class EagleDrafter(Drafter):
         return g, self.head.logits(g).float()
 
     def read(self, feats: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """As `step`, at accepted positions: from the target's features (with its feature layers' outputs)."""
+        """As `step`, at accepted positions: from the target's features (with its feature layers' outputs); by one
+        replay where the drafter has a slot and the round kept at most its K + 1 (models/head_graphs.py)."""
+        if self.slot:
+            g = self.slot.read(self.cache, feats.to(self.dtype), tokens)
+            if g is not None:
+                return g
         return self.step(self.head.true_feature(feats.to(self.dtype)), tokens)
 
     @torch.inference_mode()  # the embedding is the target's, whose weights may require grad: record no graph
@@ -335,13 +351,16 @@ class EagleDrafter(Drafter):
             return Proposal(seq.new_empty(0), empty, "eagle")
         if self.slot:  # the shared head cache holds this run's positions from here to the round's end
             self.slot.take(self.cache)
-        chain = self.draft_chain(self.read_pending(seq), k_max, gen, self.sampling.greedy)
+        # on captured graphs the confidence stop is decided on the device: every step is a cheap replay, and the
+        # round then reads the device once (Proposal.cut); elsewhere it reads each confidence and stops drafting
+        chain = self.draft_chain(self.read_pending(seq), k_max, gen, self.sampling.greedy,
+                                 cut_on_device=self.slot is not None)
         if chain.q is None:
             q_draft = one_hot(chain.tokens, self.vocab_size)
         else:  # q over the whole vocabulary: zero outside the draft vocabulary
             q_draft = torch.zeros(chain.q.shape[0], self.vocab_size, device=seq.device).index_copy_(
                 1, self.head.d2t, chain.q)
-        return Proposal(chain.tokens, q_draft, "eagle", unsure=chain.unsure)
+        return Proposal(chain.tokens, q_draft, "eagle", unsure=chain.unsure, cut=chain.cut)
 
     def read_pending(self, seq: torch.Tensor) -> torch.Tensor:
         """Read the true features of the newly fixed positions j with their next tokens x_{j+1}, in one step; return
@@ -352,14 +371,18 @@ class EagleDrafter(Drafter):
         self.pending, self.true_len = [], self.cache.length
         return g
 
-    def draft_chain(self, g: torch.Tensor, k_max: int, gen: torch.Generator, greedy: bool, head_p: bool = False):
+    def draft_chain(self, g: torch.Tensor, k_max: int, gen: torch.Generator, greedy: bool, head_p: bool = False,
+                    cut_on_device: bool = False):
         """Draft up to k_max tokens from the predicted feature g: feature -> q over the draft vocabulary -> token
-        (the argmax if greedy, else a draw from the warped q); then go on from the prediction."""
-        tokens, rows, probs, picks, unsure = [], [], [], [], None
+        (the argmax if greedy, else a draw from the warped q); then go on from the prediction. cut_on_device: the
+        confidence stop drafts all k_max and says on the device where it would have stopped (DraftedChain.cut)."""
+        tokens, rows, probs, picks, unsure, confs = [], [], [], [], None, []
         logits = self.head.logits(g).float()  # [1, V_draft]
         for t in range(k_max):
             q = None if greedy else warp(logits, self.sampling)
-            if t and self.stop_below and (conf := confidence(logits, q)) < self.stop_below:
+            if t and self.stop_below and cut_on_device:
+                confs.append(device_confidence(logits, q))
+            elif t and self.stop_below and (conf := confidence(logits, q)) < self.stop_below:
                 unsure = (conf, self.stop_below)
                 break  # unsure of x_{t+1}: leave that position to the target (its bonus token)
             pick = logits.argmax(-1) if q is None else sample(q, gen)
@@ -373,8 +396,13 @@ class EagleDrafter(Drafter):
             if t + 1 == k_max:
                 break
             g, logits = self.advance(g, x)
+        cut = None
+        if confs:  # x_1 always; x_{t+1} while every confidence up to t reached stop_below (as the host's stop)
+            c = torch.stack(confs)  # [k_max - 1]: the confidence before x_2, x_3, ...
+            sure = (c >= self.stop_below).long().cumprod(0).sum()  # drafts after x_1 that the stop lets through
+            cut = (sure + 1, torch.cat([c, c.new_zeros(1)]).gather(0, sure.view(1)).squeeze(0), self.stop_below)
         return DraftedChain(torch.cat(tokens), torch.cat(picks), None if greedy else torch.cat(rows), unsure,
-                            torch.cat(probs) if head_p else None)
+                            torch.cat(probs) if head_p else None, cut)
 
     def observe(self, outcome: RoundOutcome) -> None:
         self.cache.crop(self.true_len)  # drop the drafted positions: they were read from predicted features

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import OrderedDict
 
 import torch
 
@@ -25,6 +26,7 @@ from .sampling import Verdict, draw_verify, verify, warp
 from .story import verdict_tensors
 
 log = logging.getLogger(__name__)
+SETTINGS_KEPT = 8  # the sampling settings whose verdict graphs a pair keeps (the least recently used go first)
 
 
 class ChainJudge:
@@ -36,6 +38,7 @@ class ChainJudge:
         self.sampling, self.lenience, self.top_m, self.vocab = sampling, lenience, top_m, vocab
         self.device, self.stand_in = device, stand_in
         self.graphs: dict[int, tuple] = {}
+        self.uncut: set[int] = set()  # the k whose cut buffer holds k (no cut), as captured
         self.failed = False
 
     def _capture(self, k: int) -> tuple:
@@ -44,11 +47,12 @@ class ChainJudge:
         tokens = torch.zeros(k, dtype=torch.long, device=dev)
         q = torch.full((k, self.vocab), 1.0 / self.vocab, device=dev)
         r, u = draw_verify(k, torch.Generator(device=dev).manual_seed(0), dev, greedy)
+        cut, conf = torch.full((), k, dtype=torch.long, device=dev), torch.zeros((), device=dev)
 
         def forward():
             p = warp(logits, self.sampling)
-            v: Verdict = verify(tokens, q, p, None, greedy=greedy, lenience=self.lenience, drawn=(r, u))
-            flat = torch.cat([t.reshape(-1).float() for t in verdict_tensors(tokens, q, p, v, self.top_m)])
+            v: Verdict = verify(tokens, q, p, None, greedy=greedy, lenience=self.lenience, drawn=(r, u), cut=cut)
+            flat = torch.cat([t.reshape(-1).float() for t in verdict_tensors(tokens, q, p, v, self.top_m, (cut, conf))])
             return flat, flat
 
         if self.stand_in:
@@ -65,13 +69,14 @@ class ChainJudge:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph), torch.inference_mode():
                 out = forward()
-        return graph, logits, tokens, q, r, u, out[0]
+        return graph, logits, tokens, q, r, u, cut, conf, out[0]
 
     @torch.inference_mode()
-    def judge(self, logits: torch.Tensor, tokens: torch.Tensor, q: torch.Tensor, gen: torch.Generator
-              ) -> list[float] | None:
-        """The flat host copy of verdict_tensors for (the target's logits [k+1, V], drafts [k], q [k, V]); None
-        where no graph could be captured (the caller judges eagerly)."""
+    def judge(self, logits: torch.Tensor, tokens: torch.Tensor, q: torch.Tensor, gen: torch.Generator,
+              cut: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[float] | None:
+        """The flat host copy of verdict_tensors for (the target's logits [k+1, V], drafts [k], q [k, V], a device
+        cut (c, the confidence at c) or None for all k), its cut's pair last; None where no graph could be
+        captured (the caller judges eagerly)."""
         k = tokens.numel()
         if k not in self.graphs:
             if self.failed:
@@ -79,15 +84,23 @@ class ChainJudge:
             try:  # once per (settings, k): on the stand-in its buffers and run count as captured work, not a round's
                 with torch.profiler.record_function(CAPTURED) if self.stand_in else contextlib.nullcontext():
                     self.graphs[k] = self._capture(k)
+                self.uncut.add(k)
             except Exception as err:  # noqa: BLE001 - any capture failure falls back to the eager judge
                 self.failed = True
                 log.warning("the chain's verdict could not be captured (%s: %s); judging eagerly",
                             type(err).__name__, err)
                 return None
-        graph, g_logits, g_tokens, g_q, g_r, g_u, out = self.graphs[k]
+        graph, g_logits, g_tokens, g_q, g_r, g_u, g_cut, g_conf, out = self.graphs[k]
         g_logits.copy_(logits)
         g_tokens.copy_(tokens)
         g_q.copy_(q)
+        if cut is not None:
+            g_cut.copy_(cut[0])
+            g_conf.copy_(cut[1])
+            self.uncut.discard(k)
+        elif k not in self.uncut:  # no cut: all k drafts (the buffers keep it until a cut comes)
+            g_cut.fill_(k)
+            self.uncut.add(k)
         r, u = draw_verify(k, gen, self.device, self.sampling.greedy)
         g_r.copy_(r)
         if u is not None:
@@ -98,15 +111,19 @@ class ChainJudge:
 
 def chain_judge(pair, sampling: SamplingConfig, lenience: float, top_m: int) -> ChainJudge | None:
     """The pair's ChainJudge for these settings, where its target's forwards are captured (or stood in for); None
-    elsewhere. Kept on the target's static slot, so that runs with the same settings share the graphs."""
+    elsewhere. Kept on the target's static slot, so that runs with the same settings share the graphs; the
+    SETTINGS_KEPT most recently used settings are kept."""
     slot = (getattr(pair, "static_slots", None) or {}).get("target")
     if slot is None or not slot.graphs:
         return None
-    judges = slot.__dict__.setdefault("judges", {})
+    judges = slot.__dict__.setdefault("judges", OrderedDict())
     key = (sampling.temperature, sampling.top_k, sampling.top_p, lenience, top_m)
     if key not in judges:
         stand_in = isinstance(next(iter(slot.graphs.values())).graph, ReplayStandIn)
         judges[key] = ChainJudge(sampling, lenience, top_m, slot.vocab_size, slot.device, stand_in)
+        while len(judges) > SETTINGS_KEPT:  # a public page's visitors pick many settings: the oldest graphs go
+            judges.popitem(last=False)
+    judges.move_to_end(key)
     return judges[key]
 
 
@@ -117,9 +134,9 @@ def candidate_width(top_m: int, logits: torch.Tensor) -> int:
 
 def split_flat(flat: list[float], k: int, top_m: int, vocab: int) -> list[list[float]]:
     """verdict_tensors' lists from the flat copy of k drafts: six per-draft rows, the verdict's two numbers, the next
-    token's p, then the candidates' ids, p and q over k + 1 rows."""
+    token's p, the candidates' ids, p and q over k + 1 rows, and the cut's (c, confidence)."""
     width = 2 * min(top_m, vocab) if top_m > 0 else 0
-    sizes = [k] * 6 + [2, 1] + ([(k + 1) * width] * 3 if width else [])
+    sizes = [k] * 6 + [2, 1] + ([(k + 1) * width] * 3 if width else []) + [2]
     assert sum(sizes) == len(flat), (sizes, len(flat))
     out, i = [], 0
     for n in sizes:

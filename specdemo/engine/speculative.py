@@ -22,11 +22,14 @@ each a function below:
 Per round there is one device-to-host copy (the verdict) and no other host sync: phase times on a GPU come from
 CUDA events, read after that copy, and drafters draft without reading anything back (lookup searches a host copy
 of the sequence), except that a drafter with a stop rule reads its confidence once per position where the rule
-decides (drafters.confidence: adaptive, and eagle with a stop_below), a sync each on a GPU and free on a CPU.
+decides (drafters.confidence: adaptive, and eagle with a stop_below), a sync each on a GPU and free on a CPU. On
+captured graphs eagle's stop is decided on the device instead (Proposal.cut), and a chain's verdict is one replay
+(judge_graph.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections.abc import Collection, Iterator
@@ -135,17 +138,21 @@ def judge(pair: ModelPair, proposal: Proposal, logits: torch.Tensor, gen: torch.
     where the target's forwards are captured: judge_graph.py), a tree by the exact walk (walk.py)."""
     tree, top_m = proposal.tree, spec.top_candidates
     if tree is None:
+        cut = proposal.cut[:2] if proposal.cut is not None else None
         captured = chain_judge(pair, sampling, spec.lenience, top_m) if proposal.k else None
-        flat = captured.judge(logits, proposal.tokens, proposal.q, gen) if captured is not None else None
+        flat = captured.judge(logits, proposal.tokens, proposal.q, gen, cut) if captured is not None else None
         if flat is not None:
-            drafts, rows, n_acc, next_tok, p_next, top = verdict_from_host(
-                pair, split_flat(flat, proposal.k, top_m, logits.shape[-1]), top_m, candidate_width(top_m, logits))
+            drafts, rows, n_acc, next_tok, p_next, top, conf = verdict_from_host(
+                pair, split_flat(flat, proposal.k, top_m, logits.shape[-1]), top_m, candidate_width(top_m, logits),
+                cut=True)
         else:
             p = warp(logits, sampling)
-            v = verify(proposal.tokens, proposal.q, p, gen, greedy=sampling.greedy, lenience=spec.lenience)
-            drafts, rows, n_acc, next_tok, p_next, top = verdict_on_host(pair, proposal.tokens, proposal.q, p, v,
-                                                                         top_m)
-        return Judged(drafts, n_acc, next_tok, p_next, list(range(n_acc)), top, rows=rows)
+            v = verify(proposal.tokens, proposal.q, p, gen, greedy=sampling.greedy, lenience=spec.lenience,
+                       cut=cut[0] if cut is not None else None)
+            drafts, rows, n_acc, next_tok, p_next, top, conf = verdict_on_host(pair, proposal.tokens, proposal.q, p,
+                                                                               v, top_m, cut)
+        return Judged(drafts, n_acc, next_tok, p_next, list(range(n_acc)), top, rows=rows,
+                      unsure=(conf, proposal.cut[2]) if conf is not None else None)
     p = warp(logits, sampling)
     tv = (walk(proposal.tokens, tree, p, gen, greedy=sampling.greedy) if tree.drawn is None
           else walk_sampled(proposal.tokens, tree, p, gen))
@@ -212,6 +219,9 @@ def speculative_rounds(
 
         # 3. judge: accept or reject every draft at once; one copy to the host
         judged = judge(pair, proposal, logits, gen, sampling, spec)
+        if judged.unsure is not None:  # the confidence stop cut the chain on the device: the round proposed fewer
+            proposal = dataclasses.replace(proposal, tokens=proposal.tokens[: len(judged.drafts)],
+                                           q=proposal.q[: len(judged.drafts)], unsure=judged.unsure, cut=None)
 
         # 4. keep the accepted drafts + the resampled/bonus token, cut at EOS and at the budget; roll the caches back
         new_ids, stop_reason = kept_ids(judged.drafts, judged.n_acc, judged.next_tok, eos, remaining)

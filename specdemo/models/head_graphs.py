@@ -22,26 +22,30 @@ import torch.nn.functional as F
 from .eagle import EagleHead, HeadCache, rope
 from .static_parts import CAPTURED, ReplayStandIn, buckets_for
 
+READ_MAX = 13  # the most accepted positions a captured read takes: K + 1 for the largest K a page offers (12)
+
 
 def step_over(head: EagleHead, feat: torch.Tensor, emb: torch.Tensor, cache: HeadCache, pos: torch.Tensor,
               length: int) -> torch.Tensor:
-    """EagleHead.step for one position [1, H] at the device position `pos` [] (a scalar), attending over the cache's
-    first `length` slots (those after `pos` hidden): every shape is fixed, so it can be captured."""
+    """EagleHead.step for n positions [n, H] from the device position `pos` [] (a scalar) on, attending over the
+    cache's first `length` slots (each row sees the slots up to its own): every shape is fixed, so it can be
+    captured."""
     cfg = head.cfg
     nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    x = head.linear(torch.cat([emb, feat], dim=-1), "fc")  # [1, H]
+    n = feat.shape[0]
+    x = head.linear(torch.cat([emb, feat], dim=-1), "fc")  # [n, H]
     qkv = head.linear(head.input_norm(x), "qkv")
-    q = qkv[:, : nh * hd].view(1, nh, hd).transpose(0, 1)
-    k = qkv[:, nh * hd : (nh + nkv) * hd].view(1, nkv, hd).transpose(0, 1)
+    q = qkv[:, : nh * hd].view(n, nh, hd).transpose(0, 1)
+    k = qkv[:, nh * hd : (nh + nkv) * hd].view(n, nkv, hd).transpose(0, 1)
     cos, sin = head.rope_tables(cache.k.shape[1], x.device)
-    at = pos.view(1)
+    at = pos.view(1) if n == 1 else pos + torch.arange(n, device=x.device)
     cos, sin = cos.index_select(0, at).to(x.dtype), sin.index_select(0, at).to(x.dtype)
     cache.k.index_copy_(1, at, rope(k, cos, sin))
-    cache.v.index_copy_(1, at, qkv[:, (nh + nkv) * hd :].view(1, nkv, hd).transpose(0, 1))
-    mask = (torch.arange(length, device=x.device) <= pos).view(1, length)
+    cache.v.index_copy_(1, at, qkv[:, (nh + nkv) * hd :].view(n, nkv, hd).transpose(0, 1))
+    mask = torch.arange(length, device=x.device).view(1, length) <= at.view(n, 1)
     attn = F.scaled_dot_product_attention(rope(q, cos, sin), cache.k[:, :length], cache.v[:, :length],
                                           attn_mask=mask, enable_gqa=nh != nkv)
-    x = x + head.linear(attn.transpose(0, 1).reshape(1, nh * hd), "o")
+    x = x + head.linear(attn.transpose(0, 1).reshape(n, nh * hd), "o")
     gate, up = head.linear(head.post_norm(x), "gu").chunk(2, dim=-1)
     return x + head.linear(F.silu(gate) * up, "down")
 
@@ -60,6 +64,10 @@ class HeadSlot:
         self.x = torch.zeros(1, dtype=torch.long, device=self.device)
         self.pos = torch.zeros((), dtype=torch.long, device=self.device)
         self.graphs: dict[int, tuple[object, tuple[torch.Tensor, torch.Tensor]]] = {}
+        self.reads: dict[tuple[int, int], tuple[object, torch.Tensor]] = {}  # (n, bucket) -> a read's graph
+        self.reads_in: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # n -> its features' and tokens' buffers
+        self.stand_in, self.pool = False, None
+        self._scratch = self.view()  # the view the captures write through (it holds no run's positions)
         self.owner: weakref.ref | None = None
         self.swaps, self.capture_s = 0, 0.0
         head.rope_tables(max_len, self.device)  # grown now: a captured step must not allocate its tables
@@ -86,7 +94,8 @@ class HeadSlot:
         assert self.device.type == "cuda" or stand_in, "CUDA graphs need a CUDA device"
         t0 = time.perf_counter()
         cuda = self.device.type == "cuda" and not stand_in
-        pool = torch.cuda.graph_pool_handle() if cuda else None
+        pool = self.pool = torch.cuda.graph_pool_handle() if cuda else None
+        self.stand_in = stand_in
         for b in self.buckets:
             if cuda:
                 stream = torch.cuda.Stream(self.device)
@@ -122,6 +131,56 @@ class HeadSlot:
             graph.replay()
         view.length += 1
         return g_out.clone(), logits.clone()
+
+    def _read_forward(self, n: int, length: int) -> torch.Tensor:
+        feats, tokens = self.reads_in[n]
+        feat = self.head.true_feature(feats)
+        return step_over(self.head, feat, self.embed(tokens).to(self.dtype), self.cache, self.pos, length)[-1:]
+
+    def read(self, view: HeadCache, feats: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor | None:
+        """The head's read of n accepted positions (the target's features [n, F] and their next tokens [n]) by one
+        replay of a graph captured for n positions over the bucket that holds them, on first use (a round keeps
+        at most K + 1 positions: n up to READ_MAX); the last position's predicted feature [1, H]. None for more
+        positions (the prompt's, in round two): the caller reads them eagerly."""
+        n = tokens.numel()
+        if n > READ_MAX or view.length + n > self.max_len:
+            return None
+        b = next(b for b in self.buckets if b >= view.length + n)
+        if (n, b) not in self.reads:
+            if n not in self.reads_in:
+                self.reads_in[n] = (torch.zeros(n, feats.shape[1], dtype=self.dtype, device=self.device),
+                                    torch.zeros(n, dtype=torch.long, device=self.device))
+            self.reads[n, b] = self._capture_read(n, b)
+        self.take(view)
+        buf_feats, buf_tokens = self.reads_in[n]
+        buf_feats.copy_(feats)
+        buf_tokens.copy_(tokens)
+        self.pos.fill_(view.length)
+        graph, out = self.reads[n, b]
+        with torch.profiler.record_function(CAPTURED):
+            graph.replay()
+        view.length += n
+        return out.clone()
+
+    def _capture_read(self, n: int, b: int) -> tuple[object, torch.Tensor]:
+        """One read graph (CUDA) or its stand-in: the cache's slots it writes are rewritten by each replay, and
+        their owner's positions are saved first (take)."""
+        self.take(self._scratch)  # the capture's own writes land after position 0 of a view that holds nothing
+        self.pos.zero_()
+        if self.device.type != "cuda" or self.stand_in:
+            with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
+                out = self._read_forward(n, b)
+            return ReplayStandIn(lambda: (self._read_forward(n, b),) * 2, (out, out)), out
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream), torch.inference_mode():
+            for _ in range(2):
+                self._read_forward(n, b)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool), torch.inference_mode():
+            out = self._read_forward(n, b)
+        return graph, out
 
     def take(self, view: HeadCache) -> None:
         """Make the shared cache hold `view`'s positions (called before each of its uses): the owner's are saved
