@@ -55,6 +55,7 @@ from specdemo.config import SamplingConfig
 from specdemo.models import CachedLM
 from specdemo.models.eagle import HeadCache
 
+from .chain_graph import chain_graphs
 from .sampling import sample, warp
 from .tree import DraftTree
 
@@ -353,8 +354,13 @@ class EagleDrafter(Drafter):
             self.slot.take(self.cache)
         # on captured graphs the confidence stop is decided on the device: every step is a cheap replay, and the
         # round then reads the device once (Proposal.cut); elsewhere it reads each confidence and stops drafting
-        chain = self.draft_chain(self.read_pending(seq), k_max, gen, self.sampling.greedy,
-                                 cut_on_device=self.slot is not None)
+        g = self.read_pending(seq)
+        if self.slot:  # the whole chain as one replay (engine/chain_graph.py)
+            drafted = chain_graphs(self.slot, self.sampling, self.stop_below, self.vocab_size).draft(
+                self.cache, g, k_max, gen)
+            if drafted is not None:
+                return Proposal(drafted[0], drafted[1], "eagle", cut=drafted[2])
+        chain = self.draft_chain(g, k_max, gen, self.sampling.greedy, cut_on_device=self.slot is not None)
         if chain.q is None:
             q_draft = one_hot(chain.tokens, self.vocab_size)
         else:  # q over the whole vocabulary: zero outside the draft vocabulary

@@ -67,7 +67,7 @@ class HeadSlot:
         self.reads: dict[tuple[int, int], tuple[object, torch.Tensor]] = {}  # (n, bucket) -> a read's graph
         self.reads_in: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # n -> its features' and tokens' buffers
         self.stand_in, self.pool = False, None
-        self._scratch = self.view()  # the view the captures write through (it holds no run's positions)
+        self.scratch = self.view()  # the view the captures write through (it holds no run's positions)
         self.owner: weakref.ref | None = None
         self.swaps, self.capture_s = 0, 0.0
         head.rope_tables(max_len, self.device)  # grown now: a captured step must not allocate its tables
@@ -165,7 +165,7 @@ class HeadSlot:
     def _capture_read(self, n: int, b: int) -> tuple[object, torch.Tensor]:
         """One read graph (CUDA) or its stand-in: the cache's slots it writes are rewritten by each replay, and
         their owner's positions are saved first (take)."""
-        self.take(self._scratch)  # the capture's own writes land after position 0 of a view that holds nothing
+        self.take(self.scratch)  # the capture's own writes land after position 0 of a view that holds nothing
         self.pos.zero_()
         if self.device.type != "cuda" or self.stand_in:
             with torch.inference_mode(), torch.profiler.record_function(CAPTURED):

@@ -57,6 +57,9 @@ class Captured:
     mask: torch.Tensor  # [1, 1, w, bucket]
     start: torch.Tensor  # [] the length that the forward writes after
     out: tuple[torch.Tensor, torch.Tensor]
+    given: torch.Tensor | None = None  # [] bool: the forward reads positions and mask (a tree's); else it makes the
+    #                                    causal ones from `start` itself, so a chain's forward fills only ids and start
+    causal: bool = False  # the host's view of `given`: it holds False (no fill needed for the next causal forward)
 
 
 @dataclass
@@ -127,6 +130,14 @@ class StaticSlot:
         """The cache length a forward whose last slot is end - 1 attends over (buckets_for)."""
         return next(b for b in self.buckets if b >= end)
 
+    def causal_made(self, start: torch.Tensor, width: int, bucket: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`causal`'s positions [1, w] and mask [1, 1, w, bucket] made from the device scalar `start`, inside a
+        captured forward (nothing is read or written on the host)."""
+        positions = (self.slots[:width] + start).clamp_(max=self.last_position).view(1, width)
+        allowed = self.slots[:bucket].view(1, -1) <= positions.view(-1, 1)
+        mask = torch.zeros((), dtype=self.dtype, device=self.device).masked_fill(~allowed, self.minimum)
+        return positions, mask.view(1, 1, width, bucket)
+
     def causal(self, start: int, width: int, positions: torch.Tensor, mask: torch.Tensor) -> None:
         """Write a causal forward's positions [1, w] and mask [1, 1, w, bucket] in place: row i sits at start + i and
         sees the slots up to its own."""
@@ -178,10 +189,14 @@ class StaticSlot:
             return self._forward(ids.view(1, n), positions, mask, self.start)
         c = self.graphs[width, self.bucket(start + width)]
         c.ids[0, :n].copy_(ids)
-        if tree is None:
-            self.causal(start, width, c.positions, c.mask)
+        if tree is None:  # the graph makes the causal positions and mask from `start`
+            if not c.causal:
+                c.given.fill_(False)
+                c.causal = True
         else:
             self.given(start, n, tree, c.positions, c.mask)
+            c.given.fill_(True)
+            c.causal = False
         c.start.fill_(start)
         c.graph.replay()
         hidden, features = c.out  # the graph's own buffers, overwritten by its next replay: the n real rows copied
@@ -205,10 +220,13 @@ class StaticSlot:
             positions = torch.empty(1, width, dtype=torch.long, device=self.device)
             mask = torch.empty(1, 1, width, bucket, dtype=self.dtype, device=self.device)
             start = torch.zeros((), dtype=torch.long, device=self.device)
+            given = torch.zeros((), dtype=torch.bool, device=self.device)
             self.causal(0, width, positions, mask)
 
-            def forward(ids=ids, positions=positions, mask=mask, start=start):
-                return self._forward(ids, positions, mask, start)
+            def forward(ids=ids, positions=positions, mask=mask, start=start, given=given, width=width, bucket=bucket):
+                made_positions, made_mask = self.causal_made(start, width, bucket)
+                return self._forward(ids, torch.where(given, positions, made_positions),
+                                     torch.where(given, mask, made_mask), start)
 
             if cuda:
                 stream = torch.cuda.Stream(self.device)
@@ -224,7 +242,7 @@ class StaticSlot:
                 with torch.inference_mode():
                     out = forward()
                 graph = ReplayStandIn(forward, out)
-            self.graphs[width, bucket] = Captured(graph, ids, positions, mask, start, out)
+            self.graphs[width, bucket] = Captured(graph, ids, positions, mask, start, out, given, causal=True)
         if cuda:
             torch.cuda.synchronize(self.device)
         self.capture_s = time.perf_counter() - t0

@@ -1,0 +1,141 @@
+"""The EAGLE head's chain of k drafts as one replay (issue 45, item 2: the drafting captured).
+
+Where the head's step is captured (models/head_graphs.py, HeadSlot), EagleDrafter.draft_chain would replay the step
+k - 1 times with its picks, warps, confidences and copies launched from the host between them. Here the whole
+chain is one graph per (k, cache bucket) and sampling setting: from the predicted feature the read left, k times
+the head's logits, the warped q (T > 0), the pick (the argmax, or a draw from q with a uniform drawn before the
+replay), the draft-to-target id, the next step over the shared head cache; then q over the whole vocabulary (zero
+outside the draft vocabulary) and the confidence stop's cut (drafters.DraftedChain.cut), all on the device.
+
+Same arithmetic as the step-by-step chain, so at T = 0 the same drafts. At T > 0 the draws come from one block of
+k uniforms drawn before the replay instead of one per step: the chain is as exact (each pick is a draw from its q),
+but a seed gives other drafts than the step-by-step chain's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import OrderedDict
+
+import torch
+
+from specdemo.config import SamplingConfig
+from specdemo.models.head_graphs import HeadSlot, step_over
+from specdemo.models.static_parts import CAPTURED
+
+from .sampling import sample, uniforms, warp
+
+GRAPHS_KEPT = 24  # chain graphs a head slot keeps, over every setting, k and bucket (the least recently used go)
+
+
+class StandIn:
+    """The chain graph's stand-in on a CPU (as static_parts.ReplayStandIn, for a tuple of outputs): a replay runs
+    the chain again on the same buffers, inside the profiler's CAPTURED range, and copies into the same outputs."""
+
+    def __init__(self, forward, out: tuple[torch.Tensor, ...]):
+        self.forward, self.out = forward, out
+
+    def replay(self) -> None:
+        with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
+            for mine, new in zip(self.out, self.forward(), strict=True):
+                mine.copy_(new)
+
+
+class ChainGraphs:
+    """One sampling setting's chain graphs over a HeadSlot; `draft` replays the one for (k, bucket)."""
+
+    def __init__(self, slot: HeadSlot, sampling: SamplingConfig, stop_below: float, vocab: int):
+        self.slot, self.sampling, self.stop_below, self.vocab = slot, sampling, stop_below, vocab
+        head = slot.head
+        self.g = torch.zeros(1, head.cfg.hidden_size, dtype=slot.dtype, device=slot.device)
+        self.pos = torch.zeros((), dtype=torch.long, device=slot.device)
+
+    def _forward(self, k: int, length: int, u: torch.Tensor | None):
+        slot, head, greedy = self.slot, self.slot.head, self.sampling.greedy
+        g, tokens, rows, confs = self.g, [], [], []
+        logits = head.logits(g).float()  # [1, V_draft]
+        for t in range(k):
+            q = None if greedy else warp(logits, self.sampling)
+            if t and self.stop_below:  # drafters.device_confidence, before x_{t+1}
+                confs.append(logits.softmax(-1).max() if q is None else q.max())
+            pick = logits.argmax(-1) if q is None else sample(q, None, u=u[t : t + 1])
+            if q is not None:
+                rows.append(q)
+            tokens.append(head.d2t[pick])
+            if t + 1 < k:
+                g = step_over(head, g, slot.embed(tokens[-1]).to(slot.dtype), slot.cache, self.pos + t, length)
+                logits = head.logits(g).float()
+        drafted = torch.cat(tokens)
+        if greedy:
+            q_full = torch.zeros(k, self.vocab, device=g.device).scatter_(1, drafted.view(-1, 1), 1.0)
+        else:
+            q_full = torch.zeros(k, self.vocab, device=g.device).index_copy_(1, head.d2t, torch.cat(rows))
+        if confs:  # as DraftedChain.cut: x_1 always, x_{t+1} while every confidence up to t reached stop_below
+            c = torch.stack(confs)
+            sure = (c >= self.stop_below).long().cumprod(0).sum()
+            cut, conf = sure + 1, torch.cat([c, c.new_zeros(1)]).gather(0, sure.view(1)).squeeze(0)
+        else:
+            cut, conf = torch.full((), k, dtype=torch.long, device=g.device), torch.zeros((), device=g.device)
+        return drafted, q_full, cut, conf
+
+    def _capture(self, k: int, length: int) -> tuple:
+        slot, dev = self.slot, self.slot.device
+        u = None if self.sampling.greedy else uniforms(k, torch.Generator(device=dev).manual_seed(0), dev)
+        slot.take(slot.scratch)  # the capture writes through a view that holds no run's positions
+        self.pos.zero_()
+        if slot.stand_in or dev.type != "cuda":
+            with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
+                out = self._forward(k, length, u)
+            return StandIn(lambda: self._forward(k, length, u), out), u, out
+        stream = torch.cuda.Stream(dev)
+        stream.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(stream), torch.inference_mode():
+            for _ in range(2):
+                self._forward(k, length, u)
+        torch.cuda.current_stream(dev).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=slot.pool), torch.inference_mode():
+            out = self._forward(k, length, u)
+        return graph, u, out
+
+    def draft(self, view, g: torch.Tensor, k: int, gen: torch.Generator):
+        """k drafts from the predicted feature g [1, H] at the view's next position: (tokens [k], q [k, V], cut
+        (c, the confidence at c, stop_below) or None where the head has no stop), the graph's own buffers until its next
+        replay; None where the head's cache cannot hold them (the caller drafts step by step)."""
+        slot = self.slot
+        if view.length + k - 1 > slot.max_len:
+            return None
+        b = next(b for b in slot.buckets if b >= view.length + k - 1)
+        graphs = slot.chains
+        key = (id(self), k, b)
+        if key not in graphs:
+            with torch.profiler.record_function(CAPTURED) if slot.stand_in else contextlib.nullcontext():
+                graphs[key] = self._capture(k, b)
+            while len(graphs) > GRAPHS_KEPT:
+                graphs.popitem(last=False)
+        graphs.move_to_end(key)
+        graph, u, (tokens, q, cut, conf) = graphs[key]
+        slot.take(view)
+        self.g.copy_(g)
+        self.pos.fill_(view.length)
+        if u is not None:
+            u.copy_(uniforms(k, gen, slot.device))
+        with torch.profiler.record_function(CAPTURED):
+            graph.replay()
+        view.length += k - 1  # the steps after x_1 wrote their positions
+        return tokens, q, (cut, conf, self.stop_below) if self.stop_below else None
+
+
+def chain_graphs(slot: HeadSlot, sampling: SamplingConfig, stop_below: float, vocab: int) -> ChainGraphs:
+    """The slot's ChainGraphs for this setting (made on first use; their graphs are captured per (k, bucket))."""
+    settings = slot.__dict__.setdefault("chain_settings", OrderedDict())
+    slot.__dict__.setdefault("chains", OrderedDict())
+    key = (sampling.temperature, sampling.top_k, sampling.top_p, stop_below)
+    if key not in settings:
+        settings[key] = ChainGraphs(slot, sampling, stop_below, vocab)
+        while len(settings) > 8:
+            old = settings.popitem(last=False)[1]
+            for gk in [gk for gk in slot.chains if gk[0] == id(old)]:
+                del slot.chains[gk]
+    settings.move_to_end(key)
+    return settings[key]
