@@ -386,7 +386,8 @@ def test_the_heads_captured_chain_step_keeps_the_joint_of_three_tokens_the_targe
                          ids=["greedy", "top-k-top-p", "lenient"])
 def test_a_chains_captured_verdict_decides_what_the_eager_judge_decides(own_pair, cfg, lenience, top_m):
     """Issue 45, item 3, on the graphs' stand-in: the chain's verdict replayed from one graph per k
-    (engine/judge_graph.py), with its uniforms drawn before the replay, gives the eager judge's verdict number for
+    (engine/judge_graph.py), from the target's last hidden states through its LM head, with its uniforms drawn
+    before the replay, gives the eager judge's verdict number for
     number (drafts, p, q, min(1, p/q), r, overlap, the accepted count, the next token and its p, the inspector's
     candidates) from the same generator state, with and without a cut decided on the device, and leaves the
     generator where the eager judge leaves it."""
@@ -400,15 +401,17 @@ def test_a_chains_captured_verdict_decides_what_the_eager_judge_decides(own_pair
     assert judge is not None and judge.stand_in and chain_judge(pair, cfg, lenience, top_m) is judge
     vocab, g = pair.vocab_size, torch.Generator().manual_seed(7)
     kinds = set()
+    width = pair.target.config.hidden_size
     for k, trial in itertools.product((1, 4), range(6)):
-        logits = torch.randn(k + 1, vocab, generator=g) * 4
+        hidden = torch.randn(k + 1, width, generator=g) * 3  # the verify's last hidden states: the graph's input
+        logits = judge.logits(hidden)  # the target's LM head, as the eager judge reads it
         if cfg.greedy:  # drafts that agree with the target's argmax, and in odd trials one that may not
             tokens = logits[:k].argmax(-1)
             if trial % 2:
                 tokens[trial % k] = int(torch.randint(vocab, (1,), generator=g))
             q = torch.zeros(k, vocab).scatter_(1, tokens.view(-1, 1), 1.0)
         else:
-            q = warp(logits[:k] + torch.randn(k, vocab, generator=g) * 2, cfg)
+            q = warp(logits[:k] + torch.randn(k, vocab, generator=g) * (0.3, 4.0)[trial % 2], cfg)  # near p, far
             tokens = sample(q, g)
         a, b = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
         p = warp(logits, cfg)
@@ -416,7 +419,7 @@ def test_a_chains_captured_verdict_decides_what_the_eager_judge_decides(own_pair
         cut = (torch.tensor(1 + trial % k), torch.tensor(0.25)) if trial % 2 == 0 else None
         v = verify(tokens, q, p, a, greedy=cfg.greedy, lenience=lenience, cut=cut[0] if cut else None)
         eager = verdict_on_host(pair, tokens, q, p, v, top_m, cut)
-        flat = judge.judge(logits, tokens, q, b, cut)
+        flat = judge.judge(hidden, tokens, q, b, cut)
         captured = verdict_from_host(pair, split_flat(flat, k, top_m, vocab), top_m, candidate_width(top_m, logits),
                                      cut=True)
         assert captured == eager, (k, trial)
@@ -536,3 +539,22 @@ def test_the_heads_captured_read_of_kept_positions_is_its_eager_read(own_pair):
     assert view.length > 64 and {b for _, b in slot.reads} >= {64, 128}
     torch.testing.assert_close(slot.cache.k[:, : view.length], eager.k[:, : view.length], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(slot.cache.v[:, : view.length], eager.v[:, : view.length], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("stop", [0.0, 0.05])
+def test_an_eagle_round_dispatches_at_most_40_operators_and_reads_once(unsure_head, stop):
+    """Issue 45's floor on the graphs' stand-in (bench/round_ops.py counts): once the prompt's round is done, an
+    eagle round, with or without a confidence stop, at T = 0 and T = 0.7, dispatches at most 40 operators outside
+    the captured forwards (the head's read and chain, the target's verify and the verdict each one replay) and
+    reads the device once. A tree round does not yet (docs/benchmarks.md)."""
+    from specdemo.bench.round_ops import round_counts
+
+    pair = unsure_head(stop)
+    ids = pair.encode("ROMEO:\nWhat light")
+    for cfg in (GREEDY, SamplingConfig(0.7)):
+        spec = SpecConfig(k=4, max_new_tokens=40, strategy="eagle", top_candidates=0, seed=1)
+        list(speculative_rounds(pair, ids, cfg, spec))  # every graph this run needs is captured once before
+        counts = round_counts(speculative_rounds(pair, ids, cfg, spec), skip=2)  # the prefill, the prompt's read
+        assert len(counts) > 5 and max(k for *_, k in counts) == 4
+        assert all(reads == 1 for _, reads, _, _ in counts), counts
+        assert max(ops for ops, *_ in counts) <= 40, counts

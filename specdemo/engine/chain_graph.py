@@ -118,8 +118,8 @@ class ChainGraphs:
         slot.take(view)
         self.g.copy_(g)
         self.pos.fill_(view.length)
-        if u is not None:
-            u.copy_(uniforms(k, gen, slot.device))
+        if u is not None:  # drawn into the graph's input: as `uniforms(k, gen, device)` draws them
+            torch.rand(u.shape, generator=gen, out=u)
         with torch.profiler.record_function(CAPTURED):
             graph.replay()
         view.length += k - 1  # the steps after x_1 wrote their positions

@@ -338,7 +338,7 @@ class EagleDrafter(Drafter):
         """As `step`, at accepted positions: from the target's features (with its feature layers' outputs); by one
         replay where the drafter has a slot and the round kept at most its K + 1 (models/head_graphs.py)."""
         if self.slot:
-            g = self.slot.read(self.cache, feats.to(self.dtype), tokens)
+            g = self.slot.read(self.cache, feats if feats.dtype == self.dtype else feats.to(self.dtype), tokens)
             if g is not None:
                 return g
         return self.step(self.head.true_feature(feats.to(self.dtype)), tokens)
@@ -371,7 +371,8 @@ class EagleDrafter(Drafter):
     def read_pending(self, seq: torch.Tensor) -> torch.Tensor:
         """Read the true features of the newly fixed positions j with their next tokens x_{j+1}, in one step; return
         the predicted feature that the first draft comes from."""
-        feats, start = torch.cat(self.pending), self.cache.length
+        feats = self.pending[0] if len(self.pending) == 1 else torch.cat(self.pending)
+        start = self.cache.length
         assert start + feats.shape[0] == seq.numel() - 1, (start, feats.shape, seq.numel())
         g = self.read(feats, seq[start + 1 :])
         self.pending, self.true_len = [], self.cache.length

@@ -1,9 +1,10 @@
 """A chain round's verdict as one replay (issue 45, item 3: judged on the device, read once).
 
 Where the target's forwards are captured (`graphs` on CUDA; the graphs' stand-in on a CPU, for tests), a chain's
-step 3 runs as one graph per number of drafts k: the target's logits -> warped p -> the modified rejection test
-(sampling.verify) -> the numbers the round's one copy carries (story.verdict_tensors), flattened into one buffer.
-The operators between them (about a hundred at T > 0) stop being launched one by one from the host.
+step 3 runs as one graph per number of drafts k: the target's last hidden states -> its LM head's logits -> warped
+p -> the modified rejection test (sampling.verify) -> the numbers the round's one copy carries
+(story.verdict_tensors), flattened into one buffer. The operators between them (about a hundred at T > 0) stop
+being launched one by one from the host.
 
 The randomness is drawn outside the graph, before the replay, by the same calls in the same order as an eager
 verify makes them (sampling.draw_verify), so a replay decides exactly what the eager judge decides from the same
@@ -20,6 +21,7 @@ from collections import OrderedDict
 import torch
 
 from specdemo.config import SamplingConfig
+from specdemo.models.lm import head_logits
 from specdemo.models.static_parts import CAPTURED, ReplayStandIn
 
 from .sampling import Verdict, draw_verify, verify, warp
@@ -33,23 +35,23 @@ class ChainJudge:
     """The captured verdicts of one sampling setting, one graph per k: `judge` fills the graph's inputs, draws the
     uniforms, replays and copies the flat result to the host once."""
 
-    def __init__(self, sampling: SamplingConfig, lenience: float, top_m: int, vocab: int, device: torch.device,
-                 stand_in: bool):
-        self.sampling, self.lenience, self.top_m, self.vocab = sampling, lenience, top_m, vocab
-        self.device, self.stand_in = device, stand_in
+    def __init__(self, sampling: SamplingConfig, lenience: float, top_m: int, slot, stand_in: bool):
+        self.sampling, self.lenience, self.top_m, self.vocab = sampling, lenience, top_m, slot.vocab_size
+        self.device, self.stand_in, self.slot = slot.device, stand_in, slot
         self.graphs: dict[int, tuple] = {}
         self.uncut: set[int] = set()  # the k whose cut buffer holds k (no cut), as captured
         self.failed = False
 
     def _capture(self, k: int) -> tuple:
-        dev, greedy = self.device, self.sampling.greedy
-        logits = torch.zeros(k + 1, self.vocab, device=dev)
+        dev, greedy, slot = self.device, self.sampling.greedy, self.slot
+        hidden = torch.zeros(k + 1, slot.model.config.hidden_size, dtype=slot.dtype, device=dev)
         tokens = torch.zeros(k, dtype=torch.long, device=dev)
         q = torch.full((k, self.vocab), 1.0 / self.vocab, device=dev)
         r, u = draw_verify(k, torch.Generator(device=dev).manual_seed(0), dev, greedy)
         cut, conf = torch.full((), k, dtype=torch.long, device=dev), torch.zeros((), device=dev)
 
         def forward():
+            logits = head_logits(slot.model, slot.head32, hidden, self.vocab)
             p = warp(logits, self.sampling)
             v: Verdict = verify(tokens, q, p, None, greedy=greedy, lenience=self.lenience, drawn=(r, u), cut=cut)
             flat = torch.cat([t.reshape(-1).float() for t in verdict_tensors(tokens, q, p, v, self.top_m, (cut, conf))])
@@ -69,14 +71,19 @@ class ChainJudge:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph), torch.inference_mode():
                 out = forward()
-        return graph, logits, tokens, q, r, u, cut, conf, out[0]
+        return graph, hidden, tokens, q, r, u, cut, conf, out[0]
 
     @torch.inference_mode()
-    def judge(self, logits: torch.Tensor, tokens: torch.Tensor, q: torch.Tensor, gen: torch.Generator,
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The target's float32 logits of its last hidden states, as its LM head gives them (the eager judge's)."""
+        return head_logits(self.slot.model, self.slot.head32, hidden, self.vocab)
+
+    @torch.inference_mode()
+    def judge(self, hidden: torch.Tensor, tokens: torch.Tensor, q: torch.Tensor, gen: torch.Generator,
               cut: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[float] | None:
-        """The flat host copy of verdict_tensors for (the target's logits [k+1, V], drafts [k], q [k, V], a device
-        cut (c, the confidence at c) or None for all k), its cut's pair last; None where no graph could be
-        captured (the caller judges eagerly)."""
+        """The flat host copy of verdict_tensors for (the target's last hidden states [k+1, H], drafts [k], q
+        [k, V], a device cut (c, the confidence at c) or None for all k), its cut's pair last; None where no graph
+        could be captured (the caller judges eagerly, from `logits`)."""
         k = tokens.numel()
         if k not in self.graphs:
             if self.failed:
@@ -90,8 +97,8 @@ class ChainJudge:
                 log.warning("the chain's verdict could not be captured (%s: %s); judging eagerly",
                             type(err).__name__, err)
                 return None
-        graph, g_logits, g_tokens, g_q, g_r, g_u, g_cut, g_conf, out = self.graphs[k]
-        g_logits.copy_(logits)
+        graph, g_hidden, g_tokens, g_q, g_r, g_u, g_cut, g_conf, out = self.graphs[k]
+        g_hidden.copy_(hidden)
         g_tokens.copy_(tokens)
         g_q.copy_(q)
         if cut is not None:
@@ -101,10 +108,7 @@ class ChainJudge:
         elif k not in self.uncut:  # no cut: all k drafts (the buffers keep it until a cut comes)
             g_cut.fill_(k)
             self.uncut.add(k)
-        r, u = draw_verify(k, gen, self.device, self.sampling.greedy)
-        g_r.copy_(r)
-        if u is not None:
-            g_u.copy_(u)
+        draw_verify(k, gen, self.device, self.sampling.greedy, out=(g_r, g_u))
         graph.replay()
         return out.tolist()
 
@@ -114,13 +118,13 @@ def chain_judge(pair, sampling: SamplingConfig, lenience: float, top_m: int) -> 
     elsewhere. Kept on the target's static slot, so that runs with the same settings share the graphs; the
     SETTINGS_KEPT most recently used settings are kept."""
     slot = (getattr(pair, "static_slots", None) or {}).get("target")
-    if slot is None or not slot.graphs:
+    if slot is None or not slot.graphs or slot.head32 is None:
         return None
     judges = slot.__dict__.setdefault("judges", OrderedDict())
     key = (sampling.temperature, sampling.top_k, sampling.top_p, lenience, top_m)
     if key not in judges:
         stand_in = isinstance(next(iter(slot.graphs.values())).graph, ReplayStandIn)
-        judges[key] = ChainJudge(sampling, lenience, top_m, slot.vocab_size, slot.device, stand_in)
+        judges[key] = ChainJudge(sampling, lenience, top_m, slot, stand_in)
         while len(judges) > SETTINGS_KEPT:  # a public page's visitors pick many settings: the oldest graphs go
             judges.popitem(last=False)
     judges.move_to_end(key)

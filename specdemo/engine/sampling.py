@@ -155,9 +155,15 @@ def verify(
 
 
 
-def draw_verify(k: int, generator: torch.Generator | None, device: torch.device, greedy: bool
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+def draw_verify(k: int, generator: torch.Generator | None, device: torch.device, greedy: bool,
+                out: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The uniforms `verify` draws for k drafts, drawn as it draws them (r, then the next token's unless greedy), so
-    that a verify given them decides exactly as one that draws its own from the same generator state."""
+    that a verify given them decides exactly as one that draws its own from the same generator state. out: the
+    buffers to draw into (a captured verdict's inputs), else new tensors."""
+    if out is not None:
+        torch.rand(out[0].shape, generator=generator, out=out[0])
+        if not greedy:
+            torch.rand(out[1].shape, generator=generator, out=out[1])
+        return out
     r = torch.rand(k, generator=generator, device=device)
     return r, None if greedy else uniforms(k + 1, generator, device)

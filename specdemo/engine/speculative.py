@@ -43,7 +43,7 @@ from specdemo.models.devices import cpu_bf16_kind, packs_bf16
 
 from .drafters import Drafter, Proposal, RoundOutcome
 from .events import Round, Trace
-from .judge_graph import candidate_width, chain_judge, split_flat
+from .judge_graph import ChainJudge, candidate_width, chain_judge, split_flat
 from .sampling import verify, warp
 from .story import Judged, round_story, tree_verdict_on_host, verdict_from_host, verdict_on_host
 from .strategy import make_drafter, max_drafts
@@ -117,30 +117,34 @@ def kept_ids(draft_list: list[int], n_acc: int, next_tok: int, eos_ids: Collecti
 
 
 def verify_forward(target: CachedLM, seq: torch.Tensor, proposal: Proposal, drafter: Drafter,
-                   sampling: SamplingConfig, dtype: torch.dtype, warped: bool = True):
+                   sampling: SamplingConfig, dtype: torch.dtype, warped: bool = True, hidden: bool = False):
     """Step 2: one target forward over its unseen fixed tokens and the k drafts. Returns p_1..p_{k+1} (warped as the
-    draft's q were; warped=False: their float32 logits, which `judge` warps), the features a drafter reads, where
-    the forward started and how many fixed tokens it fed. A tree's nodes attend to their ancestors only; a chain's
-    mask is the causal one, so it needs none."""
+    draft's q were; warped=False: their float32 logits, which `judge` warps; hidden: the target's last hidden
+    states there, for a captured verdict), the features a drafter reads, where the forward started and how many
+    fixed tokens it fed. A tree's nodes attend to their ancestors only; a chain's mask is the causal one, so it
+    needs none."""
     fed_from = target.length
     unseen = seq.numel() - fed_from
     tree = proposal.tree
     attention = None if tree is None or tree.is_chain else tree_attention(tree, fed_from, unseen, dtype)
+    more = {"want_hidden": True} if hidden else {}
     logits, features = target.feed_features(torch.cat([seq[fed_from:], proposal.tokens]), keep_logits=proposal.k + 1,
-                                            layers=drafter.feature_layers, tree=attention)
-    return (warp(logits, sampling) if warped else logits), features, fed_from, unseen
+                                            layers=drafter.feature_layers, tree=attention, **more)
+    return (warp(logits, sampling) if warped and not hidden else logits), features, fed_from, unseen
 
 
 def judge(pair: ModelPair, proposal: Proposal, logits: torch.Tensor, gen: torch.Generator, sampling: SamplingConfig,
-          spec: SpecConfig) -> Judged:
+          spec: SpecConfig, captured: ChainJudge | None = None) -> Judged:
     """Step 3: judge all k drafts at once from the target's logits, then copy the verdict (and the inspector's top
     candidates) to the host in one sync: a chain by the modified rejection test with its q (one captured replay
-    where the target's forwards are captured: judge_graph.py), a tree by the exact walk (walk.py)."""
+    where the target's forwards are captured: judge_graph.py, which takes the target's last hidden states as
+    `logits`), a tree by the exact walk (walk.py)."""
     tree, top_m = proposal.tree, spec.top_candidates
     if tree is None:
         cut = proposal.cut[:2] if proposal.cut is not None else None
-        captured = chain_judge(pair, sampling, spec.lenience, top_m) if proposal.k else None
         flat = captured.judge(logits, proposal.tokens, proposal.q, gen, cut) if captured is not None else None
+        if captured is not None and flat is None:  # no graph could be captured: judged eagerly
+            logits = captured.logits(logits)
         if flat is not None:
             drafts, rows, n_acc, next_tok, p_next, top, conf = verdict_from_host(
                 pair, split_flat(flat, proposal.k, top_m, logits.shape[-1]), top_m, candidate_width(top_m, logits),
@@ -213,12 +217,14 @@ def speculative_rounds(
         m1 = clock.mark()
 
         # 2. verify: one target forward over the drafts -> p_1..p_{k+1}
+        captured = (chain_judge(pair, sampling, spec.lenience, spec.top_candidates)
+                    if proposal.tree is None else None)  # a chain's verdict (k = 0: a plain step's) as one replay
         logits, features, fed_from, unseen = verify_forward(target, seq, proposal, drafter, sampling, pair.dtype,
-                                                            warped=False)
+                                                            warped=False, hidden=captured is not None)
         m2 = clock.mark()
 
         # 3. judge: accept or reject every draft at once; one copy to the host
-        judged = judge(pair, proposal, logits, gen, sampling, spec)
+        judged = judge(pair, proposal, logits, gen, sampling, spec, captured)
         if judged.unsure is not None:  # the confidence stop cut the chain on the device: the round proposed fewer
             proposal = dataclasses.replace(proposal, tokens=proposal.tokens[: len(judged.drafts)],
                                            q=proposal.q[: len(judged.drafts)], unsure=judged.unsure, cut=None)

@@ -13,6 +13,7 @@ captured here; another head type drafts eagerly.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import weakref
 
@@ -146,11 +147,12 @@ class HeadSlot:
         if n > READ_MAX or view.length + n > self.max_len:
             return None
         b = next(b for b in self.buckets if b >= view.length + n)
-        if (n, b) not in self.reads:
-            if n not in self.reads_in:
-                self.reads_in[n] = (torch.zeros(n, feats.shape[1], dtype=self.dtype, device=self.device),
-                                    torch.zeros(n, dtype=torch.long, device=self.device))
-            self.reads[n, b] = self._capture_read(n, b)
+        if (n, b) not in self.reads:  # once per (n, bucket): its buffers and capture are not a round's work
+            with torch.profiler.record_function(CAPTURED) if self.stand_in else contextlib.nullcontext():
+                if n not in self.reads_in:
+                    self.reads_in[n] = (torch.zeros(n, feats.shape[1], dtype=self.dtype, device=self.device),
+                                        torch.zeros(n, dtype=torch.long, device=self.device))
+                self.reads[n, b] = self._capture_read(n, b)
         self.take(view)
         buf_feats, buf_tokens = self.reads_in[n]
         buf_feats.copy_(feats)

@@ -60,6 +60,7 @@ class Captured:
     given: torch.Tensor | None = None  # [] bool: the forward reads positions and mask (a tree's); else it makes the
     #                                    causal ones from `start` itself, so a chain's forward fills only ids and start
     causal: bool = False  # the host's view of `given`: it holds False (no fill needed for the next causal forward)
+    views: dict = field(default_factory=dict)  # n -> (ids, hidden, features) buffers' first n rows (forward)
 
 
 @dataclass
@@ -188,7 +189,11 @@ class StaticSlot:
             self.start.fill_(start)  # a device scalar filled in place: no host-to-device copy, no sync
             return self._forward(ids.view(1, n), positions, mask, self.start)
         c = self.graphs[width, self.bucket(start + width)]
-        c.ids[0, :n].copy_(ids)
+        views = c.views.get(n)
+        if views is None:  # the first n rows of its buffers, made once (a view made per forward is an operator)
+            hidden, features = c.out
+            views = c.views[n] = (c.ids[0, :n], hidden[:n], None if features is hidden else features[:n])
+        views[0].copy_(ids)
         if tree is None:  # the graph makes the causal positions and mask from `start`
             if not c.causal:
                 c.given.fill_(False)
@@ -199,9 +204,8 @@ class StaticSlot:
             c.causal = False
         c.start.fill_(start)
         c.graph.replay()
-        hidden, features = c.out  # the graph's own buffers, overwritten by its next replay: the n real rows copied
-        h = hidden[:n].clone()
-        return h, h if features is hidden else features[:n].clone()
+        h = views[1].clone()  # the graph's own buffers, overwritten by its next replay: the n real rows copied
+        return h, h if views[2] is None else views[2].clone()
 
     # ------------------------------------------------------------------------------------------ capture (CUDA)
     def capture(self, widths: tuple[int, ...] = WIDTHS, stand_in: bool = False) -> float:
@@ -302,18 +306,20 @@ class StaticLM:
 
     @torch.inference_mode()
     def feed_features(self, ids: torch.Tensor, keep_logits: int = 1, layers: tuple[int, ...] = (),
-                      tree: tuple[torch.Tensor, torch.Tensor] | None = None
+                      tree: tuple[torch.Tensor, torch.Tensor] | None = None, want_hidden: bool = False
                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """As CachedLM.feed_features (features: the last hidden state where no `layers` are asked for). `layers`
-        must be those the slot was made for, or none."""
+        must be those the slot was made for, or none. want_hidden: the last keep_logits hidden states instead of their
+        logits (a captured verdict computes them: engine/judge_graph.py)."""
         assert ids.dim() == 1 and ids.numel() >= keep_logits >= 1, (ids.shape, keep_logits)
         assert not layers or tuple(layers) == self.slot.layers, (layers, self.slot.layers)
         self.slot.take(self)
         self.calls += 1
         hidden, features = self.slot.forward(ids, self.length, tree)
         self.length += ids.numel()
-        return head_logits(self.model, self.head32, hidden[-keep_logits:], self.vocab_size), (
-            features if layers else hidden)
+        rows = hidden[-keep_logits:] if want_hidden else head_logits(self.model, self.head32, hidden[-keep_logits:],
+                                                                      self.vocab_size)
+        return rows, (features if layers else hidden)
 
 
 # ---------------------------------------------------------------------------------------------- the pair's choice
