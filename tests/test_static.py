@@ -291,6 +291,42 @@ def test_on_cuda_every_strategy_gives_the_captured_target_onlys_tokens(cuda_pair
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("stop", [0.0, 0.05])
+def test_on_cuda_an_eagle_round_syncs_once_and_keeps_the_host_stops_rounds(cuda_pair, monkeypatch, stop):
+    """Issue 45 on a GPU: after the prompt's rounds, an eagle round (its read, chain, verify and verdict each one
+    replay, the confidence stop decided on the device) synchronises once, for the verdict's copy, as torch's sync
+    debug mode sees it; and its rounds at T = 0 are those of the head stepping eagerly with the stop read on the
+    host. A failure names the lines that synchronised."""
+    import warnings
+
+    pair = cuda_pair
+    prepare(pair, "graphs")
+    monkeypatch.setattr(pair.head, "cfg", dataclasses.replace(pair.head.cfg, stop_below=stop))
+    ids, spec = pair.encode("ROMEO:\nWhat light"), SpecConfig(k=4, max_new_tokens=48, strategy="eagle")
+    list(speculative_rounds(pair, ids, GREEDY, spec))  # every graph the run needs is captured on first use
+    rounds, syncs, it = [], [], speculative_rounds(pair, ids, GREEDY, spec)
+    while True:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                rnd = next(it, None)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        if rnd is None:
+            break
+        rounds.append(rnd)
+        syncs.append([f"{w.filename}:{w.lineno}" for w in caught if "synchronizing" in str(w.message)])
+    assert len(rounds) > 5 and all(len(s) == 1 for s in syncs[2:]), syncs
+    head = pair.static_slots.pop("head")
+    try:
+        on_host = list(speculative_rounds(pair, ids, GREEDY, spec))
+    finally:
+        pair.static_slots["head"] = head
+    assert rounds_told(rounds) == rounds_told(on_host)
+
+
+@pytest.mark.cuda
 def test_on_cuda_two_interleaved_runs_each_give_what_they_give_alone(cuda_pair):
     pair = cuda_pair
     prepare(pair, "graphs")
@@ -436,6 +472,12 @@ def test_a_chains_captured_verdict_decides_what_the_eager_judge_decides(own_pair
     assert len(pair.static_slots["target"].judges) == SETTINGS_KEPT
 
 
+def rounds_told(rounds) -> list[tuple]:
+    """What the page tells of each round: its drafts, verdict, tokens and where a confidence stop ended it."""
+    return [(r.k, r.n_accepted, [d.token_id for d in r.drafts], [t.token_id for t in r.tokens],
+             None if r.unsure is None else (round(r.unsure[0], 5), r.unsure[1])) for r in rounds]
+
+
 @pytest.fixture
 def unsure_head(own_pair, monkeypatch):
     """The Shakespeare pair on the graphs' stand-in; `unsure_head(stop)` gives its head a confidence stop (SmolLM2's
@@ -465,11 +507,7 @@ def test_a_stop_decided_on_the_device_keeps_the_rounds_of_the_stop_read_on_the_h
     finally:
         pair.static_slots["head"] = head
 
-    def story(rounds):
-        return [(r.k, r.n_accepted, [d.token_id for d in r.drafts], [t.token_id for t in r.tokens],
-                 None if r.unsure is None else (round(r.unsure[0], 5), r.unsure[1])) for r in rounds]
-
-    assert story(on_device) == story(on_host)
+    assert rounds_told(on_device) == rounds_told(on_host)
     assert any(r.unsure for r in on_device) and any(r.k == 4 for r in on_device), "rounds cut short and whole"
     counts = round_counts(speculative_rounds(pair, ids, GREEDY, SpecConfig(k=4, max_new_tokens=24,
                                                                            strategy="eagle", top_candidates=0)))
