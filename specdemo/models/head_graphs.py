@@ -14,6 +14,7 @@ captured here; another head type drafts eagerly.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 import weakref
 
@@ -23,6 +24,7 @@ import torch.nn.functional as F
 from .eagle import EagleHead, HeadCache, rope
 from .static_parts import CAPTURED, ReplayStandIn, buckets_for
 
+log = logging.getLogger(__name__)
 READ_MAX = 13  # the most accepted positions a captured read takes: K + 1 for the largest K a page offers (12)
 
 
@@ -67,7 +69,7 @@ class HeadSlot:
         self.graphs: dict[int, tuple[object, tuple[torch.Tensor, torch.Tensor]]] = {}
         self.reads: dict[tuple[int, int], tuple[object, torch.Tensor]] = {}  # (n, bucket) -> a read's graph
         self.reads_in: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # n -> its features' and tokens' buffers
-        self.stand_in, self.pool = False, None
+        self.stand_in, self.pool, self.read_failed = False, None, False
         self.scratch = self.view()  # the view the captures write through (it holds no run's positions)
         self.owner: weakref.ref | None = None
         self.swaps, self.capture_s = 0, 0.0
@@ -148,11 +150,19 @@ class HeadSlot:
             return None
         b = next(b for b in self.buckets if b >= view.length + n)
         if (n, b) not in self.reads:  # once per (n, bucket): its buffers and capture are not a round's work
-            with torch.profiler.record_function(CAPTURED) if self.stand_in else contextlib.nullcontext():
-                if n not in self.reads_in:
-                    self.reads_in[n] = (torch.zeros(n, feats.shape[1], dtype=self.dtype, device=self.device),
-                                        torch.zeros(n, dtype=torch.long, device=self.device))
-                self.reads[n, b] = self._capture_read(n, b)
+            if self.read_failed:
+                return None
+            try:
+                with torch.profiler.record_function(CAPTURED) if self.stand_in else contextlib.nullcontext():
+                    if n not in self.reads_in:
+                        self.reads_in[n] = (torch.zeros(n, feats.shape[1], dtype=self.dtype, device=self.device),
+                                            torch.zeros(n, dtype=torch.long, device=self.device))
+                    self.reads[n, b] = self._capture_read(n, b)
+            except Exception as err:  # noqa: BLE001 - any capture failure leaves the reads eager
+                self.read_failed = True
+                log.warning("the head's read could not be captured (%s: %s); reading eagerly", type(err).__name__,
+                            err)
+                return None
         self.take(view)
         buf_feats, buf_tokens = self.reads_in[n]
         buf_feats.copy_(feats)
