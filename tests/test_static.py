@@ -13,6 +13,7 @@ from collections import Counter, OrderedDict
 
 import pytest
 import torch
+from test_eagle import exact_joint3
 from test_exactness import PASS_P, chi2_pvalue, drop_k, speculative_samples
 
 from specdemo.config import SamplingConfig, SpecConfig
@@ -396,17 +397,7 @@ def test_the_heads_captured_chain_step_keeps_the_joint_of_three_tokens_the_targe
     cfg = SamplingConfig(temperature=1.0, top_k=3)
     prompt_ids = pair.encode("ROMEO:\nI")
 
-    def p_next(ids):
-        return warp(pair.target(torch.tensor([ids])).logits[0, -1, : pair.vocab_size].float(), cfg)
-
-    exact: dict[tuple, float] = {}
-    p1 = p_next(prompt_ids)
-    for x1 in p1.nonzero().flatten().tolist():
-        p2 = p_next(prompt_ids + [x1])
-        for x2 in p2.nonzero().flatten().tolist():
-            p3 = p_next(prompt_ids + [x1, x2])
-            for x3 in p3.nonzero().flatten().tolist():
-                exact[(x1, x2, x3)] = float(p1[x1] * p2[x2] * p3[x3])
+    exact = exact_joint3(pair, prompt_ids, cfg)
     n = 500  # at most 27 cells (those expected below 5 pooled, chi2_pvalue); 9 min for 1,200 on loaded cores
     counts = speculative_samples(pair, prompt_ids, cfg, k=3, n=n, n_tokens=3, strategy="eagle")
     counts.pop("rejections")
@@ -518,17 +509,7 @@ def test_a_stop_decided_on_the_device_keeps_the_joint_of_three_tokens_the_target
     cfg = SamplingConfig(temperature=1.0, top_k=3)
     prompt_ids = pair.encode("ROMEO:\nI")
 
-    def p_next(ids):
-        return warp(pair.target(torch.tensor([ids])).logits[0, -1, : pair.vocab_size].float(), cfg)
-
-    exact: dict[tuple, float] = {}
-    p1 = p_next(prompt_ids)
-    for x1 in p1.nonzero().flatten().tolist():
-        p2 = p_next(prompt_ids + [x1])
-        for x2 in p2.nonzero().flatten().tolist():
-            p3 = p_next(prompt_ids + [x1, x2])
-            for x3 in p3.nonzero().flatten().tolist():
-                exact[(x1, x2, x3)] = float(p1[x1] * p2[x2] * p3[x3])
+    exact = exact_joint3(pair, prompt_ids, cfg)
     n = 500
     counts = Counter()
     cuts = Counter()

@@ -24,7 +24,7 @@ from specdemo.config import SamplingConfig
 from specdemo.models.head_graphs import HeadSlot, step_over
 from specdemo.models.static_parts import CAPTURED
 
-from .sampling import sample, uniforms, warp
+from .sampling import device_confidence, sample, stop_cut, uniforms, warp
 
 log = logging.getLogger(__name__)
 GRAPHS_KEPT = 24  # chain graphs a head slot keeps, over every setting, k and bucket (the least recently used go)
@@ -59,8 +59,8 @@ class ChainGraphs:
         logits = head.logits(g).float()  # [1, V_draft]
         for t in range(k):
             q = None if greedy else warp(logits, self.sampling)
-            if t and self.stop_below:  # drafters.device_confidence, before x_{t+1}
-                confs.append(logits.softmax(-1).max() if q is None else q.max())
+            if t and self.stop_below:  # before x_{t+1}
+                confs.append(device_confidence(logits, q))
             pick = logits.argmax(-1) if q is None else sample(q, None, u=u[t : t + 1])
             if q is not None:
                 rows.append(q)
@@ -73,10 +73,8 @@ class ChainGraphs:
             q_full = torch.zeros(k, self.vocab, device=g.device).scatter_(1, drafted.view(-1, 1), 1.0)
         else:
             q_full = torch.zeros(k, self.vocab, device=g.device).index_copy_(1, head.d2t, torch.cat(rows))
-        if confs:  # as DraftedChain.cut: x_1 always, x_{t+1} while every confidence up to t reached stop_below
-            c = torch.stack(confs)
-            sure = (c.double() >= self.stop_below).long().cumprod(0).sum()  # as the host compares: in double
-            cut, conf = sure + 1, torch.cat([c, c.new_zeros(1)]).gather(0, sure.view(1)).squeeze(0)
+        if confs:  # as DraftedChain.cut
+            cut, conf = stop_cut(confs, self.stop_below)
         else:
             cut, conf = torch.full((), k, dtype=torch.long, device=g.device), torch.zeros((), device=g.device)
         return drafted, q_full, cut, conf

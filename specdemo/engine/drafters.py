@@ -56,7 +56,7 @@ from specdemo.models import CachedLM
 from specdemo.models.eagle import HeadCache
 
 from .chain_graph import chain_graphs
-from .sampling import sample, warp
+from .sampling import device_confidence, sample, stop_cut, warp
 from .tree import DraftTree
 
 ADAPTIVE_MAX_K = 12  # the adaptive drafter's cap (it chooses K per round), lowered to the server's K limit
@@ -105,11 +105,6 @@ def confidence(logits: torch.Tensor, q: torch.Tensor | None) -> float:
     if q is None:
         return float(logits.float().softmax(-1).max())
     return float(q.max())
-
-
-def device_confidence(logits: torch.Tensor, q: torch.Tensor | None) -> torch.Tensor:
-    """`confidence` left on the device (a 0-dim tensor), for a stop decided there (EagleDrafter.draft_chain)."""
-    return logits.float().softmax(-1).max() if q is None else q.max()
 
 
 @dataclass
@@ -404,10 +399,8 @@ class EagleDrafter(Drafter):
                 break
             g, logits = self.advance(g, x)
         cut = None
-        if confs:  # x_1 always; x_{t+1} while every confidence up to t reached stop_below (as the host's stop)
-            c = torch.stack(confs)  # [k_max - 1]: the confidence before x_2, x_3, ...
-            sure = (c.double() >= self.stop_below).long().cumprod(0).sum()  # as the host's float compare: double
-            cut = (sure + 1, torch.cat([c, c.new_zeros(1)]).gather(0, sure.view(1)).squeeze(0), self.stop_below)
+        if confs:
+            cut = (*stop_cut(confs, self.stop_below), self.stop_below)
         return DraftedChain(torch.cat(tokens), torch.cat(picks), None if greedy else torch.cat(rows), unsure,
                             torch.cat(probs) if head_p else None, cut)
 

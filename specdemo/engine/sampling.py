@@ -167,3 +167,18 @@ def draw_verify(k: int, generator: torch.Generator | None, device: torch.device,
         return out
     r = torch.rand(k, generator=generator, device=device)
     return r, None if greedy else uniforms(k + 1, generator, device)
+
+
+def device_confidence(logits: torch.Tensor, q: torch.Tensor | None) -> torch.Tensor:
+    """A drafter's top probability at one position (drafters.confidence) left on the device, a 0-dim tensor: of its
+    warped q at T > 0, of its unwarped softmax at T = 0, for a stop decided there."""
+    return logits.float().softmax(-1).max() if q is None else q.max()
+
+
+def stop_cut(confs: list[torch.Tensor], stop_below: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """A confidence stop decided on the device from the confidences before x_2, x_3, ... (device_confidence): (c,
+    the confidence at c), with c the drafts the host's stop would keep: x_1 always, x_{t+1} while every confidence
+    up to t reached stop_below, compared in double as the host compares a Python float."""
+    c = torch.stack(confs)
+    sure = (c.double() >= stop_below).long().cumprod(0).sum()
+    return sure + 1, torch.cat([c, c.new_zeros(1)]).gather(0, sure.view(1)).squeeze(0)
