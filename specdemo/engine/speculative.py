@@ -228,6 +228,8 @@ def speculative_rounds(
         if judged.unsure is not None:  # the confidence stop cut the chain on the device: the round proposed fewer
             proposal = dataclasses.replace(proposal, tokens=proposal.tokens[: len(judged.drafts)],
                                            q=proposal.q[: len(judged.drafts)], unsure=judged.unsure, cut=None)
+        elif proposal.tree is not None and proposal.tree.size is not None:  # grown in a graph: its real nodes
+            proposal = dataclasses.replace(proposal, tokens=proposal.tokens[: len(judged.nodes)])
 
         # 4. keep the accepted drafts + the resampled/bonus token, cut at EOS and at the budget; roll the caches back
         new_ids, stop_reason = kept_ids(judged.drafts, judged.n_acc, judged.next_tok, eos, remaining)

@@ -146,11 +146,16 @@ def tree_verdict_on_host(pair: ModelPair, tokens: torch.Tensor, tree: DraftTree,
         top_ids = p.topk(min(top_m, p.shape[1]), dim=-1).indices
         top_tensors = [top_ids, p.gather(1, top_ids)]
     p_next = p.view(-1).gather(0, v.end_row * p.shape[1] + v.next_token)
+    size = tree.size if tree.size is not None else torch.full((), tokens.numel(), device=tokens.device)
     host = to_host(tokens, tree.parents, tree.depths, tree.head_p, v.p_of_node, v.on_path, v.p_continue,
-                   v.q_of_node, v.accept_of_node, torch.stack([v.end_row, v.next_token, v.end_is_leaf.long()]),
-                   p_next, *top_tensors)
-    (ids, parents, depths, head_p, p_node, on_path, p_go, q_node, acc_node, (end_row, next_tok, leaf), (p_next_host,),
+                   v.q_of_node, v.accept_of_node,
+                   torch.stack([v.end_row, v.next_token, v.end_is_leaf.long(), size.long()]), p_next, *top_tensors)
+    (ids, parents, depths, head_p, p_node, on_path, p_go, q_node, acc_node, (end_row, next_tok, leaf, n), (p_next_host,),
      *top_host) = host
+    n = int(n)  # a tree grown in a graph is padded to its budget: its first n nodes are real (DraftTree.size)
+    ids, parents, depths, head_p, p_node, on_path, q_node, acc_node = (
+        x[:n] for x in (ids, parents, depths, head_p, p_node, on_path, q_node, acc_node))
+    p_go = p_go[: n + 1]
     assert all(-1 <= a < i for i, a in enumerate(parents)), f"a tree node without its parent: {parents}"
     sampled = tree.drawn is not None
     copied_from = len(ids) if tree.copied_from is None else tree.copied_from

@@ -53,7 +53,8 @@ def make_drafter(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, dr
     if spec.strategy == "tree":
         return TreeDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1,
                            run_tree_shape(spec, sampling, pair), tree_children(spec, sampling, pair),
-                           tree_prune(pair.head, spec), spec.tree_lookup, Limits.from_env().max_tree)
+                           tree_prune(pair.head, spec), spec.tree_lookup, Limits.from_env().max_tree,
+                           pair.static_slots.get("head"))
     draft_lm = draft_lm or pair.new_lm("draft")
     if spec.strategy == "adaptive":
         return AdaptiveDrafter(draft_lm, sampling)

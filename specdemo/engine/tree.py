@@ -34,6 +34,9 @@ class DraftTree:
     drawn: Drawn | None = None  # sampled children only: what they were drawn from (None: the head's top-k)
     is_chain: bool = False  # parents -1, 0, 1, ...: the target's mask is the causal one, and a rollback a crop
     copied_from: int | None = None  # nodes from this index on were grafted by prompt lookup (graft), not the head's
+    # a tree grown in a captured graph (tree_graph.py) has a fixed number of nodes: the first `size` (a device
+    # scalar) are real, the rest pad it (parents -1, depth 1) and are never on the walk's path; None: all are real
+    size: torch.Tensor | None = None
 
     @staticmethod
     def chain(k: int, device, head_p: torch.Tensor | None = None, drawn: Drawn | None = None) -> DraftTree:

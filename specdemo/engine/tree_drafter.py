@@ -19,6 +19,7 @@ from specdemo.models.eagle import SAMPLED_BF16_CPU
 from .drafters import EagleDrafter, LookupDrafter, Proposal, RoundOutcome
 from .sampling import warp
 from .tree import DraftTree, Drawn, graft, grow, grow_sampled, sampled_plan
+from .tree_graph import tree_graphs
 
 DEFAULT_TREE = {"topk": 2, "depth": 4, "budget": 8}  # a head whose config names no tree shape drafts this one
 # the default shape on CUDA, where a verify's rows cost little: chosen by a rule from the H200's costs (issue 45;
@@ -112,9 +113,9 @@ class TreeDrafter(EagleDrafter):
 
     def __init__(self, head, target, sampling: SamplingConfig, vocab_size: int, capacity: int,
                  shape: tuple[int, int, int], children: str = "top", prune_below: float = 0.0, lookup: int = 0,
-                 max_nodes: int | None = None):
+                 max_nodes: int | None = None, slot=None):
         self.topk, self.depth, self.budget = shape
-        super().__init__(head, target, sampling, vocab_size, capacity + (self.depth - 1) * self.topk)
+        super().__init__(head, target, sampling, vocab_size, capacity + (self.depth - 1) * self.topk, slot)
         self.stop_below = 0.0  # a tree hedges instead of stopping
         self.prune_below = prune_below  # nodes below this cumulative head probability are left out (tree.grow)
         self.sampled = children == "sampled" and not sampling.greedy
@@ -132,6 +133,8 @@ class TreeDrafter(EagleDrafter):
             return Proposal(seq.new_empty(0), empty, "prefill")
         if k_max <= 0:
             return Proposal(seq.new_empty(0), empty, "tree")
+        if self.slot:  # the shared head cache holds this run's positions from here to the round's end
+            self.slot.take(self.cache)
         # 1. read the true features of the newly fixed positions, as the chain does
         g_root = self.read_pending(seq)
         depth, topk = min(self.depth, k_max), self.topk
@@ -156,6 +159,11 @@ class TreeDrafter(EagleDrafter):
 
         # 2. grow the tree from the root's logits: the head's top-k children, reranked to the best `budget` nodes;
         #    or children drawn from the head, in the shape sampled_plan fixes
+        if self.slot and not self.sampled and not self.warped_scores and self.lookup is None:
+            # the whole growth as one replay (tree_graph.py), its tree padded to the budget
+            grown = tree_graphs(self.slot, (topk, depth, self.budget), self.prune_below).grow(self.cache, g_root)
+            if grown is not None:
+                return Proposal(grown[0], empty, "tree", tree=grown[1])
         root = self.head.logits(g_root)[0]
         if not self.sampled:
             warped = self.warped_scores and not self.sampling.greedy

@@ -57,6 +57,9 @@ def walk(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, generato
     draws = sample(p_target, generator, greedy=greedy)  # [n + 1]
     parent_row = tree.parents + 1  # the p row of each node's parent
     match = tokens == draws[parent_row]  # the target drew this node's token at its parent
+    real = None if tree.size is None else torch.arange(n, device=tokens.device) < tree.size  # not the padding
+    if real is not None:
+        match &= real
     # on the path: matched, and the parent is on the path (the root always is); settles in max_depth passes
     on_path = torch.zeros(n + 1, dtype=torch.bool, device=tokens.device)
     on_path[0] = True
@@ -69,7 +72,9 @@ def walk(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, generato
     has_child = torch.zeros(n + 1, dtype=torch.bool, device=tokens.device).scatter_(0, parent_row, True)
     end_is_leaf = ~has_child.gather(0, end_row.view(1)).squeeze(0)
     p_of_node = p_target[parent_row, tokens]  # not p_target[parent_row]: that copies n whole rows
-    p_continue = torch.zeros(n + 1, device=tokens.device).index_add_(0, parent_row, p_of_node)
+    p_continue = torch.zeros(n + 1, device=tokens.device).index_add_(
+        0, parent_row, p_of_node if real is None else p_of_node * real)  # (a padding node's parent is the root,
+    #                                                                       which always has a real child)
     return TreeVerdict(path, n_accepted, end_row, next_token, end_is_leaf, p_of_node, p_continue, draws,
                        torch.ones_like(p_of_node), p_of_node)
 

@@ -21,11 +21,16 @@ import weakref
 import torch
 import torch.nn.functional as F
 
+from specdemo.config import TREE_DEPTH_RANGE, TREE_TOPK_RANGE
+
 from .eagle import EagleHead, HeadCache, rope
 from .static_parts import CAPTURED, ReplayStandIn, buckets_for
 
 log = logging.getLogger(__name__)
 READ_MAX = 13  # the most accepted positions a captured read takes: K + 1 for the largest K a page offers (12)
+# the head positions a draft tree writes after a run's last true one: topk a depth below the first, for the largest
+# tree a page offers (a tree drafter shares the slot with the chain's)
+TREE_ROOM = (TREE_DEPTH_RANGE[1] - 1) * TREE_TOPK_RANGE[1]
 
 
 def step_over(head: EagleHead, feat: torch.Tensor, emb: torch.Tensor, cache: HeadCache, pos: torch.Tensor,
@@ -53,12 +58,43 @@ def step_over(head: EagleHead, feat: torch.Tensor, emb: torch.Tensor, cache: Hea
     return x + head.linear(F.silu(gate) * up, "down")
 
 
+def tree_step_over(head: EagleHead, feat: torch.Tensor, emb: torch.Tensor, cache: HeadCache, start: torch.Tensor,
+                   offset: int, depth: int, visible: torch.Tensor, length: int) -> torch.Tensor:
+    """EagleHead.step for one depth of a draft tree, with fixed shapes (so it can be captured): the m nodes [m, H]
+    are written at slots start + offset .. + m - 1, where `start` [] is the run's true length (the first slot after
+    its true positions), each at RoPE position start + depth - 1 (where a chain's node would sit); a node attends to
+    every true position and to the drafted slots from `start` on that `visible` [m, offset + m] marks (its
+    ancestors and itself), over the cache's first `length` slots."""
+    cfg = head.cfg
+    nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    m, dev = feat.shape[0], feat.device
+    x = head.linear(torch.cat([emb, feat], dim=-1), "fc")
+    qkv = head.linear(head.input_norm(x), "qkv")
+    q = qkv[:, : nh * hd].view(m, nh, hd).transpose(0, 1)
+    k = qkv[:, nh * hd : (nh + nkv) * hd].view(m, nkv, hd).transpose(0, 1)
+    cos, sin = head.rope_tables(cache.k.shape[1], dev)
+    at_rope = (start + depth - 1).view(1)
+    cos, sin = cos.index_select(0, at_rope).to(x.dtype), sin.index_select(0, at_rope).to(x.dtype)
+    at = start + offset + torch.arange(m, device=dev)
+    cache.k.index_copy_(1, at, rope(k, cos, sin))
+    cache.v.index_copy_(1, at, qkv[:, (nh + nkv) * hd :].view(m, nkv, hd).transpose(0, 1))
+    drafted = start + torch.arange(offset + m, device=dev)  # the slots of the tree's nodes so far
+    mask = (torch.arange(length, device=dev) < start).view(1, length).expand(m, length).clone()
+    mask.scatter_(1, drafted.view(1, -1).expand(m, -1), visible)
+    attn = F.scaled_dot_product_attention(rope(q, cos, sin), cache.k[:, :length], cache.v[:, :length],
+                                          attn_mask=mask, enable_gqa=nh != nkv)
+    x = x + head.linear(attn.transpose(0, 1).reshape(m, nh * hd), "o")
+    gate, up = head.linear(head.post_norm(x), "gu").chunk(2, dim=-1)
+    return x + head.linear(F.silu(gate) * up, "down")
+
+
 class HeadSlot:
     """The head's shared cache (`cache`, of `max_len` positions) and its step captured per bucket. `view()` gives a
     run its own HeadCache over the shared tensors; `take(view)` makes the cache hold that run's positions (as
     StaticSlot.take does for a model's cache)."""
 
     def __init__(self, head: EagleHead, embed, max_len: int):
+        max_len += TREE_ROOM  # a run's positions, and a draft tree's nodes after them
         self.head, self.embed, self.max_len = head, embed, max_len
         self.dtype, self.device = head.lm_rows.dtype, head.lm_rows.device
         self.cache = HeadCache(head.cfg, max_len, self.device, self.dtype)

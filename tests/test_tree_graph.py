@@ -1,0 +1,111 @@
+"""A draft tree grown in one replay (engine/tree_graph.py), on the graphs' stand-in: the same trees as the growth
+step by step, padded to the budget where pruning keeps fewer nodes, the walk and the page's story blind to the
+padding, and the output still the warped target's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_eagle import exact_joint3
+from test_exactness import PASS_P, chi2_pvalue, drop_k, speculative_samples
+from test_static import GREEDY, decode_as, own_pair  # noqa: F401 - own_pair is a fixture
+
+from specdemo.config import SamplingConfig, SpecConfig
+from specdemo.engine.speculative import speculative_rounds
+from specdemo.engine.tree_drafter import TreeDrafter
+
+
+def tree_rounds(pair, spec: SpecConfig, sampling: SamplingConfig, head: bool) -> list:
+    """A run's rounds with the pair's head slot (its trees grown in one replay), or without (step by step)."""
+    slot = pair.static_slots.pop("head") if not head else None
+    try:
+        return list(speculative_rounds(pair, pair.encode("ROMEO:\nWhat light"), sampling, spec))
+    finally:
+        if slot is not None:
+            pair.static_slots["head"] = slot
+
+
+def nodes_of(rnd) -> list[tuple]:
+    return [(n.token_id, n.parent, n.depth, n.on_path) for n in rnd.tree or []]
+
+
+@pytest.mark.parametrize("shape,prune", [((2, 4, 8), 0.0), ((3, 5, 15), 0.02), ((4, 4, 20), 0.2)],
+                         ids=["2x4-8", "3x5-15-pruned", "4x4-20-pruned-hard"])
+def test_a_tree_grown_in_one_replay_is_the_tree_grown_step_by_step(own_pair, shape, prune):
+    """At T = 0, round for round: the same nodes (tokens, parents, depths, the path), head probabilities within
+    float32 rounding, the same tokens kept. Where pruning keeps fewer nodes than the budget, the replay's tree is
+    padded, and the page's tree holds the real nodes only."""
+    pair = own_pair
+    decode_as(pair, "replayed")
+    topk, depth, budget = shape
+    spec = SpecConfig(k=4, max_new_tokens=40, strategy="tree", tree_topk=topk, tree_depth=depth, tree_budget=budget,
+                      tree_prune=prune, top_candidates=3)
+    slot = pair.static_slots["head"]
+    before = dict(getattr(slot, "trees", {}))
+    replayed, stepped = tree_rounds(pair, spec, GREEDY, True), tree_rounds(pair, spec, GREEDY, False)
+    assert set(getattr(slot, "trees", {})) - set(before), "the replayed run grew its trees in a captured graph"
+    assert [t.token_id for r in replayed for t in r.output] == [t.token_id for r in stepped for t in r.output]
+    sizes = []
+    for a, b in zip(replayed, stepped, strict=True):
+        assert nodes_of(a) == nodes_of(b), a.index
+        assert a.k == b.k == len(a.tree or [])
+        for x, y in zip(a.tree or [], b.tree or []):
+            assert x.head_p == pytest.approx(y.head_p, rel=1e-4, abs=1e-6)
+            assert x.p == pytest.approx(y.p, rel=1e-4, abs=1e-6)
+        sizes.append(len(a.tree or []))
+    trees = [n for n in sizes if n]
+    assert len(trees) > 5
+    if prune:
+        assert min(trees) < budget, "pruning left some tree smaller than its budget: the padding was walked past"
+    else:  # (the last rounds draft shallower trees, which hold fewer candidates)
+        assert max(trees) == budget
+
+
+def test_top_k_children_at_t_07_keep_the_tree_and_the_targets_joint(own_pair):
+    """At T > 0 with top-k children the replay grows the trees the steps grow (round two's, before the walks'
+    draws part the runs: a padded tree draws at more rows), and the joint of the first three tokens is the warped
+    target's (χ², enumerated over the top-3 support; round two walks a replayed tree)."""
+    pair = own_pair
+    decode_as(pair, "replayed")
+    cfg = SamplingConfig(temperature=1.0, top_k=3)
+    spec = SpecConfig(k=4, max_new_tokens=12, strategy="tree", tree_topk=2, tree_depth=3, tree_budget=6,
+                      tree_prune=0.05, tree_children="top", seed=4)
+    replayed, stepped = tree_rounds(pair, spec, cfg, True), tree_rounds(pair, spec, cfg, False)
+    assert nodes_of(replayed[1]) == nodes_of(stepped[1]) and replayed[1].tree
+
+    prompt_ids = pair.encode("ROMEO:\nI")
+    slot = pair.static_slots["head"]
+    exact = exact_joint3(pair, prompt_ids, cfg)
+    n = 500  # as the chain's joint test in test_static.py
+
+    def drafter():
+        return TreeDrafter(pair.head, pair.target, cfg, pair.vocab_size, pair.context_window + 1, (2, 3, 6), "top",
+                           0.05, slot=slot)
+
+    counts = speculative_samples(pair, prompt_ids, cfg, k=3, n=n, n_tokens=3, strategy="tree",
+                                 make_drafter=drafter)
+    counts.pop("rejections")
+    assert chi2_pvalue(drop_k(counts), exact, n) > PASS_P
+
+
+def test_a_tree_round_on_the_stand_in_reads_the_device_once(own_pair):
+    """Issue 45's counters (bench/round_ops.py) for a top-k tree with the growth replayed: after the prompt's
+    round, one host read a round (the walk's verdict), where the growth step by step read one a depth."""
+    from specdemo.bench.round_ops import round_counts
+
+    pair = own_pair
+    decode_as(pair, "replayed")
+    spec = SpecConfig(k=4, max_new_tokens=32, strategy="tree", tree_topk=2, tree_depth=4, tree_budget=8,
+                      tree_prune=0.02, top_candidates=0)
+    ids = pair.encode("ROMEO:\nWhat light")
+    list(speculative_rounds(pair, ids, GREEDY, spec))  # every graph this run needs is captured once before
+    counts = round_counts(speculative_rounds(pair, ids, GREEDY, spec), skip=2)
+    assert len(counts) > 3 and all(reads == 1 for _, reads, _, _ in counts), counts
+    slot = pair.static_slots.pop("head")
+    try:
+        stepped = round_counts(speculative_rounds(pair, ids, GREEDY, spec), skip=2)
+    finally:
+        pair.static_slots["head"] = slot
+    assert max(reads for _, reads, _, _ in stepped) > 1, "the step-by-step growth reads a number a depth"
+    median = [torch.tensor([c[0] for c in x]).float().median() for x in (counts, stepped)]
+    assert median[0] <= median[1] - 40 * 3, median  # at least 40 operators fewer for each of the 3 depths grown
