@@ -109,3 +109,54 @@ def test_a_tree_round_on_the_stand_in_reads_the_device_once(own_pair):
     assert max(reads for _, reads, _, _ in stepped) > 1, "the step-by-step growth reads a number a depth"
     median = [torch.tensor([c[0] for c in x]).float().median() for x in (counts, stepped)]
     assert median[0] <= median[1] - 40 * 3, median  # at least 40 operators fewer for each of the 3 depths grown
+
+
+@pytest.mark.parametrize("m", [1, 3])
+def test_a_tree_rounds_roll_back_in_one_replay_moves_the_kept_rows_and_nothing_else(own_pair, m):
+    """StaticLM.keep_rows on captured forwards (models/row_moves.py): the kept rows' keys and values land right
+    after the fixed tokens, in every layer, and every other slot keeps what it held, the first replay (its
+    capture) included."""
+    pair = own_pair
+    decode_as(pair, "replayed")
+    slot = pair.static_slots["target"]
+    slot.moves.graphs.pop(m, None)  # captured by this call
+    lm = pair.new_lm("target")
+    lm.feed(torch.tensor(pair.encode("ROMEO:\nWhat light through yonder window breaks")), keep_logits=1)
+    start = lm.length - 8
+    rows = list(range(2)) + list(range(8 - m, 8))  # the first 2 stay; the last m move up behind them
+    before = [(k.clone(), v.clone()) for k, v in slot.kv]
+    lm.keep_rows(start, rows)
+    assert m in slot.moves.graphs and lm.length == start + 2 + m
+    for (k0, v0), (k, v) in zip(before, slot.kv, strict=True):
+        for old, new in ((k0, k), (v0, v)):
+            want = old.clone()
+            want[:, :, start + 2 : start + 2 + m] = old[:, :, start + 8 - m : start + 8]
+            assert torch.equal(new, want)
+
+
+@pytest.mark.parametrize("cfg", [GREEDY, SamplingConfig(0.7, top_k=20, top_p=0.9), SamplingConfig(1.0)],
+                         ids=["greedy", "top-k-top-p", "T1"])
+def test_a_trees_captured_verdict_decides_what_the_eager_walk_decides(own_pair, monkeypatch, cfg):
+    """judge_graph.TreeJudge against walk.walk on the same padded trees and the same generator: the same rounds,
+    token for token and label for label, with the same numbers on the page (p, head p, the chance to go on, the
+    inspector's candidates) within float32 rounding."""
+    from specdemo.engine import speculative
+
+    pair = own_pair
+    decode_as(pair, "replayed")
+    spec = SpecConfig(k=4, max_new_tokens=40, strategy="tree", tree_topk=3, tree_depth=4, tree_budget=10,
+                      tree_prune=0.05, tree_children="top", top_candidates=3, seed=7)
+    replayed = tree_rounds(pair, spec, cfg, True)
+    judges = pair.static_slots["target"].tree_judges
+    assert any(j.graphs for j in judges.values())
+    monkeypatch.setattr(speculative, "tree_judge", lambda *a: None)
+    eager = tree_rounds(pair, spec, cfg, True)
+    assert len(replayed) == len(eager) > 5
+    for a, b in zip(replayed, eager, strict=True):
+        assert [(t.token_id, t.label) for t in a.tokens] == [(t.token_id, t.label) for t in b.tokens]
+        assert nodes_of(a) == nodes_of(b)
+        for x, y in zip(a.tokens, b.tokens):
+            assert x.p == pytest.approx(y.p, rel=1e-5, abs=1e-7)
+        for x, y in zip(a.drafts, b.drafts):
+            assert (x.overlap, x.accept_prob) == pytest.approx((y.overlap, y.accept_prob), rel=1e-5, abs=1e-7)
+            assert [c.token_id for c in x.top] == [c.token_id for c in y.top]

@@ -1,4 +1,5 @@
-"""A chain round's verdict as one replay (issue 45, item 3: judged on the device, read once).
+"""A round's verdict as one replay (issue 45, item 3: judged on the device, read once): a chain's (ChainJudge) and a
+tree of top-k children's (TreeJudge, the walk of walk.walk; a tree of sampled children is walked eagerly).
 
 Where the target's forwards are captured (`graphs` on CUDA; the graphs' stand-in on a CPU, for tests), a chain's
 step 3 runs as one graph per number of drafts k: the target's last hidden states -> its LM head's logits -> warped
@@ -24,11 +25,35 @@ from specdemo.config import SamplingConfig
 from specdemo.models.lm import head_logits
 from specdemo.models.static_parts import CAPTURED, ReplayStandIn
 
-from .sampling import Verdict, draw_verify, verify, warp
-from .story import verdict_tensors
+from .sampling import Verdict, draw_verify, uniforms, verify, warp
+from .story import tree_sizes, tree_verdict_tensors, verdict_tensors
+from .tree import DraftTree
+from .walk import walk
 
 log = logging.getLogger(__name__)
 SETTINGS_KEPT = 8  # the sampling settings whose verdict graphs a pair keeps (the least recently used go first)
+
+
+def captured(forward, stand_in: bool, slot) -> tuple[object, torch.Tensor]:
+    """A verdict's graph (CUDA) or its stand-in, and its flat output: `forward` returns (flat, flat)."""
+    if stand_in:
+        with torch.inference_mode():
+            out = forward()
+        return ReplayStandIn(forward, out), out[0]
+    dev = slot.device
+    stream = torch.cuda.Stream(dev)
+    stream.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(stream), torch.inference_mode():
+        for _ in range(2):  # warm-up before capture: lazy allocations and library handles
+            forward()
+    torch.cuda.current_stream(dev).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    # one pool for every verdict graph of the slot: each one's inputs live outside it, and its output is read right
+    # after its replay, so no graph needs another's memory to survive
+    pool = slot.__dict__.setdefault("judge_pool", torch.cuda.graph_pool_handle())
+    with torch.cuda.graph(graph, pool=pool), torch.inference_mode():
+        out = forward()
+    return graph, out[0]
 
 
 class ChainJudge:
@@ -57,24 +82,8 @@ class ChainJudge:
             flat = torch.cat([t.reshape(-1).float() for t in verdict_tensors(tokens, q, p, v, self.top_m, (cut, conf))])
             return flat, flat
 
-        if self.stand_in:
-            with torch.inference_mode():
-                out = forward()
-            graph = ReplayStandIn(forward, out)
-        else:
-            stream = torch.cuda.Stream(dev)
-            stream.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.stream(stream), torch.inference_mode():
-                for _ in range(2):  # warm-up before capture: lazy allocations and library handles
-                    forward()
-            torch.cuda.current_stream(dev).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            # one pool for every verdict graph of the slot: each one's inputs live outside it, and its output is
-            # read right after its replay, so no graph needs another's memory to survive
-            pool = self.slot.__dict__.setdefault("judge_pool", torch.cuda.graph_pool_handle())
-            with torch.cuda.graph(graph, pool=pool), torch.inference_mode():
-                out = forward()
-        return graph, hidden, tokens, q, r, u, cut, conf, out[0]
+        graph, out = captured(forward, self.stand_in, self.slot)
+        return graph, hidden, tokens, q, r, u, cut, conf, out
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -129,6 +138,88 @@ def chain_judge(pair, sampling: SamplingConfig, lenience: float, top_m: int) -> 
         stand_in = isinstance(next(iter(slot.graphs.values())).graph, ReplayStandIn)
         judges[key] = ChainJudge(sampling, lenience, top_m, slot, stand_in)
         while len(judges) > SETTINGS_KEPT:  # a public page's visitors pick many settings: the oldest graphs go
+            judges.popitem(last=False)
+    judges.move_to_end(key)
+    return judges[key]
+
+
+class TreeJudge:
+    """The captured verdicts of trees of top-k children (walk.walk) for one sampling setting, one graph per (nodes,
+    depth bound): the target's LM head over the verify's last hidden states, the warp, the walk with its uniforms
+    drawn before the replay (as the eager walk draws them), and story.tree_verdict_tensors, flat."""
+
+    def __init__(self, sampling: SamplingConfig, top_m: int, slot, stand_in: bool):
+        self.sampling, self.top_m, self.vocab = sampling, top_m, slot.vocab_size
+        self.device, self.stand_in, self.slot = slot.device, stand_in, slot
+        self.graphs: dict[tuple[int, int], tuple] = {}
+        self.failed = False
+
+    def _capture(self, n: int, max_depth: int) -> tuple:
+        dev, greedy, slot = self.device, self.sampling.greedy, self.slot
+        hidden = torch.zeros(n + 1, slot.model.config.hidden_size, dtype=slot.dtype, device=dev)
+        tokens, head_p = torch.zeros(n, dtype=torch.long, device=dev), torch.ones(n, device=dev)
+        parents, depths = torch.full((n,), -1, dtype=torch.long, device=dev), torch.ones(n, dtype=torch.long, device=dev)
+        size = torch.full((), n, dtype=torch.long, device=dev)
+        u = None if greedy else uniforms(n + 1, torch.Generator(device=dev).manual_seed(0), dev)
+
+        def forward():
+            p = warp(head_logits(slot.model, slot.head32, hidden, self.vocab), self.sampling)
+            tree = DraftTree(parents, depths, head_p, max_depth, size=size)
+            v = walk(tokens, tree, p, None, greedy=greedy, u=u)
+            flat = torch.cat([t.reshape(-1).float() for t in tree_verdict_tensors(tokens, tree, p, v, self.top_m)])
+            return flat, flat
+
+        graph, out = captured(forward, self.stand_in, slot)
+        return graph, (hidden, tokens, parents, depths, head_p, size), u, out
+
+    @torch.inference_mode()
+    def judge(self, hidden: torch.Tensor, tokens: torch.Tensor, tree: DraftTree, gen: torch.Generator
+              ) -> list[list[float]] | None:
+        """tree_verdict_tensors' host lists for (the target's last hidden states [n+1, H], the nodes [n], their tree),
+        by one replay and one copy; None where no graph could be captured (the caller judges eagerly)."""
+        n, key = tokens.numel(), (tokens.numel(), tree.max_depth)
+        if key not in self.graphs:
+            if self.failed:
+                return None
+            try:  # once per (settings, n, depth): on the stand-in not a round's work
+                with torch.profiler.record_function(CAPTURED) if self.stand_in else contextlib.nullcontext():
+                    self.graphs[key] = self._capture(*key)
+            except Exception as err:  # noqa: BLE001 - any capture failure falls back to the eager walk
+                self.failed = True
+                log.warning("the tree's verdict could not be captured (%s: %s); judging eagerly",
+                            type(err).__name__, err)
+                return None
+        graph, inputs, u, out = self.graphs[key]
+        for buf, x in zip(inputs, (hidden, tokens, tree.parents, tree.depths, tree.head_p), strict=False):
+            buf.copy_(x)
+        if tree.size is not None:
+            inputs[-1].copy_(tree.size)
+        else:
+            inputs[-1].fill_(n)
+        if u is not None:  # as walk draws them: sampling.uniforms(n + 1, gen, device)
+            torch.rand(u.shape, generator=gen, out=u)
+        graph.replay()
+        flat, lists, i = out.tolist(), [], 0
+        for size in tree_sizes(n, self.top_m, self.vocab):
+            lists.append(flat[i : i + size])
+            i += size
+        return lists
+
+    def width(self) -> int:
+        return min(self.top_m, self.vocab) if self.top_m > 0 else 0
+
+
+def tree_judge(pair, sampling: SamplingConfig, top_m: int) -> TreeJudge | None:
+    """The pair's TreeJudge for these settings where its target's forwards are captured (as chain_judge)."""
+    slot = (getattr(pair, "static_slots", None) or {}).get("target")
+    if slot is None or not slot.graphs or slot.head32 is None:
+        return None
+    judges = slot.__dict__.setdefault("tree_judges", OrderedDict())
+    key = (sampling.temperature, sampling.top_k, sampling.top_p, top_m)
+    if key not in judges:
+        stand_in = isinstance(next(iter(slot.graphs.values())).graph, ReplayStandIn)
+        judges[key] = TreeJudge(sampling, top_m, slot, stand_in)
+        while len(judges) > SETTINGS_KEPT:
             judges.popitem(last=False)
     judges.move_to_end(key)
     return judges[key]

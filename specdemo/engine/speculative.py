@@ -43,9 +43,9 @@ from specdemo.models.devices import cpu_bf16_kind, packs_bf16
 
 from .drafters import Drafter, Proposal, RoundOutcome
 from .events import Round, Trace
-from .judge_graph import ChainJudge, candidate_width, chain_judge, split_flat
+from .judge_graph import ChainJudge, TreeJudge, candidate_width, chain_judge, split_flat, tree_judge
 from .sampling import verify, warp
-from .story import Judged, round_story, tree_verdict_on_host, verdict_from_host, verdict_on_host
+from .story import Judged, round_story, tree_verdict_from_host, tree_verdict_on_host, verdict_from_host, verdict_on_host
 from .strategy import make_drafter, max_drafts
 from .tree import tree_attention
 from .tree_drafter import run_tree_shape, tree_children, tree_prune
@@ -134,11 +134,11 @@ def verify_forward(target: CachedLM, seq: torch.Tensor, proposal: Proposal, draf
 
 
 def judge(pair: ModelPair, proposal: Proposal, logits: torch.Tensor, gen: torch.Generator, sampling: SamplingConfig,
-          spec: SpecConfig, captured: ChainJudge | None = None) -> Judged:
+          spec: SpecConfig, captured: ChainJudge | TreeJudge | None = None) -> Judged:
     """Step 3: judge all k drafts at once from the target's logits, then copy the verdict (and the inspector's top
-    candidates) to the host in one sync: a chain by the modified rejection test with its q (one captured replay
-    where the target's forwards are captured: judge_graph.py, which takes the target's last hidden states as
-    `logits`), a tree by the exact walk (walk.py)."""
+    candidates) to the host in one sync: a chain by the modified rejection test with its q, a tree by the exact walk
+    (walk.py); each as one captured replay where the target's forwards are captured (judge_graph.py, which takes the
+    target's last hidden states as `logits`; a tree of sampled children is walked eagerly)."""
     tree, top_m = proposal.tree, spec.top_candidates
     if tree is None:
         cut = proposal.cut[:2] if proposal.cut is not None else None
@@ -157,10 +157,16 @@ def judge(pair: ModelPair, proposal: Proposal, logits: torch.Tensor, gen: torch.
                                                                                v, top_m, cut)
         return Judged(drafts, n_acc, next_tok, p_next, list(range(n_acc)), top, rows=rows,
                       unsure=(conf, proposal.cut[2]) if conf is not None else None)
-    p = warp(logits, sampling)
-    tv = (walk(proposal.tokens, tree, p, gen, greedy=sampling.greedy) if tree.drawn is None
-          else walk_sampled(proposal.tokens, tree, p, gen))
-    nodes, path, p_go, next_tok, p_next, leaf, top = tree_verdict_on_host(pair, proposal.tokens, tree, p, tv, top_m)
+    host = captured.judge(logits, proposal.tokens, tree, gen) if captured is not None else None
+    if host is not None:  # the walk and the round's numbers in one replay (judge_graph.TreeJudge)
+        nodes, path, p_go, next_tok, p_next, leaf, top = tree_verdict_from_host(pair, host, tree, top_m,
+                                                                                captured.width())
+    else:
+        p = warp(logits if captured is None else captured.logits(logits), sampling)
+        tv = (walk(proposal.tokens, tree, p, gen, greedy=sampling.greedy) if tree.drawn is None
+              else walk_sampled(proposal.tokens, tree, p, gen))
+        nodes, path, p_go, next_tok, p_next, leaf, top = tree_verdict_on_host(pair, proposal.tokens, tree, p, tv,
+                                                                              top_m)
     return Judged([nodes[i].token_id for i in path], len(path), next_tok, p_next, path, top, nodes=nodes, p_go=p_go,
                   leaf=leaf)
 
@@ -217,8 +223,9 @@ def speculative_rounds(
         m1 = clock.mark()
 
         # 2. verify: one target forward over the drafts -> p_1..p_{k+1}
-        captured = (chain_judge(pair, sampling, spec.lenience, spec.top_candidates)
-                    if proposal.tree is None else None)  # a chain's verdict (k = 0: a plain step's) as one replay
+        # a chain's verdict (k = 0: a plain step's), or a top-k tree's, as one replay where the forwards are captured
+        captured = (chain_judge(pair, sampling, spec.lenience, spec.top_candidates) if proposal.tree is None
+                    else tree_judge(pair, sampling, spec.top_candidates) if proposal.tree.drawn is None else None)
         logits, features, fed_from, unseen = verify_forward(target, seq, proposal, drafter, sampling, pair.dtype,
                                                             warped=False, hidden=captured is not None)
         m2 = clock.mark()

@@ -135,21 +135,32 @@ def round_tokens(pair: ModelPair, draft_list: list[int], rows: tuple, top: list,
     return positions, tokens
 
 
-@torch.inference_mode()
-def tree_verdict_on_host(pair: ModelPair, tokens: torch.Tensor, tree: DraftTree, p: torch.Tensor, v: TreeVerdict,
-                         top_m: int) -> tuple:
-    """A tree round's one device-to-host copy: the nodes (token, parent, depth, head p, target p), the walk (path,
-    where it ended, the target's token there and its p) and, for the inspector, the top_m under p at every row.
-    Returns (nodes, path rows, next token, p of it, ended at a leaf, top candidates per p row)."""
+def tree_verdict_tensors(tokens: torch.Tensor, tree: DraftTree, p: torch.Tensor, v: TreeVerdict, top_m: int
+                         ) -> list[torch.Tensor]:
+    """What a tree round's one device-to-host copy carries: the nodes (token, parent, depth, head p, target p), the
+    walk (on the path, the chance to go on, q and the chance when tested; where it ended, the target's token there,
+    a leaf or not, the tree's real size; its p) and, for the inspector, the top_m under p at every row."""
     top_tensors = []
     if top_m > 0:
         top_ids = p.topk(min(top_m, p.shape[1]), dim=-1).indices
         top_tensors = [top_ids, p.gather(1, top_ids)]
     p_next = p.view(-1).gather(0, v.end_row * p.shape[1] + v.next_token)
     size = tree.size if tree.size is not None else torch.full((), tokens.numel(), device=tokens.device)
-    host = to_host(tokens, tree.parents, tree.depths, tree.head_p, v.p_of_node, v.on_path, v.p_continue,
-                   v.q_of_node, v.accept_of_node,
-                   torch.stack([v.end_row, v.next_token, v.end_is_leaf.long(), size.long()]), p_next, *top_tensors)
+    return [tokens, tree.parents, tree.depths, tree.head_p, v.p_of_node, v.on_path, v.p_continue, v.q_of_node,
+            v.accept_of_node, torch.stack([v.end_row, v.next_token, v.end_is_leaf.long(), size.long()]), p_next,
+            *top_tensors]
+
+
+def tree_sizes(n: int, top_m: int, vocab: int) -> list[int]:
+    """The lengths of tree_verdict_tensors' lists for a tree of n nodes (a flat copy splits by them)."""
+    width = min(top_m, vocab) if top_m > 0 else 0
+    return [n] * 6 + [n + 1] + [n] * 2 + [4, 1] + ([(n + 1) * width] * 2 if width else [])
+
+
+def tree_verdict_from_host(pair: ModelPair, host: list[list[float]], tree: DraftTree, top_m: int, width: int
+                           ) -> tuple:
+    """The round's verdict from the host lists of tree_verdict_tensors. Returns (nodes, path rows, next token, p of
+    it, ended at a leaf, top candidates per p row)."""
     (ids, parents, depths, head_p, p_node, on_path, p_go, q_node, acc_node, (end_row, next_tok, leaf, n), (p_next_host,),
      *top_host) = host
     n = int(n)  # a tree grown in a graph is padded to its budget: its first n nodes are real (DraftTree.size)
@@ -165,12 +176,20 @@ def tree_verdict_on_host(pair: ModelPair, tokens: torch.Tensor, tree: DraftTree,
                                                                     q_node, acc_node))]
     top = [[] for _ in range(len(nodes) + 1)]
     if top_m > 0:
-        width = top_tensors[0].shape[1]
         top = [[Candidate(int(c), pair.token_text(int(c)), pc, 0.0)
                 for c, pc in zip(top_host[0][r * width:(r + 1) * width], top_host[1][r * width:(r + 1) * width])]
                for r in range(len(nodes) + 1)]
     path = [nd.id for nd in nodes if nd.on_path]
     return nodes, path, p_go, int(next_tok), p_next_host, bool(leaf), top
+
+
+@torch.inference_mode()
+def tree_verdict_on_host(pair: ModelPair, tokens: torch.Tensor, tree: DraftTree, p: torch.Tensor, v: TreeVerdict,
+                         top_m: int) -> tuple:
+    """A tree round's one device-to-host copy of tree_verdict_tensors, read by tree_verdict_from_host."""
+    tensors = tree_verdict_tensors(tokens, tree, p, v, top_m)
+    width = tensors[11].shape[1] if top_m > 0 else 0
+    return tree_verdict_from_host(pair, to_host(*tensors), tree, top_m, width)
 
 
 def tree_round_tokens(pair: ModelPair, nodes: list[TreeNode], path: list[int], p_go: list[float], top: list,

@@ -46,15 +46,16 @@ class TreeVerdict:
 
 
 def walk(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, generator: torch.Generator | None,
-         greedy: bool = False) -> TreeVerdict:
+         greedy: bool = False, u: torch.Tensor | None = None) -> TreeVerdict:
     """The exact walk through a tree with deterministic children, for all nodes at once, with no host sync.
 
     tokens [n]; p_target [n + 1, V]: row 0 at the root, row i + 1 at node i. One draw is made at every row up front
     (argmax at T = 0); the walk uses the draws of the rows it visits. Draws at rows it never visits are independent
-    of the visited ones, so drawing them changes nothing in the output's distribution."""
+    of the visited ones, so drawing them changes nothing in the output's distribution. u: those draws' uniforms
+    [n + 1, 1] (sampling.uniforms), drawn before a captured replay (judge_graph.TreeJudge); None draws them here."""
     n = tokens.shape[0]
     assert p_target.shape[0] == n + 1 and tree.parents.shape[0] == n, (tokens.shape, p_target.shape)
-    draws = sample(p_target, generator, greedy=greedy)  # [n + 1]
+    draws = sample(p_target, generator, greedy=greedy, u=u)  # [n + 1]
     parent_row = tree.parents + 1  # the p row of each node's parent
     match = tokens == draws[parent_row]  # the target drew this node's token at its parent
     real = None if tree.size is None else torch.arange(n, device=tokens.device) < tree.size  # not the padding

@@ -32,6 +32,7 @@ import torch
 from .eagle import EagleHead
 from .head_graphs import HeadSlot
 from .lm import cache_argument, float32_head, head_logits
+from .row_moves import RowMoves
 from .static_parts import (CAPTURED, MIN_WINDOW, ReplayStandIn, buckets_for, cache_bytes, cache_view, fitting_window,
                            kv_shape, plan_window)
 
@@ -103,6 +104,7 @@ class StaticSlot:
         self._cache_kw = cache_argument(type(self.base).forward)
         self.run_base = self.base  # the forward that runs (and is captured): the model's own, or compiled
         self.compile_s = 0.0
+        self.moves: RowMoves | None = None  # a tree round's roll-back as one replay, once the forwards are captured
 
     def compile(self) -> float:
         """Compile the base model's forward (torch.compile, dynamic shapes, so that every width and bucket shares a
@@ -249,6 +251,7 @@ class StaticSlot:
             self.graphs[width, bucket] = Captured(graph, ids, positions, mask, start, out, given, causal=True)
         if cuda:
             torch.cuda.synchronize(self.device)
+        self.moves = RowMoves(self, stand_in=not cuda)
         self.capture_s = time.perf_counter() - t0
         return self.capture_s
 
@@ -294,6 +297,9 @@ class StaticLM:
         first = next((i for i, r in enumerate(rows) if r != i), len(rows))
         if first < len(rows):
             self.slot.take(self)
+            if self.slot.moves is not None and self.slot.moves.move([start + r for r in rows[first:]], start + first):
+                self.length = min(self.length, start + len(rows))
+                return
             src = torch.tensor(rows[first:], dtype=torch.long).to(self.slot.device) + start
             for k, v in self.slot.kv:
                 for t in (k, v):
