@@ -20,7 +20,7 @@ from specdemo.config import SamplingConfig, SpecConfig
 from specdemo.engine.autoregressive import baseline_generate
 from specdemo.engine.sampling import warp
 from specdemo.engine.speculative import PromptError, encode_prompt, speculative_generate, speculative_rounds
-from specdemo.engine.tree import DraftTree, tree_attention
+from specdemo.engine.tree import DraftTree, TreeForward, tree_attention
 from specdemo.models import CachedLM, loading
 from specdemo.models.loading import load_pair, load_pair_uncached
 from specdemo.models.static import (CPU_MODE, StaticLM, buckets_for, cache_bytes, choose_mode, fitting_window,
@@ -117,7 +117,11 @@ def test_the_static_cache_gives_the_dynamic_caches_logits(own_pair, mode):
                      head_p=torch.ones(4), max_depth=3)
     past = ref.length
     both(lambda m: m.feed_features(torch.tensor([8, 11, 12, 13, 14]), keep_logits=5,
-                                   tree=tree_attention(tree, past, 1, pair.dtype))[0])
+                                   tree=tree_attention(tree, past, 1, pair.dtype))[0])  # the whole mask, given
+    for m in (ref, lm):
+        m.crop(past)
+    both(lambda m: m.feed_features(torch.tensor([8, 11, 12, 13, 14]), keep_logits=5,
+                                   tree=TreeForward(tree, past, 1, pair.dtype))[0])  # made in the graph (replayed)
     for m in (ref, lm):
         m.keep_rows(past, [0, 1, 3, 4])  # the fixed token, then the path 11 -> 13 -> 14
     both(lambda m: m.feed(torch.tensor([15]), keep_logits=1))
@@ -223,7 +227,7 @@ def test_each_forward_attends_over_the_smallest_bucket_that_holds_it(own_pair):
     assert slot.buckets[:2] == (64, 128) and slot.buckets[-1] == slot.max_len > 128
     replays: list[tuple[int, int]] = []
     for key, c in slot.graphs.items():
-        assert c.mask.shape[-2:] == key, "a (width, bucket) graph's mask is width x bucket"
+        assert c.parents.shape[0] == key[0], "a (width, bucket) graph's tree rows are its width"
         c.graph.replay = (lambda key=key, run=c.graph.replay: (replays.append(key), run())[1])
     ref, lm = CachedLM(pair.target, pair.vocab_size), pair.new_lm("target")
     gen = torch.Generator().manual_seed(0)
@@ -240,9 +244,10 @@ def test_each_forward_attends_over_the_smallest_bucket_that_holds_it(own_pair):
     assert {b for _, b in replays} == {64, 128, 256} & set(slot.buckets), "the run crossed two buckets"
     tree = DraftTree(parents=torch.tensor([-1, 0, 0]), depths=torch.tensor([1, 2, 2]), head_p=torch.ones(3),
                      max_depth=2)
-    out = [m.feed_features(torch.tensor([3, 4, 5, 6]), keep_logits=4, tree=tree_attention(tree, n, 1, pair.dtype))[0]
+    out = [m.feed_features(torch.tensor([3, 4, 5, 6]), keep_logits=4, tree=TreeForward(tree, n, 1, pair.dtype))[0]
            for m in (ref, lm)]
     torch.testing.assert_close(out[1], out[0], atol=2e-5, rtol=1e-5)
+    assert replays[-1] == (4, slot.bucket(n + 4)), "the tree's forward replayed its width's graph, its mask made there"
     for m in (ref, lm):
         m.keep_rows(n, [0, 1, 3])
     torch.testing.assert_close(lm.feed(torch.tensor([9])), ref.feed(torch.tensor([9])), atol=2e-5, rtol=1e-5)

@@ -88,27 +88,30 @@ def test_top_k_children_at_t_07_keep_the_tree_and_the_targets_joint(own_pair):
     assert chi2_pvalue(drop_k(counts), exact, n) > PASS_P
 
 
-def test_a_tree_round_on_the_stand_in_reads_the_device_once(own_pair):
-    """Issue 45's counters (bench/round_ops.py) for a top-k tree with the growth replayed: after the prompt's
-    round, one host read a round (the walk's verdict), where the growth step by step read one a depth."""
+@pytest.mark.parametrize("cfg", [GREEDY, SamplingConfig(0.7)], ids=["T0", "T0.7"])
+def test_a_top_k_tree_round_dispatches_at_most_40_operators_and_reads_once(own_pair, cfg):
+    """Issue 45's floor for a tree of top-k children on the graphs' stand-in (bench/round_ops.py counts): after the
+    prompt's round, the head's read, the growth, the target's verify (its tree mask made in the graph) and the
+    verdict with the cache's roll-back are replays, and a round dispatches at most 40 operators outside them and
+    reads the device once; step by step the growth alone read a number a depth and dispatched hundreds."""
     from specdemo.bench.round_ops import round_counts
 
     pair = own_pair
     decode_as(pair, "replayed")
     spec = SpecConfig(k=4, max_new_tokens=32, strategy="tree", tree_topk=2, tree_depth=4, tree_budget=8,
-                      tree_prune=0.02, top_candidates=0)
+                      tree_prune=0.02, tree_children="top", top_candidates=0, seed=2)
     ids = pair.encode("ROMEO:\nWhat light")
-    list(speculative_rounds(pair, ids, GREEDY, spec))  # every graph this run needs is captured once before
-    counts = round_counts(speculative_rounds(pair, ids, GREEDY, spec), skip=2)
+    list(speculative_rounds(pair, ids, cfg, spec))  # every graph this run needs is captured once before
+    counts = round_counts(speculative_rounds(pair, ids, cfg, spec), skip=2)
     assert len(counts) > 3 and all(reads == 1 for _, reads, _, _ in counts), counts
+    assert max(ops for ops, *_ in counts) <= 40, counts
     slot = pair.static_slots.pop("head")
     try:
-        stepped = round_counts(speculative_rounds(pair, ids, GREEDY, spec), skip=2)
+        stepped = round_counts(speculative_rounds(pair, ids, cfg, spec), skip=2)
     finally:
         pair.static_slots["head"] = slot
     assert max(reads for _, reads, _, _ in stepped) > 1, "the step-by-step growth reads a number a depth"
-    median = [torch.tensor([c[0] for c in x]).float().median() for x in (counts, stepped)]
-    assert median[0] <= median[1] - 40 * 3, median  # at least 40 operators fewer for each of the 3 depths grown
+    assert min(ops for ops, *_ in stepped) > 100, stepped
 
 
 @pytest.mark.parametrize("m", [1, 3])

@@ -146,7 +146,9 @@ def chain_judge(pair, sampling: SamplingConfig, lenience: float, top_m: int) -> 
 class TreeJudge:
     """The captured verdicts of trees of top-k children (walk.walk) for one sampling setting, one graph per (nodes,
     depth bound): the target's LM head over the verify's last hidden states, the warp, the walk with its uniforms
-    drawn before the replay (as the eager walk draws them), and story.tree_verdict_tensors, flat."""
+    drawn before the replay (as the eager walk draws them), story.tree_verdict_tensors flat, and the roll-back of
+    the target's cache: the path's rows move up behind the fixed tokens (as StaticLM.keep_rows moves them; a
+    depth past the path moves a row past what the round keeps, which the next forward overwrites)."""
 
     def __init__(self, sampling: SamplingConfig, top_m: int, slot, stand_in: bool):
         self.sampling, self.top_m, self.vocab = sampling, top_m, slot.vocab_size
@@ -157,26 +159,37 @@ class TreeJudge:
     def _capture(self, n: int, max_depth: int) -> tuple:
         dev, greedy, slot = self.device, self.sampling.greedy, self.slot
         hidden = torch.zeros(n + 1, slot.model.config.hidden_size, dtype=slot.dtype, device=dev)
-        tokens, head_p = torch.zeros(n, dtype=torch.long, device=dev), torch.ones(n, device=dev)
-        parents, depths = torch.full((n,), -1, dtype=torch.long, device=dev), torch.ones(n, dtype=torch.long, device=dev)
-        size = torch.full((), n, dtype=torch.long, device=dev)
+        # the tree in one float buffer (tree_pack): tokens, parents, depths, head p, the real size, and 1 to move
+        # the rows (0 while capturing: the capture's own moves put each row onto itself)
+        pack = torch.cat([torch.zeros(n), torch.full((n,), -1.0), torch.ones(2 * n), torch.tensor([n, 0.0])]).to(dev)
+        base = torch.zeros((), dtype=torch.long, device=dev)  # the first node's slot in the cache: start + unseen
         u = None if greedy else uniforms(n + 1, torch.Generator(device=dev).manual_seed(0), dev)
 
         def forward():
             p = warp(head_logits(slot.model, slot.head32, hidden, self.vocab), self.sampling)
-            tree = DraftTree(parents, depths, head_p, max_depth, size=size)
+            tokens, parents, depths = (pack[i * n : (i + 1) * n].long() for i in range(3))
+            tree = DraftTree(parents, depths, pack[3 * n : 4 * n], max_depth, size=pack[4 * n].long())
             v = walk(tokens, tree, p, None, greedy=greedy, u=u)
             flat = torch.cat([t.reshape(-1).float() for t in tree_verdict_tensors(tokens, tree, p, v, self.top_m)])
+            by_depth = torch.arange(1, max_depth + 1, device=dev).view(-1, 1)
+            node = (v.on_path.view(1, n) & (depths.view(1, n) == by_depth)).long().argmax(1)  # the path's node at
+            src = base + node  # each depth's (garbage past its end), moved up to follow the fixed tokens
+            dst = torch.where(pack[4 * n + 1] > 0, base + by_depth.view(-1) - 1, src)
+            for k_cache, v_cache in slot.kv:
+                for t in (k_cache, v_cache):
+                    t.index_copy_(2, dst, t.index_select(2, src))
             return flat, flat
 
         graph, out = captured(forward, self.stand_in, slot)
-        return graph, (hidden, tokens, parents, depths, head_p, size), u, out
+        return graph, hidden, pack, base, u, out
 
     @torch.inference_mode()
-    def judge(self, hidden: torch.Tensor, tokens: torch.Tensor, tree: DraftTree, gen: torch.Generator
+    def judge(self, hidden: torch.Tensor, tokens: torch.Tensor, tree: DraftTree, gen: torch.Generator, base: int
               ) -> list[list[float]] | None:
         """tree_verdict_tensors' host lists for (the target's last hidden states [n+1, H], the nodes [n], their tree),
-        by one replay and one copy; None where no graph could be captured (the caller judges eagerly)."""
+        by one replay and one copy, with the target's cache rolled back on the device (its path's rows moved to
+        start at slot `base`, the first after the fixed tokens); None where no graph could be captured (the caller
+        judges eagerly, and moves the rows itself)."""
         n, key = tokens.numel(), (tokens.numel(), tree.max_depth)
         if key not in self.graphs:
             if self.failed:
@@ -189,13 +202,10 @@ class TreeJudge:
                 log.warning("the tree's verdict could not be captured (%s: %s); judging eagerly",
                             type(err).__name__, err)
                 return None
-        graph, inputs, u, out = self.graphs[key]
-        for buf, x in zip(inputs, (hidden, tokens, tree.parents, tree.depths, tree.head_p), strict=False):
-            buf.copy_(x)
-        if tree.size is not None:
-            inputs[-1].copy_(tree.size)
-        else:
-            inputs[-1].fill_(n)
+        graph, g_hidden, pack, g_base, u, out = self.graphs[key]
+        g_hidden.copy_(hidden)
+        pack.copy_(tree.packed if tree.packed is not None else tree_pack(tokens, tree))
+        g_base.fill_(base)
         if u is not None:  # as walk draws them: sampling.uniforms(n + 1, gen, device)
             torch.rand(u.shape, generator=gen, out=u)
         graph.replay()
@@ -205,8 +215,22 @@ class TreeJudge:
             i += size
         return lists
 
+    @torch.inference_mode()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """As ChainJudge.logits."""
+        return head_logits(self.slot.model, self.slot.head32, hidden, self.vocab)
+
     def width(self) -> int:
         return min(self.top_m, self.vocab) if self.top_m > 0 else 0
+
+
+def tree_pack(tokens: torch.Tensor, tree: DraftTree) -> torch.Tensor:
+    """A tree in TreeJudge's one float buffer: tokens, parents, depths, head p (n each), then its real size and a 1
+    (move the rows; float32 holds ids and indices exactly up to 2**24). A tree grown in a graph comes packed
+    (DraftTree.packed)."""
+    size = tree.size if tree.size is not None else torch.full((), tokens.numel(), device=tokens.device)
+    return torch.cat([tokens.float(), tree.parents.float(), tree.depths.float(), tree.head_p.float(),
+                      size.float().view(1), size.new_ones(1).float()])
 
 
 def tree_judge(pair, sampling: SamplingConfig, top_m: int) -> TreeJudge | None:

@@ -47,7 +47,7 @@ from .judge_graph import ChainJudge, TreeJudge, candidate_width, chain_judge, sp
 from .sampling import verify, warp
 from .story import Judged, round_story, tree_verdict_from_host, tree_verdict_on_host, verdict_from_host, verdict_on_host
 from .strategy import make_drafter, max_drafts
-from .tree import tree_attention
+from .tree import TreeForward
 from .tree_drafter import run_tree_shape, tree_children, tree_prune
 from .walk import walk, walk_sampled
 
@@ -126,7 +126,7 @@ def verify_forward(target: CachedLM, seq: torch.Tensor, proposal: Proposal, draf
     fed_from = target.length
     unseen = seq.numel() - fed_from
     tree = proposal.tree
-    attention = None if tree is None or tree.is_chain else tree_attention(tree, fed_from, unseen, dtype)
+    attention = None if tree is None or tree.is_chain else TreeForward(tree, fed_from, unseen, dtype)
     more = {"want_hidden": True} if hidden else {}
     logits, features = target.feed_features(torch.cat([seq[fed_from:], proposal.tokens]), keep_logits=proposal.k + 1,
                                             layers=drafter.feature_layers, tree=attention, **more)
@@ -134,11 +134,12 @@ def verify_forward(target: CachedLM, seq: torch.Tensor, proposal: Proposal, draf
 
 
 def judge(pair: ModelPair, proposal: Proposal, logits: torch.Tensor, gen: torch.Generator, sampling: SamplingConfig,
-          spec: SpecConfig, captured: ChainJudge | TreeJudge | None = None) -> Judged:
+          spec: SpecConfig, captured: ChainJudge | TreeJudge | None = None, base: int = 0) -> Judged:
     """Step 3: judge all k drafts at once from the target's logits, then copy the verdict (and the inspector's top
     candidates) to the host in one sync: a chain by the modified rejection test with its q, a tree by the exact walk
     (walk.py); each as one captured replay where the target's forwards are captured (judge_graph.py, which takes the
-    target's last hidden states as `logits`; a tree of sampled children is walked eagerly)."""
+    target's last hidden states as `logits`; a tree of sampled children is walked eagerly). A captured tree verdict
+    also moves the path's rows in the target's cache up to slot `base`, the first after the fixed tokens."""
     tree, top_m = proposal.tree, spec.top_candidates
     if tree is None:
         cut = proposal.cut[:2] if proposal.cut is not None else None
@@ -157,7 +158,7 @@ def judge(pair: ModelPair, proposal: Proposal, logits: torch.Tensor, gen: torch.
                                                                                v, top_m, cut)
         return Judged(drafts, n_acc, next_tok, p_next, list(range(n_acc)), top, rows=rows,
                       unsure=(conf, proposal.cut[2]) if conf is not None else None)
-    host = captured.judge(logits, proposal.tokens, tree, gen) if captured is not None else None
+    host = captured.judge(logits, proposal.tokens, tree, gen, base) if captured is not None else None
     if host is not None:  # the walk and the round's numbers in one replay (judge_graph.TreeJudge)
         nodes, path, p_go, next_tok, p_next, leaf, top = tree_verdict_from_host(pair, host, tree, top_m,
                                                                                 captured.width())
@@ -168,7 +169,7 @@ def judge(pair: ModelPair, proposal: Proposal, logits: torch.Tensor, gen: torch.
         nodes, path, p_go, next_tok, p_next, leaf, top = tree_verdict_on_host(pair, proposal.tokens, tree, p, tv,
                                                                               top_m)
     return Judged([nodes[i].token_id for i in path], len(path), next_tok, p_next, path, top, nodes=nodes, p_go=p_go,
-                  leaf=leaf)
+                  leaf=leaf, moved=host is not None)
 
 
 def roll_back(target: CachedLM, drafter: Drafter, seq: torch.Tensor, proposal: Proposal, judged: Judged,
@@ -179,7 +180,7 @@ def roll_back(target: CachedLM, drafter: Drafter, seq: torch.Tensor, proposal: P
     tree = proposal.tree
     kept = seq.numel() - 1
     kept_rows = (list(range(unseen)) + [unseen + i for i in judged.path])[: kept - fed_from]
-    if tree is None or tree.is_chain:  # the kept path is already in place
+    if tree is None or tree.is_chain or judged.moved:  # the kept path is already in place
         target.crop(min(target.length, kept))
     else:
         target.keep_rows(fed_from, kept_rows)
@@ -231,7 +232,7 @@ def speculative_rounds(
         m2 = clock.mark()
 
         # 3. judge: accept or reject every draft at once; one copy to the host
-        judged = judge(pair, proposal, logits, gen, sampling, spec, captured)
+        judged = judge(pair, proposal, logits, gen, sampling, spec, captured, fed_from + unseen)
         if judged.unsure is not None:  # the confidence stop cut the chain on the device: the round proposed fewer
             proposal = dataclasses.replace(proposal, tokens=proposal.tokens[: len(judged.drafts)],
                                            q=proposal.q[: len(judged.drafts)], unsure=judged.unsure, cut=None)

@@ -31,6 +31,7 @@ class Judged(NamedTuple):
     leaf: bool = False  # a tree: the walk ended at a leaf (so the target's token is a bonus)
     unsure: tuple[float, float] | None = None  # a chain cut on the device by the head's confidence stop: (the
     #                                            confidence at the cut, its stop_below); its drafts are cut there
+    moved: bool = False  # a tree judged in a graph, which also moved its path's rows in the target's cache
 
 
 def to_host(*tensors: torch.Tensor) -> list[list[float]]:

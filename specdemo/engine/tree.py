@@ -17,6 +17,7 @@ draws, which is what keeps the walk exact (walk.py).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -37,6 +38,8 @@ class DraftTree:
     # a tree grown in a captured graph (tree_graph.py) has a fixed number of nodes: the first `size` (a device
     # scalar) are real, the rest pad it (parents -1, depth 1) and are never on the walk's path; None: all are real
     size: torch.Tensor | None = None
+    packed: torch.Tensor | None = None  # grown in a graph: its tokens, parents, depths, head p, size and a 1 in one
+    #                                     float buffer, as judge_graph.tree_pack lays them out for the verdict's graph
 
     @staticmethod
     def chain(k: int, device, head_p: torch.Tensor | None = None, drawn: Drawn | None = None) -> DraftTree:
@@ -89,6 +92,32 @@ def tree_attention(tree: DraftTree, past: int, unseen: int, dtype: torch.dtype) 
     mask = torch.full((q, past + q), torch.finfo(dtype).min, dtype=dtype, device=dev).masked_fill_(allowed, 0.0)
     positions = torch.cat([torch.arange(past, prefix, device=dev), prefix - 1 + tree.depths])
     return mask.view(1, 1, q, past + q), positions.view(1, q)
+
+
+class TreeForward:
+    """What the target's forward over `unseen` fixed tokens and a tree's nodes needs of the tree: the whole mask and
+    positions (tree_attention), or each fed row's parent among the fed rows, from which a captured forward makes
+    them itself (models/static_parts.tree_made). A forward takes whichever it can use; nothing is built before."""
+
+    def __init__(self, tree: DraftTree, past: int, unseen: int, dtype: torch.dtype):
+        self.tree, self.past, self.unseen, self.dtype = tree, past, unseen, dtype
+
+    def attention(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return tree_attention(self.tree, self.past, self.unseen, self.dtype)
+
+    def parent_rows(self, width: int) -> torch.Tensor:
+        """[width] long, for a forward of `width` >= unseen + n rows: a fixed token's parent is the one before it (-1
+        for the first: it sees the cache), a node's is its parent node's row, or the last fixed token's for a child
+        of the root; the padding rows after them make a chain."""
+        parents, u = self.tree.parents, self.unseen
+        head, tail = row_ends(u, parents.shape[0], width, parents.device)
+        return torch.cat([head, parents + u, tail])
+
+
+@functools.lru_cache(maxsize=64)
+def row_ends(unseen: int, n: int, width: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """TreeForward.parent_rows' fixed parts, made once per shape: the fixed tokens' chain and the padding's."""
+    return (torch.arange(-1, unseen - 1, device=device), torch.arange(unseen + n - 1, width - 1, device=device))
 
 
 @dataclass

@@ -92,7 +92,10 @@ class TreeGraphs:
         is_real = torch.arange(keep.shape[0], device=dev) < size
         parents = torch.where(is_real, new_index[parent[keep]], -1)
         depths = torch.where(is_real, dep[keep], 1)
-        return self.slot.head.d2t[ids[keep]], parents, depths, hp[keep], size
+        tokens, hp = self.slot.head.d2t[ids[keep]], hp[keep]
+        packed = torch.cat([tokens.float(), parents.float(), depths.float(), hp.float(), size.float().view(1),
+                            size.new_ones(1).float()])  # as judge_graph.tree_pack
+        return tokens, parents, depths, hp, size, packed
 
     def _capture(self, length: int):
         slot, dev = self.slot, self.slot.device
@@ -138,13 +141,13 @@ class TreeGraphs:
             while len(graphs) > GRAPHS_KEPT:
                 graphs.popitem(last=False)
         graphs.move_to_end(key)
-        graph, (tokens, parents, depths, head_p, size) = graphs[key]
+        graph, (tokens, parents, depths, head_p, size, packed) = graphs[key]
         slot.take(view)
         self.g.copy_(g)
         self.start.fill_(view.length)
         with torch.profiler.record_function(CAPTURED):
             graph.replay()
-        return tokens, DraftTree(parents, depths, head_p, self.depth, size=size)
+        return tokens, DraftTree(parents, depths, head_p, self.depth, size=size, packed=packed)
 
 
 def tree_graphs(slot: HeadSlot, shape: tuple[int, int, int], prune_below: float) -> TreeGraphs:

@@ -80,9 +80,10 @@ class CachedLM:
         """As `feed`, and also the features an EAGLE head reads at all n fed positions: the outputs of decoder
         `layers` (0-based) and then the last hidden state, side by side, [n, (len(layers) + 1) H]; None for a model
         that keeps its own forward. `tree`: (float 4D attention mask, position ids) for a draft tree's forward
-        (tree.tree_attention); None for a causal one."""
+        (tree.tree_attention), or what makes them (tree.TreeForward); None for a causal one."""
         assert ids.dim() == 1 and ids.numel() >= keep_logits >= 1, (ids.shape, keep_logits)
         self.calls += 1
+        tree = tree.attention() if hasattr(tree, "attention") else tree  # (a tree.TreeForward: its whole mask)
         extra = {} if tree is None else {"attention_mask": tree[0], "position_ids": tree[1]}
         if self.head32 is None:
             out = self.model(input_ids=ids.view(1, -1), use_cache=True, logits_to_keep=keep_logits,

@@ -34,7 +34,7 @@ from .head_graphs import HeadSlot
 from .lm import cache_argument, float32_head, head_logits
 from .row_moves import RowMoves
 from .static_parts import (CAPTURED, MIN_WINDOW, ReplayStandIn, buckets_for, cache_bytes, cache_view, fitting_window,
-                           kv_shape, plan_window)
+                           kv_shape, plan_window, tree_made)
 
 __all__ = ["CAPTURED", "MIN_WINDOW", "ReplayStandIn", "buckets_for", "cache_bytes", "cache_view", "fitting_window",
            "kv_shape", "plan_window"]
@@ -54,12 +54,12 @@ class Captured:
 
     graph: object
     ids: torch.Tensor  # [1, w]
-    positions: torch.Tensor  # [1, w]
-    mask: torch.Tensor  # [1, 1, w, bucket]
+    parents: torch.Tensor  # [w] a tree forward's parent rows (tree.TreeForward.parent_rows, then a chain)
     start: torch.Tensor  # [] the length that the forward writes after
     out: tuple[torch.Tensor, torch.Tensor]
-    given: torch.Tensor | None = None  # [] bool: the forward reads positions and mask (a tree's); else it makes the
-    #                                    causal ones from `start` itself, so a chain's forward fills only ids and start
+    given: torch.Tensor | None = None  # [] bool: the forward makes a tree's positions and mask from `parents`
+    #                                    (static_parts.tree_made); else the causal ones from `start`, so a chain's
+    #                                    forward fills only ids and start
     causal: bool = False  # the host's view of `given`: it holds False (no fill needed for the next causal forward)
     views: dict = field(default_factory=dict)  # n -> (ids, hidden, features) buffers' first n rows (forward)
 
@@ -180,7 +180,10 @@ class StaticSlot:
         width n over that bucket."""
         n = ids.numel()
         width = next((w for w in self.widths if w >= n and start + w <= self.max_len), None)
+        if tree is not None and not hasattr(tree, "parent_rows"):  # a mask given whole: forwards it eagerly
+            width = None
         if width is None:
+            tree = tree.attention() if hasattr(tree, "attention") else tree
             assert start + n <= self.max_len, f"the static cache holds {self.max_len} tokens; {start + n} asked"
             positions = torch.empty(1, n, dtype=torch.long, device=self.device)
             mask = torch.empty(1, 1, n, self.bucket(start + n), dtype=self.dtype, device=self.device)
@@ -200,10 +203,11 @@ class StaticSlot:
             if not c.causal:
                 c.given.fill_(False)
                 c.causal = True
-        else:
-            self.given(start, n, tree, c.positions, c.mask)
-            c.given.fill_(True)
-            c.causal = False
+        else:  # the graph makes the tree's positions and mask from its rows' parents; its padding rows, a chain
+            c.parents.copy_(tree.parent_rows(c.parents.shape[0]))
+            if c.causal:
+                c.given.fill_(True)
+                c.causal = False
         c.start.fill_(start)
         c.graph.replay()
         h = views[1].clone()  # the graph's own buffers, overwritten by its next replay: the n real rows copied
@@ -223,16 +227,16 @@ class StaticSlot:
         self.widths = tuple(sorted(w for w in widths if w <= self.max_len))
         for width, bucket in ((w, b) for w in self.widths for b in self.buckets if w <= b):
             ids = torch.zeros(1, width, dtype=torch.long, device=self.device)
-            positions = torch.empty(1, width, dtype=torch.long, device=self.device)
-            mask = torch.empty(1, 1, width, bucket, dtype=self.dtype, device=self.device)
+            parents = self.slots[:width] - 1  # a chain until a tree's forward writes its rows
             start = torch.zeros((), dtype=torch.long, device=self.device)
             given = torch.zeros((), dtype=torch.bool, device=self.device)
-            self.causal(0, width, positions, mask)
 
-            def forward(ids=ids, positions=positions, mask=mask, start=start, given=given, width=width, bucket=bucket):
+            def forward(ids=ids, parents=parents, start=start, given=given, width=width, bucket=bucket):
                 made_positions, made_mask = self.causal_made(start, width, bucket)
-                return self._forward(ids, torch.where(given, positions, made_positions),
-                                     torch.where(given, mask, made_mask), start)
+                tree_positions, tree_mask = tree_made(self.slots, start, parents, bucket, self.dtype,
+                                                      self.last_position)
+                return self._forward(ids, torch.where(given, tree_positions, made_positions),
+                                     torch.where(given, tree_mask, made_mask), start)
 
             if cuda:
                 stream = torch.cuda.Stream(self.device)
@@ -248,7 +252,7 @@ class StaticSlot:
                 with torch.inference_mode():
                     out = forward()
                 graph = ReplayStandIn(forward, out)
-            self.graphs[width, bucket] = Captured(graph, ids, positions, mask, start, out, given, causal=True)
+            self.graphs[width, bucket] = Captured(graph, ids, parents, start, out, given, causal=True)
         if cuda:
             torch.cuda.synchronize(self.device)
         self.moves = RowMoves(self, stand_in=not cuda)

@@ -73,6 +73,24 @@ def plan_window(context_window: int, max_request: int | None, models: list, pad:
     return window, (window if window < context_window else None), window < asked
 
 
+def tree_made(slots: torch.Tensor, start: torch.Tensor, parent_row: torch.Tensor, bucket: int, dtype: torch.dtype,
+              last_position: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A tree forward's positions [1, w] and mask [1, 1, w, bucket] made inside a captured forward from the device
+    scalar `start` and each fed row's parent among the fed rows, parent_row [w] (-1: none; tree.TreeForward): a row
+    sees the cache before `start`, itself and its ancestors, and sits at start + its number of ancestors. A causal
+    forward is the chain of parents -1, 0, 1, ...; a tree's rows are the fixed tokens' chain, then its nodes."""
+    w = parent_row.shape[0]
+    idx = slots[:w]
+    reach = (parent_row.view(w, 1) == idx.view(1, w)) | (idx.view(w, 1) == idx.view(1, w))  # parent or itself
+    for _ in range(max(0, (w - 1).bit_length())):  # paths of up to 2^t steps after t squarings: w - 1 suffice
+        reach = reach | ((reach.float() @ reach.float()) > 0)
+    positions = (start + reach.sum(1) - 1).clamp_(max=last_position).view(1, w)
+    allowed = (slots[:bucket] < start).view(1, bucket).expand(w, bucket).clone()
+    allowed.scatter_(1, (start + idx).view(1, w).expand(w, w), reach)
+    mask = torch.zeros((), dtype=dtype, device=slots.device).masked_fill(~allowed, torch.finfo(dtype).min)
+    return positions, mask.view(1, 1, w, bucket)
+
+
 class ReplayStandIn:
     """A captured width's stand-in on a CPU: `replay()` runs the forward again on the same input buffers and copies
     its results into the same output tensors, as a CUDA graph's replay leaves them. Only tests use it: it lets the
