@@ -232,8 +232,8 @@ def test_keyboard_steps_through_the_rounds(page):
     page.locator("#sd-stats").click()
     page.keyboard.press("ArrowRight")
     wait_caption(page, "Round 1 of")  # one step from 'before round 1', not three
-    # a speaker's quick presses each count, and the last view on screen is the last step's (ui.py runs the steps
-    # one after another, in the order they were pressed)
+    # a speaker's quick presses each count, and the last view on screen is the last step's (the page sends one
+    # step at a time, page_js.KEYS_JS)
     page.keyboard.press("Home")
     wait_caption(page, "Before round 1")
     for _ in range(3):

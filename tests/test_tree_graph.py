@@ -8,11 +8,12 @@ import pytest
 import torch
 from test_eagle import exact_joint3
 from test_exactness import PASS_P, chi2_pvalue, drop_k, speculative_samples
-from test_static import GREEDY, decode_as, own_pair  # noqa: F401 - own_pair is a fixture
+from test_static import GREEDY, cuda_pair, decode_as, own_pair  # noqa: F401 - own_pair, cuda_pair: fixtures
 
 from specdemo.config import SamplingConfig, SpecConfig
 from specdemo.engine.speculative import speculative_rounds
 from specdemo.engine.tree_drafter import TreeDrafter
+from specdemo.models.static import prepare
 
 
 def tree_rounds(pair, spec: SpecConfig, sampling: SamplingConfig, head: bool) -> list:
@@ -163,3 +164,33 @@ def test_a_trees_captured_verdict_decides_what_the_eager_walk_decides(own_pair, 
         for x, y in zip(a.drafts, b.drafts):
             assert (x.overlap, x.accept_prob) == pytest.approx((y.overlap, y.accept_prob), rel=1e-5, abs=1e-7)
             assert [c.token_id for c in x.top] == [c.token_id for c in y.top]
+
+
+@pytest.mark.cuda
+def test_on_cuda_a_top_k_tree_round_syncs_once(cuda_pair):
+    """Issue 45 on a GPU, as test_static.py's eagle test: after the prompt's rounds, a round of a top-k tree (the
+    head's read, the growth, the verify and the verdict with the roll-back, each one replay) synchronises once, for
+    the verdict's copy, as torch's sync debug mode sees it. A failure names the lines that synchronised."""
+    import warnings
+
+    pair = cuda_pair
+    prepare(pair, "graphs")
+    ids = pair.encode("ROMEO:\nWhat light")
+    spec = SpecConfig(k=4, max_new_tokens=48, strategy="tree", tree_topk=2, tree_depth=4, tree_budget=8,
+                      tree_prune=0.02, tree_children="top")
+    for cfg in (GREEDY, SamplingConfig(0.7)):
+        list(speculative_rounds(pair, ids, cfg, spec))  # every graph the run needs is captured on first use
+        rounds, syncs, it = [], [], speculative_rounds(pair, ids, cfg, spec)
+        while True:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    rnd = next(it, None)
+                finally:
+                    torch.cuda.set_sync_debug_mode("default")
+            if rnd is None:
+                break
+            rounds.append(rnd)
+            syncs.append([f"{w.filename}:{w.lineno}" for w in caught if "synchronizing" in str(w.message)])
+        assert len(rounds) > 5 and all(len(s) == 1 for s in syncs[2:]), syncs

@@ -288,10 +288,10 @@ def step_round(state, direction: int, lang=None, request: gr.Request = None) -> 
     """Step-through for talks: show the text up to the current round and say what happened, in plain words.
     direction: 0 = back to before round 1, -1 = previous round, +1 = next round.
 
-    The page's steps run one at a time in the order pressed (ui.py's step group), so the view a quick press draws
-    is never followed by an older one. They also take the session's lock, which orders them against a redraw and
-    the API's steps, and move the cursor in the state itself, so that a quick second press, whose event read the
-    same state object, starts from the cursor the first one wrote."""
+    Steps run side by side across sessions (ui.py gives them no queue limit); within a session they take turns
+    under the session's lock and move the cursor in the state itself, so that a quick second press, whose event
+    read the same state object, starts from the cursor the first one wrote. (The page sends its step keys one at a
+    time, page_js.KEYS_JS, so that their views land in the order pressed.)"""
     with session_lock(request).lock:
         rounds = views.rounds_of(state)
         if rounds:

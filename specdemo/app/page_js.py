@@ -27,6 +27,9 @@ element.addEventListener('click', (e) => {
 
 # Step-through keys, on the whole page (render.KEYS shows the same names): next, previous, first round. Keys typed into
 # a field, a slider, a tab list or a dropdown keep their usual meaning, and so do all keys before a run is on screen.
+# One step is in flight at a time: a quick press waits until the view of the press before it has landed (or 1.5 s,
+# for a step that changes nothing on screen), since two views sent at once could land in either order and leave the
+# earlier one on screen (docs/decisions.md, "step keys in the order pressed").
 KEYS_JS = """
 window.sdStepTrigger = trigger;
 if (!window.sdKeysBound) {
@@ -34,12 +37,26 @@ if (!window.sdKeysBound) {
   const steps = {ArrowRight: 1, PageDown: 1, ArrowLeft: -1, PageUp: -1, Home: 0};
   const typing = 'input, textarea, select, [contenteditable], [role="slider"], [role="tab"], [role="listbox"], '
     + '[role="option"], [role="combobox"]';
+  const waiting = [];
+  let inFlight = null, before = null;  // the timer that stops waiting for a view that changes nothing; the caption
+  const caption = () => document.querySelector('#sd-step-caption [data-testid="markdown"]')?.textContent ?? '';
+  const next = () => {
+    if (inFlight !== null || !waiting.length) return;
+    inFlight = setTimeout(landed, 1500);
+    before = caption();
+    window.sdStepTrigger('click', {step: waiting.shift()});
+  };
+  const landed = () => { clearTimeout(inFlight); inFlight = null; next(); };
+  // the step's view has landed once the caption says something else (each step's caption names its round)
+  new MutationObserver(() => { if (inFlight !== null && caption() !== before) landed(); })
+    .observe(document.body, {subtree: true, childList: true, characterData: true});
   document.addEventListener('keydown', (e) => {
     if (!Object.hasOwn(steps, e.key) || e.ctrlKey || e.metaKey || e.altKey || e.shiftKey) return;
     if (e.target && e.target.closest && e.target.closest(typing)) return;
     if (!document.querySelector('#sd-token-view .sd-tok')) return;
     e.preventDefault();
-    window.sdStepTrigger('click', {step: steps[e.key]});
+    waiting.push(steps[e.key]);
+    next();
     document.querySelector('#sd-tabs')?.scrollIntoView({block: 'start'});  // the step-through opens there
   });
 }

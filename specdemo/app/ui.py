@@ -297,11 +297,11 @@ def wire_browsing(u, wire, view: list) -> None:
     for clickable in (u.film, u.tokens):
         clickable.click(**wire(handlers.film_click, ("round_sl", "film")), inputs=[u.state, u.lang], **quiet)
 
-    # one step at a time, in the order pressed, for every session: a step only draws a view (milliseconds), and with
-    # no limit a speaker's quick presses ran side by side, so a view drawn before the last one could land after it
-    # (three quick presses showed round 2 of a cursor at 3; docs/decisions.md). The session's lock
-    # (handlers.step_round) still orders the API's steps
-    step = dict(concurrency_id="step", concurrency_limit=1, trigger_mode="multiple")
+    # no queue limit: one session's steps never wait for another's; within a session they take turns on the
+    # session's own lock (handlers.step_round), so quick presses each read the cursor the previous one wrote. The
+    # page sends a key's step only once the view of the one before it has landed (page_js.KEYS_JS)
+    # (no tracker either: its timer inside the caption's block would read to KEYS_JS as the view landing)
+    step = dict(concurrency_id="step", concurrency_limit=None, trigger_mode="multiple", show_progress="hidden")
     for btn, direction in ((u.reset_btn, 0), (u.prev_btn, -1), (u.next_btn, 1)):
         btn.click(**wire(handlers.step_button(direction), handlers.STEP_OUTPUTS), inputs=[u.state, u.lang],
                   api_name=handlers.STEP_NAMES[direction], api_visibility="undocumented", **step)
