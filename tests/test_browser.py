@@ -241,6 +241,14 @@ def test_keyboard_steps_through_the_rounds(page):
     wait_caption(page, "Round 3 of")
     page.wait_for_timeout(1500)  # any step still on its way has landed by now
     assert "Round 3 of" in page.inner_text("#sd-step-caption")
+    # and so do quick clicks on Next, 30 ms apart (they join the keys' line)
+    page.keyboard.press("Home")
+    wait_caption(page, "Before round 1")
+    page.evaluate("""async () => { for (let i = 0; i < 3; i++) {
+      document.querySelector('#sd-next-round').click(); await new Promise((r) => setTimeout(r, 30)); } }""")
+    wait_caption(page, "Round 3 of")
+    page.wait_for_timeout(1500)
+    assert "Round 3 of" in page.inner_text("#sd-step-caption")
 
 
 def font_px(page, selector: str) -> float:

@@ -27,9 +27,9 @@ element.addEventListener('click', (e) => {
 
 # Step-through keys, on the whole page (render.KEYS shows the same names): next, previous, first round. Keys typed into
 # a field, a slider, a tab list or a dropdown keep their usual meaning, and so do all keys before a run is on screen.
-# One step is in flight at a time: a quick press waits until the view of the press before it has landed (or 1.5 s,
-# for a step that changes nothing on screen), since two views sent at once could land in either order and leave the
-# earlier one on screen (docs/decisions.md, "step keys in the order pressed").
+# One step is in flight at a time, from a key or a step button: a quick press waits until the view of the press
+# before it has landed (or 1.5 s, for a step that changes nothing on screen), since two views sent at once could
+# land in either order and leave the earlier one on screen (docs/decisions.md, "step keys in the order pressed").
 KEYS_JS = """
 window.sdStepTrigger = trigger;
 if (!window.sdKeysBound) {
@@ -50,6 +50,16 @@ if (!window.sdKeysBound) {
   // the step's view has landed once the caption says something else (each step's caption names its round)
   new MutationObserver(() => { if (inFlight !== null && caption() !== before) landed(); })
     .observe(document.body, {subtree: true, childList: true, characterData: true});
+  // the step buttons join the same line: a quick double click on Next is two steps, drawn in order
+  const buttons = {'sd-first-round': 0, 'sd-prev-round': -1, 'sd-next-round': 1};
+  document.addEventListener('click', (e) => {
+    const button = e.target.closest?.('#sd-first-round, #sd-prev-round, #sd-next-round');
+    if (!button) return;
+    e.stopImmediatePropagation();  // gradio's own click event for the button is not sent: the line sends it
+    e.preventDefault();
+    waiting.push(buttons[button.id]);
+    next();
+  }, true);
   document.addEventListener('keydown', (e) => {
     if (!Object.hasOwn(steps, e.key) || e.ctrlKey || e.metaKey || e.altKey || e.shiftKey) return;
     if (e.target && e.target.closest && e.target.closest(typing)) return;
