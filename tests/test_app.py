@@ -413,6 +413,11 @@ def test_the_stream_through_the_server_is_coalesced_and_its_last_update_holds_ev
 DECODING_LABEL = {"en": {"eager": "eager", "static": "static cache", "graphs": "CUDA graphs"},
                   "zh-CN": {"eager": "eager（逐步即时执行）", "static": "静态缓存", "graphs": "CUDA 图"}}
 DECODING_LINE = {"en": "Decoding: **{mode}** (why: {note}).", "zh-CN": "解码方式：**{mode}**（原因：{note}）。"}
+# the loader's usual reasons, as each language says them (views.DECODING_NOTE_KEY)
+DECODING_WHY = {"a CPU: dynamic KV cache, eager forwards (a static cache measured no faster here)":
+                {"en": "a CPU: dynamic KV cache, eager forwards (a static cache measured no faster here)",
+                 "zh-CN": "CPU：动态 KV 缓存，逐步即时执行前向计算（在此测得静态缓存并不更快）"},
+                "CUDA graphs over a static cache": {"en": "CUDA graphs over a static cache", "zh-CN": "静态缓存上的 CUDA 图"}}
 
 
 @pytest.mark.parametrize("lang", ["en", "zh-CN"])
@@ -429,11 +434,13 @@ def test_the_pair_line_says_how_the_pair_decodes_and_why(lang):
     assert loaded.decoding_note, "the loader says why"
     if not torch.cuda.is_available():
         assert loaded.decoding == "eager" and loaded.decoding_note.startswith("a CPU:")
-    line = DECODING_LINE[lang].format(mode=DECODING_LABEL[lang][loaded.decoding], note=loaded.decoding_note)
+    line = DECODING_LINE[lang].format(mode=DECODING_LABEL[lang][loaded.decoding],
+                                      note=DECODING_WHY[loaded.decoding_note][lang])
     assert out["pair_status"].endswith("  \n" + line), out["pair_status"]  # on a line of its own
     from specdemo.app import views
 
     assert views.pair_info(desc, lang) == out["pair_status"]  # a language switch's redraw draws the same line
+    assert set(DECODING_WHY) <= set(views.DECODING_NOTE_KEY), "the usual reasons have their translations"
 
 
 def test_the_decoding_reason_reaches_the_page_escaped():

@@ -15,6 +15,7 @@ from specdemo import i18n
 from specdemo.config import PRESETS
 from specdemo.engine.events import Trace
 from specdemo.i18n import tr
+from specdemo.models import static
 from specdemo.models.loading import preset_unavailable
 
 from . import plots, render, tree_view
@@ -322,11 +323,14 @@ def missing_notice(name: str, err: Exception, lang=None) -> str:
 
 
 DECODING_KEY = {"eager": "decoding.eager", "static": "decoding.static", "graphs": "decoding.graphs"}
+DECODING_NOTE_KEY = {static.WHY_CPU: "decoding.why_cpu", static.WHY_GRAPHS: "decoding.why_graphs",
+                     static.WHY_ZEROGPU: "decoding.why_zerogpu"}  # the loader's usual reasons (decoding_info)
 
 
 def decoding_info(desc: dict, lang=None) -> str:
     """How the pair decodes, in one sentence (Markdown): eager, static cache or CUDA graphs, and why. The reason is
-    the loader's own line (English, and it can quote an exception), so it is escaped for HTML and for Markdown."""
+    the loader's own line: its most common ones (DECODING_NOTE_KEY) in the page's language, any other in English
+    (it can quote an exception), escaped for HTML and for Markdown."""
     mode = desc.get("decoding")
     if not mode:  # a pair state saved before the pair said how it decodes
         return ""
@@ -334,7 +338,8 @@ def decoding_info(desc: dict, lang=None) -> str:
     note = (desc.get("decoding_note") or "").strip()
     if not note:
         return tr("pair.decoding_bare", lang, mode=shown)
-    return tr("pair.decoding", lang, mode=shown, note=md_cell(render.esc(note)))
+    why = tr(DECODING_NOTE_KEY[note], lang) if note in DECODING_NOTE_KEY else md_cell(render.esc(note))
+    return tr("pair.decoding", lang, mode=shown, note=why)
 
 
 def pair_line(pair_name: str, draft_id: str = "", target_id: str = "") -> str:

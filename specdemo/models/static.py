@@ -337,21 +337,26 @@ MODES = ("auto", "eager", "static", "graphs", "compiled")  # SPECDEMO_DECODING
 CPU_MODE = "eager"  # what `auto` picks on a CPU: decided by measurement (docs/decisions.md, "a static cache on a CPU")
 
 
+# the reasons choose_mode gives most often, named so that the page can say them in its language (app/views.py)
+WHY_CPU = "a CPU: dynamic KV cache, eager forwards (a static cache measured no faster here)"
+WHY_GRAPHS = "CUDA graphs over a static cache"
+WHY_ZEROGPU = "ZeroGPU runs each GPU task in a fresh process: no graphs to keep (docs/deploy.md)"
+
+
 def choose_mode(device: torch.device, asked: str, asker: str | None = None) -> tuple[str, str]:
     """(mode, why) for a pair on `device`, given the decoding `asked` (auto by default); `asker` names where the ask
     came from in the reason (SPECDEMO_DECODING), None a caller's own argument."""
     if asked not in MODES:
         raise ValueError(f"{asker or 'decoding'} must be one of {', '.join(MODES)}, got {asked!r}")
     if device.type == "cuda" and os.environ.get("SPACES_ZERO_GPU"):
-        return "eager", "ZeroGPU runs each GPU task in a fresh process: no graphs to keep (docs/deploy.md)"
+        return "eager", WHY_ZEROGPU
     if asked == "compiled" and device.type == "cuda":
-        return "compiled", "CUDA graphs over a static cache"
+        return "compiled", WHY_GRAPHS
     if asked == "auto":
         if device.type == "cuda":
-            return "graphs", "CUDA graphs over a static cache"
+            return "graphs", WHY_GRAPHS
         if device.type == "cpu":
-            return CPU_MODE, ("a CPU: dynamic KV cache, eager forwards (a static cache measured no faster here)"
-                              if CPU_MODE == "eager" else "a CPU: static cache, eager forwards (graphs need CUDA)")
+            return CPU_MODE, (WHY_CPU if CPU_MODE == "eager" else "a CPU: static cache, eager forwards (graphs need CUDA)")
         return "eager", f"{device.type}: CUDA graphs need a CUDA device"
     if asked in ("graphs", "compiled") and device.type != "cuda":
         return "static", f"{device.type}: static cache, eager forwards (graphs need CUDA)"
