@@ -194,3 +194,22 @@ def test_on_cuda_a_top_k_tree_round_syncs_once(cuda_pair):
             rounds.append(rnd)
             syncs.append([f"{w.filename}:{w.lineno}" for w in caught if "synchronizing" in str(w.message)])
         assert len(rounds) > 5 and all(len(s) == 1 for s in syncs[2:]), syncs
+
+
+def test_the_head_slot_keeps_the_latest_tree_shapes_and_drops_the_graphs_of_the_others(own_pair):
+    """A visitor can pick any prune_below: the slot keeps the buffers and growth graphs of its 8 latest tree shapes,
+    and a shape it lets go takes its graphs with it (they read that shape's own buffers)."""
+    from specdemo.engine import tree_graph
+
+    pair = own_pair
+    decode_as(pair, "replayed")
+    slot = pair.static_slots["head"]
+    spec = SpecConfig(k=4, max_new_tokens=12, strategy="tree", tree_topk=2, tree_depth=3, tree_budget=6,
+                      tree_prune=0.0123, top_candidates=0)
+    tree_rounds(pair, spec, GREEDY, True)
+    first = tree_graph.tree_graphs(slot, (2, 3, 6), 0.0123)
+    assert any(key[0] == id(first) for key in slot.trees), "the run grew its trees in the first shape's graphs"
+    for i in range(tree_graph.SHAPES_KEPT):
+        tree_graph.tree_graphs(slot, (2, 3, 6), 0.2 + i / 100)
+    assert len(slot.tree_shapes) == tree_graph.SHAPES_KEPT and ((2, 3, 6), 0.0123) not in slot.tree_shapes
+    assert not any(key[0] == id(first) for key in slot.trees)

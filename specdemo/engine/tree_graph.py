@@ -31,6 +31,7 @@ from .tree import DraftTree, head_probs
 
 log = logging.getLogger(__name__)
 GRAPHS_KEPT = 16  # growth graphs a head slot keeps, over every shape and bucket (the least recently used go)
+SHAPES_KEPT = 8  # tree shapes (with their prune_below) a head slot keeps buffers and graphs for
 
 
 class TreeGraphs:
@@ -126,7 +127,7 @@ class TreeGraphs:
             return None
         b = next(b for b in slot.buckets if b >= end)
         graphs = slot.__dict__.setdefault("trees", OrderedDict())
-        key = (self.topk, self.depth, self.budget, self.floor, b)
+        key = (id(self), b)  # its graphs read this shape's own input buffers
         if key not in graphs:
             if self.failed:
                 return None
@@ -151,9 +152,16 @@ class TreeGraphs:
 
 
 def tree_graphs(slot: HeadSlot, shape: tuple[int, int, int], prune_below: float) -> TreeGraphs:
-    """The slot's TreeGraphs for this shape (made on first use; its graphs are captured per cache bucket)."""
-    shapes = slot.__dict__.setdefault("tree_shapes", {})
+    """The slot's TreeGraphs for this shape (made on first use; its graphs are captured per cache bucket). The
+    SHAPES_KEPT most recently used shapes are kept, with their graphs (a visitor can pick any prune_below)."""
+    shapes = slot.__dict__.setdefault("tree_shapes", OrderedDict())
+    graphs = slot.__dict__.setdefault("trees", OrderedDict())
     key = (shape, prune_below)
     if key not in shapes:
         shapes[key] = TreeGraphs(slot, shape, prune_below)
+        while len(shapes) > SHAPES_KEPT:
+            old = shapes.popitem(last=False)[1]
+            for gk in [gk for gk in graphs if gk[0] == id(old)]:
+                del graphs[gk]
+    shapes.move_to_end(key)
     return shapes[key]
