@@ -296,22 +296,13 @@ def test_on_cuda_every_strategy_gives_the_captured_target_onlys_tokens(cuda_pair
     prepare(pair, "graphs")
 
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("stop", [0.0, 0.05])
-def test_on_cuda_an_eagle_round_syncs_once(cuda_pair, monkeypatch, stop):
-    """Issue 45 on a GPU: after the prompt's rounds, an eagle round (its read, chain, verify and verdict each one
-    replay, the confidence stop decided on the device) synchronises once, for the verdict's copy, as torch's sync
-    debug mode sees it. A failure names the lines that synchronised. (Its rounds are not compared with the
-    step-by-step chain's here: on a GPU the two attend over different buckets and verify widths, whose rounding
-    may part them at a near-tie; the identity test above holds every strategy to the target-only tokens.)"""
+def rounds_and_syncs(pair, ids, cfg, spec) -> tuple[list, list[list[str]]]:
+    """A run's rounds and, for each, the lines that synchronised with the GPU (torch's sync debug mode), after a
+    first run has captured every graph it needs."""
     import warnings
 
-    pair = cuda_pair
-    prepare(pair, "graphs")
-    monkeypatch.setattr(pair.head, "cfg", dataclasses.replace(pair.head.cfg, stop_below=stop))
-    ids, spec = pair.encode("ROMEO:\nWhat light"), SpecConfig(k=4, max_new_tokens=48, strategy="eagle")
-    list(speculative_rounds(pair, ids, GREEDY, spec))  # every graph the run needs is captured on first use
-    rounds, syncs, it = [], [], speculative_rounds(pair, ids, GREEDY, spec)
+    list(speculative_rounds(pair, ids, cfg, spec))  # every graph the run needs is captured on first use
+    rounds, syncs, it = [], [], speculative_rounds(pair, ids, cfg, spec)
     while True:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -321,9 +312,24 @@ def test_on_cuda_an_eagle_round_syncs_once(cuda_pair, monkeypatch, stop):
             finally:
                 torch.cuda.set_sync_debug_mode("default")
         if rnd is None:
-            break
+            return rounds, syncs
         rounds.append(rnd)
         syncs.append([f"{w.filename}:{w.lineno}" for w in caught if "synchronizing" in str(w.message)])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("stop", [0.0, 0.05])
+def test_on_cuda_an_eagle_round_syncs_once(cuda_pair, monkeypatch, stop):
+    """Issue 45 on a GPU: after the prompt's rounds, an eagle round (its read, chain, verify and verdict each one
+    replay, the confidence stop decided on the device) synchronises once, for the verdict's copy, as torch's sync
+    debug mode sees it. A failure names the lines that synchronised. (Its rounds are not compared with the
+    step-by-step chain's here: on a GPU the two attend over different buckets and verify widths, whose rounding
+    may part them at a near-tie; the identity test above holds every strategy to the target-only tokens.)"""
+    pair = cuda_pair
+    prepare(pair, "graphs")
+    monkeypatch.setattr(pair.head, "cfg", dataclasses.replace(pair.head.cfg, stop_below=stop))
+    ids, spec = pair.encode("ROMEO:\nWhat light"), SpecConfig(k=4, max_new_tokens=48, strategy="eagle")
+    rounds, syncs = rounds_and_syncs(pair, ids, GREEDY, spec)
     assert len(rounds) > 5 and all(len(s) == 1 for s in syncs[2:]), syncs
     assert any(r.unsure for r in rounds) == bool(stop)
 

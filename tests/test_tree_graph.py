@@ -8,7 +8,7 @@ import pytest
 import torch
 from test_eagle import exact_joint3
 from test_exactness import PASS_P, chi2_pvalue, drop_k, speculative_samples
-from test_static import GREEDY, cuda_pair, decode_as, own_pair  # noqa: F401 - own_pair, cuda_pair: fixtures
+from test_static import GREEDY, cuda_pair, decode_as, own_pair, rounds_and_syncs  # noqa: F401 - own_pair, cuda_pair: fixtures
 
 from specdemo.config import SamplingConfig, SpecConfig
 from specdemo.engine.speculative import speculative_rounds
@@ -171,45 +171,11 @@ def test_on_cuda_a_top_k_tree_round_syncs_once(cuda_pair):
     """Issue 45 on a GPU, as test_static.py's eagle test: after the prompt's rounds, a round of a top-k tree (the
     head's read, the growth, the verify and the verdict with the roll-back, each one replay) synchronises once, for
     the verdict's copy, as torch's sync debug mode sees it. A failure names the lines that synchronised."""
-    import warnings
-
     pair = cuda_pair
     prepare(pair, "graphs")
     ids = pair.encode("ROMEO:\nWhat light")
     spec = SpecConfig(k=4, max_new_tokens=48, strategy="tree", tree_topk=2, tree_depth=4, tree_budget=8,
                       tree_prune=0.02, tree_children="top")
     for cfg in (GREEDY, SamplingConfig(0.7)):
-        list(speculative_rounds(pair, ids, cfg, spec))  # every graph the run needs is captured on first use
-        rounds, syncs, it = [], [], speculative_rounds(pair, ids, cfg, spec)
-        while True:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                torch.cuda.set_sync_debug_mode("warn")
-                try:
-                    rnd = next(it, None)
-                finally:
-                    torch.cuda.set_sync_debug_mode("default")
-            if rnd is None:
-                break
-            rounds.append(rnd)
-            syncs.append([f"{w.filename}:{w.lineno}" for w in caught if "synchronizing" in str(w.message)])
+        rounds, syncs = rounds_and_syncs(pair, ids, cfg, spec)
         assert len(rounds) > 5 and all(len(s) == 1 for s in syncs[2:]), syncs
-
-
-def test_the_head_slot_keeps_the_latest_tree_shapes_and_drops_the_graphs_of_the_others(own_pair):
-    """A visitor can pick any prune_below: the slot keeps the buffers and growth graphs of its 8 latest tree shapes,
-    and a shape it lets go takes its graphs with it (they read that shape's own buffers)."""
-    from specdemo.engine import tree_graph
-
-    pair = own_pair
-    decode_as(pair, "replayed")
-    slot = pair.static_slots["head"]
-    spec = SpecConfig(k=4, max_new_tokens=12, strategy="tree", tree_topk=2, tree_depth=3, tree_budget=6,
-                      tree_prune=0.0123, top_candidates=0)
-    tree_rounds(pair, spec, GREEDY, True)
-    first = tree_graph.tree_graphs(slot, (2, 3, 6), 0.0123)
-    assert any(key[0] == id(first) for key in slot.trees), "the run grew its trees in the first shape's graphs"
-    for i in range(tree_graph.SHAPES_KEPT):
-        tree_graph.tree_graphs(slot, (2, 3, 6), 0.2 + i / 100)
-    assert len(slot.tree_shapes) == tree_graph.SHAPES_KEPT and ((2, 3, 6), 0.0123) not in slot.tree_shapes
-    assert not any(key[0] == id(first) for key in slot.trees)
