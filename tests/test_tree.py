@@ -35,11 +35,11 @@ from specdemo.engine.tree import (
     DraftTree,
     Drawn,
     ancestors,
+    draw_children,
     first_draws,
     graft,
     grow,
     grow_sampled,
-    gumbel_top,
     sampled_plan,
     tree_attention,
 )
@@ -573,8 +573,8 @@ def test_the_sampled_walk_emits_exactly_p_at_each_depth(one_thread):
     q_node = torch.softmax(torch.randn(v, generator=gen), -1)
     n, hits, seconds = 6000, Counter(), Counter()
     for _ in range(n):
-        kids = gumbel_top(q_root.log().view(1, -1), 3, gen)[0]
-        kid0 = gumbel_top(q_node.log().view(1, -1), 1, gen)[0]
+        kids = draw_children(q_root.view(1, -1), torch.rand(1, 3, generator=gen, dtype=torch.float64))[0]
+        kid0 = draw_children(q_node.view(1, -1), torch.rand(1, 1, generator=gen, dtype=torch.float64))[0]
         tokens = torch.cat([kids, kid0])  # nodes 0..2: the root's children; node 3: the child of node 0
         drawn = Drawn(torch.stack([q_root, q_node]), torch.tensor([0, 1]), tokens, torch.arange(v), 3)
         tree = DraftTree(torch.tensor([-1, -1, -1, 0]), torch.tensor([1, 1, 1, 2]), torch.ones(4), 2, drawn)

@@ -59,7 +59,12 @@ class Drawn:
     rows: torch.Tensor  # [E] long: the p row of each (0 the root, i + 1 node i)
     cols: torch.Tensor  # [n] long: each node's token as a column of q
     ids: torch.Tensor  # [W] long: the target's token id of each column
-    width: int  # the most children a row has (the walk's loop runs this often)
+    width: int  # the most children a row has or, for a planned tree, could have (the walk's loop runs this often)
+    # a tree grown from a plan (sampled_plan): its walk draws one row of uniforms for each row the plan could
+    # expand (`planned` of them, whether or not it was), and q row e takes the row of its place `slots[e]` in the
+    # plan, so the draws' shapes never depend on what the head drew (judge_graph captures them); None: one a q row
+    slots: torch.Tensor | None = None
+    planned: int | None = None
 
 
 def ancestors(parents: torch.Tensor, max_depth: int) -> torch.Tensor:
@@ -260,25 +265,59 @@ def sampled_plan(topk: int, depth: int, budget: int) -> list[tuple[int, int]]:
     return plan
 
 
-def gumbel_top(logq: torch.Tensor, m: int, generator: torch.Generator | None) -> torch.Tensor:
-    """m draws without replacement from exp(logq) per row [rows, V] -> [rows, m], in draw order (Gumbel-top-k:
-    Kool et al. 2019, arXiv:1903.06059). The noise is drawn in float64, so a uniform of exactly 0 is negligible."""
-    u = torch.rand(logq.shape, generator=generator, device=logq.device, dtype=torch.float64)
-    keys = logq.double() - (-u.log()).log()
-    return keys.topk(m, dim=-1).indices
+def plan_uniforms(plan: list[tuple[int, int]], generator: torch.Generator | None, device) -> torch.Tensor:
+    """The uniforms a sampled tree's growth draws, all at once before its first draw (float64): c per row for each
+    of the m rows that each depth of `plan` could expand, depth by depth. The tree takes the rows it expands and
+    leaves the rest, so how many uniforms a round uses never depends on what the head drew, and a captured growth
+    (sampled_graph.py) draws the same ones as a growth step by step."""
+    return torch.rand(sum(m * c for m, c in plan), generator=generator, device=device, dtype=torch.float64)
+
+
+def plan_blocks(plan: list[tuple[int, int]], u: torch.Tensor) -> list[torch.Tensor]:
+    """plan_uniforms' draws as one [m, c] block a depth."""
+    out, i = [], 0
+    for m, c in plan:
+        out.append(u[i : i + m * c].view(m, c))
+        i += m * c
+    return out
+
+
+def draw_children(q: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """c draws without replacement from each row of q [rows, V] -> [rows, c] long, in draw order: draw s takes
+    uniform u[:, s] by the inverse of the cumulative q left once draws 1..s-1 are set aside (as sampling.sample,
+    sums in float64). Where nothing of q is left (its support had fewer than c tokens) a draw takes a token not
+    drawn yet, by the same uniform: it has q = 0 and is never accepted (walk.walk_sampled). c passes over the row, and c
+    uniforms a row: on a CPU this costs less than the Gumbel-top-k draws it replaced, which drew V uniforms a row
+    (docs/decisions.md, "sampled children by successive draws")."""
+    left = q.double()
+    picks = []
+    for s in range(u.shape[1]):
+        cdf = left.cumsum(-1)
+        if s:  # q's first draw always has mass; a later one may find none left: then any token not drawn yet
+            fresh = left.new_ones(left.shape).scatter_(1, torch.cat(picks, 1), 0.0)
+            cdf = torch.where(cdf[:, -1:] > 0, cdf, fresh.cumsum(-1))
+        total = cdf[:, -1:].contiguous()
+        at = (u[:, s : s + 1] * total).contiguous()
+        pick = torch.minimum(torch.searchsorted(cdf, at, right=True), torch.searchsorted(cdf, total))
+        picks.append(pick)
+        left = left.scatter(1, pick, 0.0)
+    return torch.cat(picks, 1)
 
 
 @dataclass
 class SampledNodes(Nodes):
-    """grow_sampled's tree being grown: also, per depth, the q rows its children were drawn from and the nodes
-    (global indices, -1 the root) they were drawn at."""
+    """grow_sampled's tree being grown: also, per depth, the q rows its children were drawn from, the nodes (global
+    indices, -1 the root) they were drawn at, and those rows' places in the plan (Drawn.slots)."""
 
     q_rows: list[torch.Tensor] = field(default_factory=list)
     expanded: list[torch.Tensor] = field(default_factory=list)
+    slots: list[torch.Tensor] = field(default_factory=list)
 
     def add_draws(self, depth: int, chosen: torch.Tensor, logits: torch.Tensor, q: torch.Tensor, kids: torch.Tensor,
-                  parent_score: torch.Tensor, keep: torch.Tensor | None, m: int, n_kept: int) -> None:
-        """Append one depth's kept draws: kids [m, c], drawn from q [m, V_draft] at the m nodes `chosen`."""
+                  parent_score: torch.Tensor, keep: torch.Tensor | None, m: int, n_kept: int,
+                  row_slots: torch.Tensor) -> None:
+        """Append one depth's kept draws: kids [m, c], drawn from q [m, V_draft] at the m nodes `chosen`, whose
+        rows are row_slots [m] in the plan."""
         c = kids.shape[1]
         self.add(pick(kids.reshape(-1), keep), pick(chosen.repeat_interleave(c), keep),
                  torch.full((n_kept,), depth, dtype=torch.long, device=kids.device),
@@ -287,6 +326,7 @@ class SampledNodes(Nodes):
         rows = None if keep is None else keep.view(m, c)[:, 0]  # the rows that got children (walk_sampled's rows)
         self.q_rows.append(pick(q, rows))
         self.expanded.append(pick(chosen, rows))
+        self.slots.append(pick(row_slots, rows))
 
 
 def grow_sampled(root_logits: torch.Tensor, expand, plan: list[tuple[int, int]], warp_q,
@@ -316,11 +356,12 @@ def grow_sampled(root_logits: torch.Tensor, expand, plan: list[tuple[int, int]],
     dev = root_logits.device
     floor = math.log(prune_below) if prune_below > 0 else None
     by_draws = prune_children and floor is not None
+    blocks = plan_blocks(plan, plan_uniforms(plan, generator, dev))  # every draw the plan could make, up front
     # 1. the root's children: its first draws
-    nodes = root_draws(root_logits, warp_q, plan[0][1], generator, floor, by_draws)
+    nodes = root_draws(root_logits, warp_q, blocks[0], floor, by_draws)
     level = torch.arange(nodes.draft_ids[0].shape[0], device=dev)  # the last depth's nodes (global indices)
     level_slot, visible, offset = None, None, level.shape[0]  # each level node's parent among the last fed nodes
-    reached, width = 1, plan[0][1]
+    reached, first_row = 1, 1  # first_row: the plan's place of the next depth's first row
     # 2. each further depth: expand the last depth's best nodes, draw their children, keep what the rules keep
     for d, (m, c) in enumerate(plan[1:], start=1):
         best, m = expanded_nodes(torch.cat(nodes.scores)[level], m, floor)
@@ -332,35 +373,39 @@ def grow_sampled(root_logits: torch.Tensor, expand, plan: list[tuple[int, int]],
         visible = eye if slots is None else torch.cat([visible[slots], eye], dim=1)
         logits = expand(slots, torch.cat(nodes.draft_ids)[chosen], visible, d).float()
         q = warp_q(logits)
-        kids = gumbel_top(q.log(), c, generator)  # [m, c]
+        kids = draw_children(q, blocks[d][:m])  # [m, c]
         parent_score = torch.cat(nodes.scores)[chosen]
         keep = kept_draws(q, kids, parent_score, floor, by_draws, stop_below)
         n_kept = m * c if keep is None else int(keep.sum())
         if n_kept == 0:
             break  # every expanded node's first draw fell below prune_below: the tree ends here
-        nodes.add_draws(d + 1, chosen, logits, q, kids, parent_score, keep, m, n_kept)
+        nodes.add_draws(d + 1, chosen, logits, q, kids, parent_score, keep, m, n_kept,
+                        first_row + torch.arange(m, device=dev))
         level = offset + torch.arange(n_kept, device=dev)
         level_slot = pick(torch.arange(m, device=dev).repeat_interleave(c), keep)
         offset += n_kept
-        reached, width = d + 1, max(width, c)
+        reached, first_row = d + 1, first_row + plan[d][0]
     # 3. the tree, with what its children were drawn from (what walk_sampled tests them with)
     ids = torch.cat(nodes.draft_ids)
-    drawn = Drawn(torch.cat(nodes.q_rows), torch.cat(nodes.expanded) + 1, ids, draft_to_target, width)
+    drawn = Drawn(torch.cat(nodes.q_rows), torch.cat(nodes.expanded) + 1, ids, draft_to_target,
+                  max(c for _, c in plan), torch.cat(nodes.slots), sum(m for m, _ in plan))
     return Grown(ids, DraftTree(torch.cat(nodes.parents), torch.cat(nodes.depths), torch.cat(nodes.head_p), reached,
                                 drawn))
 
 
-def root_draws(root_logits: torch.Tensor, warp_q, c: int, generator: torch.Generator | None, floor: float | None,
-               by_draws: bool) -> SampledNodes:
-    """The sampled tree's first depth: the root's first c draws from q (by_draws: those first_draws keeps)."""
+def root_draws(root_logits: torch.Tensor, warp_q, u: torch.Tensor, floor: float | None, by_draws: bool
+               ) -> SampledNodes:
+    """The sampled tree's first depth: the root's first c draws from q, by the uniforms u [1, c] (by_draws: those
+    first_draws keeps)."""
     logits = root_logits.float().view(1, -1)
     q = warp_q(logits)
-    kids = gumbel_top(q.log(), c, generator)
+    kids = draw_children(q, u)
     keep = first_draws(q, kids, q.new_zeros(1), floor, root=True).view(-1) if by_draws else None
     ids = pick(kids.view(-1), keep)
     hp = logits.softmax(-1)[0, ids]
+    none = torch.full((1,), -1, device=root_logits.device, dtype=torch.long)
     return SampledNodes([ids], [torch.full_like(ids, -1)], [torch.ones_like(ids)], [hp], [q[0, ids].log()], [q],
-                        [torch.full((1,), -1, device=root_logits.device, dtype=torch.long)])
+                        [none], [none + 1])
 
 
 def expanded_nodes(level_scores: torch.Tensor, m: int, floor: float | None) -> tuple[torch.Tensor, int]:

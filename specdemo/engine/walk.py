@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .sampling import sample, verify
+from .sampling import sample, uniforms, verify
 from .tree import DraftTree, Drawn
 
 
@@ -93,8 +93,8 @@ def sibling_slots(parents: torch.Tensor) -> torch.Tensor:
     return (same & earlier).sum(1)
 
 
-def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, generator: torch.Generator | None
-                 ) -> TreeVerdict:
+def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, generator: torch.Generator | None,
+                 u: tuple[torch.Tensor, torch.Tensor] | None = None) -> TreeVerdict:
     """The exact walk through a tree whose children were SAMPLED from the head (tree.grow_sampled), no host sync.
 
     Recursive rejection sampling (SpecInfer's multi-step speculative sampling, arXiv:2305.09781, with the draws
@@ -112,7 +112,11 @@ def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, 
     Work: the head's q is zero outside its own vocabulary (W columns), so the residual changes only there; outside
     it stays p times one factor per row. The loop runs on the W columns of the rows with children, in float64 (a
     peaked head leaves subnormal float32 masses once its top token is set aside); the full rows are put together
-    once, for the round's draws."""
+    once, for the round's draws.
+
+    u: the walk's uniforms (sampled_uniforms: the tests' and the end draw's), drawn before a captured replay
+    (judge_graph.TreeJudge); None draws them here. A tree grown in a graph (sampled_graph.py) comes padded: nodes
+    past tree.size, and q rows whose `rows` is -1 (rows its plan could have expanded and did not), take no part."""
     n, drawn = tokens.shape[0], tree.drawn
     assert p_target.shape[0] == n + 1 and drawn is not None
     if tree.is_chain:
@@ -123,38 +127,55 @@ def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, 
     parent_row = tree.parents + 1
     node_ids = torch.arange(n, device=dev)
     row_to_e, node_e, slot, child = children_by_row(tree, rows_e, width, node_ids, parent_row)
-    u = torch.rand(rows_e.shape[0], width, generator=generator, device=dev, dtype=wide)
+    u_rows, u_end = sampled_uniforms(drawn, generator, dev) if u is None else u
+    u_rows = u_rows if drawn.slots is None else u_rows.index_select(0, drawn.slots)
     # 2. each child's chance against its row's residual, slot by slot
     ratio, live, q_cs, r, out_scale = residual_tests(p_target, drawn, child, wide)
     # 3. each row accepts its first child that passes; the path follows the accepted children from the root
-    ok = (u < ratio) & live
+    ok = (u_rows < ratio) & live
     accepted = torch.where(ok.any(1), child.gather(1, ok.long().argmax(1, keepdim=True)).view(-1), -1)  # first ok
     on_path = torch.zeros(n + 1, dtype=torch.bool, device=dev)
     on_path[0] = True
-    accepted_at = torch.full((n + 1,), -1, dtype=torch.long, device=dev).index_copy_(0, rows_e, accepted)
+    at_rows = torch.where(rows_e >= 0, rows_e, n + 1)  # a row the plan did not expand writes past the tree's rows
+    accepted_at = torch.full((n + 2,), -1, dtype=torch.long, device=dev).index_copy_(0, at_rows, accepted)
     for _ in range(tree.max_depth):
         on_path[1:] = (accepted_at[parent_row] == node_ids) & on_path[parent_row]
     path = on_path[1:]
     end_row = path_end(on_path, tree)
     # 4. the round's one draw, at the row where the walk ended
-    end_is_leaf, next_token = draw_at_end(p_target, end_row, row_to_e, drawn, r, out_scale, generator)
+    end_is_leaf, next_token = draw_at_end(p_target, end_row, row_to_e, drawn, r, out_scale, u_end)
     p_of_node = p_target[parent_row, tokens]  # not p_target[parent_row]: that copies n whole rows
-    p_go = torch.zeros(n + 1, device=dev, dtype=wide).index_copy_(0, rows_e, 1.0 - (1.0 - ratio).prod(1))
+    p_go = torch.zeros(n + 2, device=dev, dtype=wide).index_copy_(0, at_rows, 1.0 - (1.0 - ratio).prod(1))[: n + 1]
     draws = torch.full((n + 1,), -1, dtype=torch.long, device=dev).scatter_(0, end_row.view(1), next_token.view(1))
+    node_e = node_e.clamp(max=rows_e.shape[0] - 1)  # the padding's (its numbers are never read)
     return TreeVerdict(path, path.long().sum(), end_row, next_token, end_is_leaf, p_of_node, p_go.float(), draws,
                        q_cs[node_e, slot].float(), ratio[node_e, slot].float())
 
 
+def sampled_uniforms(drawn: Drawn, generator: torch.Generator | None, device: torch.device
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The uniforms walk_sampled draws, in its order: one row of `width` for each q row (for a planned tree, each
+    row its plan could expand: Drawn.planned), then the end draw's (sampling.uniforms)."""
+    wide = torch.float32 if device.type == "mps" else torch.float64
+    rows = drawn.planned if drawn.planned is not None else drawn.rows.shape[0]
+    u_rows = torch.rand(rows, max(drawn.width, 1), generator=generator, device=device, dtype=wide)
+    return u_rows, uniforms(1, generator, device)
+
+
 def children_by_row(tree: DraftTree, rows_e: torch.Tensor, width: int, node_ids: torch.Tensor,
                     parent_row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(row_to_e [n + 1]: each p row's q row, -1 without children; node_e, slot [n]: each node's q row and place
-    among its siblings; child [E, width]: the node at each q row and slot, -1 where the row has fewer)."""
-    n_e, dev = rows_e.shape[0], node_ids.device
-    row_to_e = torch.full((tree.parents.shape[0] + 1,), -1, dtype=torch.long, device=dev).index_copy_(
-        0, rows_e, torch.arange(n_e, device=dev))
+    """(row_to_e [n + 2]: each p row's q row, -1 without children (and a last entry that rows_e's -1 rows write
+    to); node_e, slot [n]: each node's q row and place among its siblings; child [E, width]: the node at each q row
+    and slot, -1 where the row has fewer). A padding node (past tree.size) is put in row E, which is dropped."""
+    n_e, n, dev = rows_e.shape[0], tree.parents.shape[0], node_ids.device
+    row_to_e = torch.full((n + 2,), -1, dtype=torch.long, device=dev).index_copy_(
+        0, torch.where(rows_e >= 0, rows_e, n + 1), torch.arange(n_e, device=dev))
     node_e, slot = row_to_e[parent_row], sibling_slots(tree.parents)  # each node's q row and place among siblings
-    child = torch.full((n_e, width), -1, dtype=torch.long, device=dev).index_put_((node_e, slot), node_ids)
-    return row_to_e, node_e, slot, child
+    if tree.size is not None:
+        real = node_ids < tree.size
+        node_e, slot = torch.where(real, node_e, n_e), torch.where(real, slot, 0)
+    child = torch.full((n_e + 1, width), -1, dtype=torch.long, device=dev).index_put_((node_e, slot), node_ids)
+    return row_to_e, node_e, slot, child[:n_e]
 
 
 def residual_tests(p_target: torch.Tensor, drawn: Drawn, child: torch.Tensor, wide: torch.dtype
@@ -162,7 +183,7 @@ def residual_tests(p_target: torch.Tensor, drawn: Drawn, child: torch.Tensor, wi
     """(ratio, live, q_cs [E, width]; r [E, W], out_scale [E, 1]): each child's chance, whether it was drawn and its
     q when drawn; the residual left once all of its row's children are refused, on the head's columns and outside."""
     rows_e, has, tiny = drawn.rows, child >= 0, torch.finfo(wide).tiny
-    p_e = p_target.index_select(0, rows_e)  # [E, V] float32: the whole rows are only summed, never widened
+    p_e = p_target.index_select(0, rows_e.clamp(min=0))  # [E, V] float32: the whole rows are only summed
     r = p_e.index_select(1, drawn.ids).to(wide)  # [E, W] the residual on the head's columns (unnormalised)
     out_mass = (p_e.sum(-1, keepdim=True, dtype=wide) - r.sum(-1, keepdim=True)).clamp_(min=0.0)  # p outside them
     out_scale = torch.ones_like(out_mass)  # the residual outside them is p times this
@@ -192,8 +213,7 @@ def residual_tests(p_target: torch.Tensor, drawn: Drawn, child: torch.Tensor, wi
 
 
 def draw_at_end(p_target: torch.Tensor, end_row: torch.Tensor, row_to_e: torch.Tensor, drawn: Drawn,
-                r: torch.Tensor, out_scale: torch.Tensor, generator: torch.Generator | None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+                r: torch.Tensor, out_scale: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(end_is_leaf, next_token): the one draw a sampled walk makes, at the row where it ended."""
     # from its last residual, put together whole (p outside the head's columns, times the row's factor), or from p
     # at a row without children (the bonus); where rounding left a residual no mass at all, p, as
@@ -204,7 +224,7 @@ def draw_at_end(p_target: torch.Tensor, end_row: torch.Tensor, row_to_e: torch.T
     p_end = p_target.index_select(0, end_row.view(1)).to(r.dtype)  # p at the end row (its p_e row, with children)
     res = (p_end * out_scale.index_select(0, e)).index_copy_(1, drawn.ids, r.index_select(0, e))
     row = torch.where(end_is_leaf | (res.sum() <= 0), p_end, res)
-    return end_is_leaf, sample(row, generator).squeeze(0)
+    return end_is_leaf, sample(row, None, u=u).squeeze(0)
 
 
 def chain_walk(tokens: torch.Tensor, drawn: Drawn, p_target: torch.Tensor, generator: torch.Generator | None
