@@ -27,11 +27,12 @@ from specdemo.models.static_parts import CAPTURED, ReplayStandIn
 
 from .sampling import Verdict, draw_verify, uniforms, verify, warp
 from .story import tree_sizes, tree_verdict_tensors, verdict_tensors
-from .tree import DraftTree
-from .walk import walk
+from .tree import DraftTree, Drawn
+from .walk import walk, walk_sampled
 
 log = logging.getLogger(__name__)
 SETTINGS_KEPT = 8  # the sampling settings whose verdict graphs a pair keeps (the least recently used go first)
+GRAPHS_KEPT = 16  # a setting's tree verdict graphs kept (one per tree size and depth, or per sampled plan)
 
 
 def captured(forward, stand_in: bool, slot) -> tuple[object, torch.Tensor]:
@@ -153,23 +154,26 @@ class TreeJudge:
     def __init__(self, sampling: SamplingConfig, top_m: int, slot, stand_in: bool):
         self.sampling, self.top_m, self.vocab = sampling, top_m, slot.vocab_size
         self.device, self.stand_in, self.slot = slot.device, stand_in, slot
-        self.graphs: dict[tuple[int, int], tuple] = {}
+        self.graphs: OrderedDict[tuple, tuple] = OrderedDict()
         self.failed = False
 
-    def _capture(self, n: int, max_depth: int) -> tuple:
+    def _capture(self, n: int, max_depth: int, drawn: Drawn | None, packed: torch.Tensor | None) -> tuple:
         dev, greedy, slot = self.device, self.sampling.greedy, self.slot
         hidden = torch.zeros(n + 1, slot.model.config.hidden_size, dtype=slot.dtype, device=dev)
         # the tree in one float buffer (tree_pack): tokens, parents, depths, head p, the real size, and 1 to move
         # the rows (0 while capturing: the capture's own moves put each row onto itself)
-        pack = torch.cat([torch.zeros(n), torch.full((n,), -1.0), torch.ones(2 * n), torch.tensor([n, 0.0])]).to(dev)
+        # a sampled tree grown in a graph is read where its growth left it (sampled_graph.py: its pack, q, rows,
+        # columns and uniforms, the same buffers every round)
+        pack = packed if drawn else torch.cat([torch.zeros(n), torch.full((n,), -1.0), torch.ones(2 * n),
+                                               torch.tensor([n, 0.0])]).to(dev)
         base = torch.zeros((), dtype=torch.long, device=dev)  # the first node's slot in the cache: start + unseen
-        u = None if greedy else uniforms(n + 1, torch.Generator(device=dev).manual_seed(0), dev)
+        u = None if greedy or drawn else uniforms(n + 1, torch.Generator(device=dev).manual_seed(0), dev)
 
         def forward():
             p = warp(head_logits(slot.model, slot.head32, hidden, self.vocab), self.sampling)
             tokens, parents, depths = (pack[i * n : (i + 1) * n].long() for i in range(3))
-            tree = DraftTree(parents, depths, pack[3 * n : 4 * n], max_depth, size=pack[4 * n].long())
-            v = walk(tokens, tree, p, None, greedy=greedy, u=u)
+            tree = DraftTree(parents, depths, pack[3 * n : 4 * n], max_depth, drawn, size=pack[4 * n].long())
+            v = walk_sampled(tokens, tree, p, None, u=drawn.u) if drawn else walk(tokens, tree, p, None, greedy, u)
             flat = torch.cat([t.reshape(-1).float() for t in tree_verdict_tensors(tokens, tree, p, v, self.top_m)])
             by_depth = torch.arange(1, max_depth + 1, device=dev).view(-1, 1)
             node = (v.on_path.view(1, n) & (depths.view(1, n) == by_depth)).long().argmax(1)  # the path's node at
@@ -180,8 +184,12 @@ class TreeJudge:
                     t.index_copy_(2, dst, t.index_select(2, src))
             return flat, flat
 
+        if drawn:  # the capture's own runs must not move the rows (its replays will), so no flag while capturing
+            pack[-1] = 0.0
         graph, out = captured(forward, self.stand_in, slot)
-        return graph, hidden, pack, base, u, out
+        if drawn:
+            pack[-1] = 1.0
+        return graph, hidden, pack, base, u, out, drawn
 
     @torch.inference_mode()
     def judge(self, hidden: torch.Tensor, tokens: torch.Tensor, tree: DraftTree, gen: torch.Generator, base: int
@@ -189,22 +197,28 @@ class TreeJudge:
         """tree_verdict_tensors' host lists for (the target's last hidden states [n+1, H], the nodes [n], their tree),
         by one replay and one copy, with the target's cache rolled back on the device (its path's rows moved to
         start at slot `base`, the first after the fixed tokens); None where no graph could be captured (the caller
-        judges eagerly, and moves the rows itself)."""
-        n, key = tokens.numel(), (tokens.numel(), tree.max_depth)
+        judges eagerly, and moves the rows itself). A tree of sampled children (walk.walk_sampled) must have been
+        grown in a graph (sampled_graph.py: a q row for every row of its plan, each in its plan's place)."""
+        n, drawn = tokens.numel(), tree.drawn
+        key = (n, tree.max_depth) if drawn is None else (n, tree.max_depth, id(tree.packed))
         if key not in self.graphs:
             if self.failed:
                 return None
-            try:  # once per (settings, n, depth): on the stand-in not a round's work
+            try:  # once per (settings, n, depth[, plan]): on the stand-in not a round's work
                 with torch.profiler.record_function(CAPTURED) if self.stand_in else contextlib.nullcontext():
-                    self.graphs[key] = self._capture(*key)
+                    self.graphs[key] = self._capture(n, tree.max_depth, drawn, tree.packed)
+                while len(self.graphs) > GRAPHS_KEPT:  # a sampled tree's graphs are its plan's, and plans come and go
+                    self.graphs.popitem(last=False)
             except Exception as err:  # noqa: BLE001 - any capture failure falls back to the eager walk
                 self.failed = True
                 log.warning("the tree's verdict could not be captured (%s: %s); judging eagerly",
                             type(err).__name__, err)
                 return None
-        graph, g_hidden, pack, g_base, u, out = self.graphs[key]
+        self.graphs.move_to_end(key)
+        graph, g_hidden, pack, g_base, u, out, sampled = self.graphs[key]
         g_hidden.copy_(hidden)
-        pack.copy_(tree.packed if tree.packed is not None else tree_pack(tokens, tree))
+        if sampled is None:  # (a sampled tree's growth left it in place)
+            pack.copy_(tree.packed if tree.packed is not None else tree_pack(tokens, tree))
         g_base.fill_(base)
         if u is not None:  # as walk draws them: sampling.uniforms(n + 1, gen, device)
             torch.rand(u.shape, generator=gen, out=u)

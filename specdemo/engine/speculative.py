@@ -133,6 +133,17 @@ def verify_forward(target: CachedLM, seq: torch.Tensor, proposal: Proposal, draf
     return (warp(logits, sampling) if warped and not hidden else logits), features, fed_from, unseen
 
 
+def captured_judge(pair: ModelPair, proposal: Proposal, sampling: SamplingConfig, spec: SpecConfig
+                   ) -> ChainJudge | TreeJudge | None:
+    """Where the target's forwards are captured, the round's verdict as one replay: a chain's (k = 0: a plain
+    step's), a top-k tree's, or a tree of sampled children grown in a graph (sampled_graph.py); None: judged
+    eagerly (elsewhere, and for a sampled tree grown step by step)."""
+    tree = proposal.tree
+    if tree is None:
+        return chain_judge(pair, sampling, spec.lenience, spec.top_candidates)
+    return tree_judge(pair, sampling, spec.top_candidates) if tree.drawn is None or tree.size is not None else None
+
+
 def judge(pair: ModelPair, proposal: Proposal, logits: torch.Tensor, gen: torch.Generator, sampling: SamplingConfig,
           spec: SpecConfig, captured: ChainJudge | TreeJudge | None = None, base: int = 0) -> Judged:
     """Step 3: judge all k drafts at once from the target's logits, then copy the verdict (and the inspector's top
@@ -224,9 +235,7 @@ def speculative_rounds(
         m1 = clock.mark()
 
         # 2. verify: one target forward over the drafts -> p_1..p_{k+1}
-        # a chain's verdict (k = 0: a plain step's), or a top-k tree's, as one replay where the forwards are captured
-        captured = (chain_judge(pair, sampling, spec.lenience, spec.top_candidates) if proposal.tree is None
-                    else tree_judge(pair, sampling, spec.top_candidates) if proposal.tree.drawn is None else None)
+        captured = captured_judge(pair, proposal, sampling, spec)
         logits, features, fed_from, unseen = verify_forward(target, seq, proposal, drafter, sampling, pair.dtype,
                                                             warped=False, hidden=captured is not None)
         m2 = clock.mark()

@@ -65,6 +65,7 @@ class Drawn:
     # plan, so the draws' shapes never depend on what the head drew (judge_graph captures them); None: one a q row
     slots: torch.Tensor | None = None
     planned: int | None = None
+    u: tuple[torch.Tensor, torch.Tensor] | None = None  # the walk's uniforms, drawn with the growth's (plan_parts)
 
 
 def ancestors(parents: torch.Tensor, max_depth: int) -> torch.Tensor:
@@ -266,20 +267,26 @@ def sampled_plan(topk: int, depth: int, budget: int) -> list[tuple[int, int]]:
 
 
 def plan_uniforms(plan: list[tuple[int, int]], generator: torch.Generator | None, device) -> torch.Tensor:
-    """The uniforms a sampled tree's growth draws, all at once before its first draw (float64): c per row for each
-    of the m rows that each depth of `plan` could expand, depth by depth. The tree takes the rows it expands and
-    leaves the rest, so how many uniforms a round uses never depends on what the head drew, and a captured growth
-    (sampled_graph.py) draws the same ones as a growth step by step."""
-    return torch.rand(sum(m * c for m, c in plan), generator=generator, device=device, dtype=torch.float64)
+    """Every uniform a round with a sampled tree draws, at once before its first draw (float64; plan_parts splits
+    them): the growth's c for each of the m rows that each depth of `plan` could expand, depth by depth, then its
+    walk's (walk.walk_sampled): a row of the plan's widest c for each of those rows, and the end draw's. The tree
+    takes what its rows use and leaves the rest, so what a round draws never depends on what the head drew, and a
+    captured round (sampled_graph.py) draws the same uniforms, in one call, as a round step by step."""
+    rows, width = sum(m for m, _ in plan), max(c for _, c in plan)
+    return torch.rand(sum(m * c for m, c in plan) + rows * width + 1, generator=generator, device=device,
+                      dtype=torch.float64)
 
 
-def plan_blocks(plan: list[tuple[int, int]], u: torch.Tensor) -> list[torch.Tensor]:
-    """plan_uniforms' draws as one [m, c] block a depth."""
-    out, i = [], 0
+def plan_parts(plan: list[tuple[int, int]], u: torch.Tensor
+               ) -> tuple[list[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """plan_uniforms' draws as views: one [m, c] block a depth for the growth, and the walk's ([rows, width] for
+    its tests, [1, 1] for its end draw)."""
+    blocks, i = [], 0
     for m, c in plan:
-        out.append(u[i : i + m * c].view(m, c))
+        blocks.append(u[i : i + m * c].view(m, c))
         i += m * c
-    return out
+    rows, width = sum(m for m, _ in plan), max(c for _, c in plan)
+    return blocks, (u[i : i + rows * width].view(rows, width), u[-1:].view(1, 1))
 
 
 def draw_children(q: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -356,7 +363,7 @@ def grow_sampled(root_logits: torch.Tensor, expand, plan: list[tuple[int, int]],
     dev = root_logits.device
     floor = math.log(prune_below) if prune_below > 0 else None
     by_draws = prune_children and floor is not None
-    blocks = plan_blocks(plan, plan_uniforms(plan, generator, dev))  # every draw the plan could make, up front
+    blocks, walk_u = plan_parts(plan, plan_uniforms(plan, generator, dev))  # the round's every draw, up front
     # 1. the root's children: its first draws
     nodes = root_draws(root_logits, warp_q, blocks[0], floor, by_draws)
     level = torch.arange(nodes.draft_ids[0].shape[0], device=dev)  # the last depth's nodes (global indices)
@@ -388,7 +395,7 @@ def grow_sampled(root_logits: torch.Tensor, expand, plan: list[tuple[int, int]],
     # 3. the tree, with what its children were drawn from (what walk_sampled tests them with)
     ids = torch.cat(nodes.draft_ids)
     drawn = Drawn(torch.cat(nodes.q_rows), torch.cat(nodes.expanded) + 1, ids, draft_to_target,
-                  max(c for _, c in plan), torch.cat(nodes.slots), sum(m for m, _ in plan))
+                  max(c for _, c in plan), torch.cat(nodes.slots), sum(m for m, _ in plan), walk_u)
     return Grown(ids, DraftTree(torch.cat(nodes.parents), torch.cat(nodes.depths), torch.cat(nodes.head_p), reached,
                                 drawn))
 

@@ -19,6 +19,7 @@ from specdemo.models.eagle import SAMPLED_BF16_CPU
 from .drafters import EagleDrafter, LookupDrafter, Proposal, RoundOutcome
 from .sampling import warp
 from .tree import DraftTree, Drawn, graft, grow, grow_sampled, sampled_plan
+from .sampled_graph import sampled_tree_graphs
 from .tree_graph import tree_graphs
 
 DEFAULT_TREE = {"topk": 2, "depth": 4, "budget": 8}  # a head whose config names no tree shape drafts this one
@@ -162,6 +163,12 @@ class TreeDrafter(EagleDrafter):
         if self.slot and not self.sampled and not self.warped_scores and self.lookup is None:
             # the whole growth as one replay (tree_graph.py), its tree padded to the budget
             grown = tree_graphs(self.slot, (topk, depth, self.budget), self.prune_below).grow(self.cache, g_root)
+            if grown is not None:
+                return Proposal(grown[0], empty, "tree", tree=grown[1])
+        if self.slot and self.sampled and not self.prune_children and not self.sampled_stop:
+            # the same, for children drawn from the head (sampled_graph.py), its plan padded
+            grown = sampled_tree_graphs(self.slot, (topk, depth, self.budget), self.prune_below,
+                                        self.sampling).grow(self.cache, g_root, gen)
             if grown is not None:
                 return Proposal(grown[0], empty, "tree", tree=grown[1])
         root = self.head.logits(g_root)[0]

@@ -117,10 +117,12 @@ class TreeGraphs:
             out = self._forward(length)
         return graph, out
 
-    def grow(self, view, g: torch.Tensor) -> tuple[torch.Tensor, DraftTree] | None:
+    def grow(self, view, g: torch.Tensor, gen: torch.Generator | None = None
+             ) -> tuple[torch.Tensor, DraftTree] | None:
         """The tree from the predicted feature g [1, H] at the view's next position: (target ids [budget], the tree
         with its device size), the graph's own buffers until its next replay; None where the head's cache cannot
-        hold it or no graph could be captured (the caller grows it step by step)."""
+        hold it or no graph could be captured (the caller grows it step by step). gen: what a sampled tree's
+        draws come from (sampled_graph.py)."""
         slot = self.slot
         end = view.length + self.room
         if end > slot.max_len:
@@ -142,23 +144,33 @@ class TreeGraphs:
             while len(graphs) > GRAPHS_KEPT:
                 graphs.popitem(last=False)
         graphs.move_to_end(key)
-        graph, (tokens, parents, depths, head_p, size, packed) = graphs[key]
+        graph, out = graphs[key]
         slot.take(view)
         self.g.copy_(g)
         self.start.fill_(view.length)
+        self.before_replay(gen)
         with torch.profiler.record_function(CAPTURED):
             graph.replay()
+        return self.result(out)
+
+    def before_replay(self, gen: torch.Generator | None) -> None:
+        """What a replay needs drawn first (a tree of top-k children draws nothing)."""
+
+    def result(self, out) -> tuple[torch.Tensor, DraftTree]:
+        tokens, parents, depths, head_p, size, packed = out
         return tokens, DraftTree(parents, depths, head_p, self.depth, size=size, packed=packed)
 
 
-def tree_graphs(slot: HeadSlot, shape: tuple[int, int, int], prune_below: float) -> TreeGraphs:
-    """The slot's TreeGraphs for this shape (made on first use; its graphs are captured per cache bucket). The
-    SHAPES_KEPT most recently used shapes are kept, with their graphs (a visitor can pick any prune_below)."""
+def tree_graphs(slot: HeadSlot, shape: tuple[int, int, int], prune_below: float, make=None, settings=()
+                ) -> TreeGraphs:
+    """The slot's TreeGraphs for this shape (made on first use, by `make` (slot, shape, prune_below); its graphs
+    are captured per cache bucket). The SHAPES_KEPT most recently used shapes (with the `settings` they were made
+    for) are kept, with their graphs (a visitor can pick any prune_below)."""
     shapes = slot.__dict__.setdefault("tree_shapes", OrderedDict())
     graphs = slot.__dict__.setdefault("trees", OrderedDict())
-    key = (shape, prune_below)
+    key = (shape, prune_below, *settings)
     if key not in shapes:
-        shapes[key] = TreeGraphs(slot, shape, prune_below)
+        shapes[key] = (make or TreeGraphs)(slot, shape, prune_below)
         while len(shapes) > SHAPES_KEPT:
             old = shapes.popitem(last=False)[1]
             for gk in [gk for gk in graphs if gk[0] == id(old)]:

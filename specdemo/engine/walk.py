@@ -114,8 +114,8 @@ def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, 
     peaked head leaves subnormal float32 masses once its top token is set aside); the full rows are put together
     once, for the round's draws.
 
-    u: the walk's uniforms (sampled_uniforms: the tests' and the end draw's), drawn before a captured replay
-    (judge_graph.TreeJudge); None draws them here. A tree grown in a graph (sampled_graph.py) comes padded: nodes
+    u: the walk's uniforms (sampled_uniforms: the tests' and the end draw's); None takes the ones the tree's
+    growth drew with its own (Drawn.u, tree.plan_uniforms), or draws them here. A tree grown in a graph (sampled_graph.py) comes padded: nodes
     past tree.size, and q rows whose `rows` is -1 (rows its plan could have expanded and did not), take no part."""
     n, drawn = tokens.shape[0], tree.drawn
     assert p_target.shape[0] == n + 1 and drawn is not None
@@ -127,7 +127,7 @@ def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, 
     parent_row = tree.parents + 1
     node_ids = torch.arange(n, device=dev)
     row_to_e, node_e, slot, child = children_by_row(tree, rows_e, width, node_ids, parent_row)
-    u_rows, u_end = sampled_uniforms(drawn, generator, dev) if u is None else u
+    u_rows, u_end = u if u is not None else drawn.u if drawn.u is not None else sampled_uniforms(drawn, generator, dev)
     u_rows = u_rows if drawn.slots is None else u_rows.index_select(0, drawn.slots)
     # 2. each child's chance against its row's residual, slot by slot
     ratio, live, q_cs, r, out_scale = residual_tests(p_target, drawn, child, wide)
