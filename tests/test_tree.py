@@ -540,6 +540,31 @@ def test_the_planted_ratio_test_is_caught_on_the_shakespeare_pair(pair32, monkey
 # ------------------------------------------------------------------------------------------------ sampled children
 
 
+def test_children_are_drawn_without_replacement_in_draw_order():
+    """tree.draw_children against the exact law of successive draws without replacement: P(a, b, c) = q_a x q_b /
+    (1 - q_a) x q_c / (1 - q_a - q_b), by χ² over 20,000 rows at once; a q with a token of mass 0 never gives it
+    while mass is left; and where the support runs out (two tokens, three draws) the third is a token not drawn
+    yet, so a row's children stay distinct."""
+    q = torch.tensor([0.5, 0.25, 0.15, 0.1, 0.0])
+    n = 20_000
+    gen = torch.Generator().manual_seed(11)
+    kids = draw_children(q.expand(n, -1), torch.rand(n, 3, generator=gen, dtype=torch.float64))
+    seen = Counter(tuple(r) for r in kids.tolist())
+    exact = {}
+    for a in range(4):
+        for b in range(4):
+            for c in range(4):
+                if len({a, b, c}) == 3:
+                    exact[a, b, c] = float(q[a] * q[b] / (1 - q[a]) * q[c] / (1 - q[a] - q[b]))
+    assert set(seen) <= set(exact) and chi2_pvalue(seen, exact, n) > PASS_P
+    wrong = {k: float(q[k[0]] * q[k[1]] * q[k[2]]) for k in exact}  # draws with replacement, renormalised
+    total = sum(wrong.values())
+    assert chi2_pvalue(seen, {k: v / total for k, v in wrong.items()}, n) < BUG_P
+    two = draw_children(torch.tensor([[0.0, 0.7, 0.3, 0.0]]).expand(200, -1),
+                        torch.rand(200, 3, generator=gen, dtype=torch.float64))
+    assert all(sorted(r[:2]) == [1, 2] and r[2] in (0, 3) for r in two.tolist())
+
+
 def test_the_sampled_plan_reaches_its_depth_within_the_budget():
     for topk in range(1, 6):
         for depth in range(1, 7):
