@@ -10,10 +10,9 @@ import torch
 from test_eagle import exact_joint3
 from test_exactness import PASS_P, chi2_pvalue, drop_k, speculative_samples
 from test_static import cuda_pair, decode_as, own_pair, rounds_and_syncs  # noqa: F401 - own_pair, cuda_pair: fixtures
-from test_tree_graph import nodes_of, tree_rounds
+from test_tree_graph import assert_round_floor, nodes_of, tree_rounds
 
 from specdemo.config import SamplingConfig, SpecConfig
-from specdemo.engine.speculative import speculative_rounds
 from specdemo.engine.tree import sampled_plan
 from specdemo.engine.tree_drafter import TreeDrafter
 from specdemo.models.static import prepare
@@ -89,23 +88,7 @@ def test_a_sampled_tree_round_dispatches_at_most_40_operators_and_reads_once(own
     after the prompt's round, the head's read, the growth, the verify and the verdict with the cache's roll-back
     are replays, and a round dispatches at most 40 operators outside them and reads the device once; step by step,
     with prune_below, the growth read a number a depth and the round dispatched hundreds."""
-    from specdemo.bench.round_ops import round_counts
-
-    pair = own_pair
-    decode_as(pair, "replayed")
-    spec = sampled_spec((2, 4, 8), 0.02, max_new_tokens=32, top_candidates=0, seed=2)
-    ids = pair.encode("ROMEO:\nWhat light")
-    list(speculative_rounds(pair, ids, cfg, spec))  # every graph this run needs is captured once before
-    counts = round_counts(speculative_rounds(pair, ids, cfg, spec), skip=2)
-    assert len(counts) > 3 and all(reads == 1 for _, reads, _, _ in counts), counts
-    assert max(ops for ops, *_ in counts) <= 40, counts
-    slot = pair.static_slots.pop("head")
-    try:
-        stepped = round_counts(speculative_rounds(pair, ids, cfg, spec), skip=2)
-    finally:
-        pair.static_slots["head"] = slot
-    assert max(reads for _, reads, _, _ in stepped) > 1, "the step-by-step growth reads a number a depth"
-    assert min(ops for ops, *_ in stepped) > 100, stepped
+    assert_round_floor(own_pair, cfg, sampled_spec((2, 4, 8), 0.02, max_new_tokens=32, top_candidates=0, seed=2))
 
 
 @pytest.mark.cuda
