@@ -86,7 +86,7 @@ class SpecConfig:
     nodes, `tree_depth` deep, expanding `tree_topk` nodes a depth with `tree_topk` children each (K is not used;
     0 takes the head's own default for each size, tree_drafter.run_tree_shape). tree_children: "top" makes each node's
     children the head's top-k (tree.grow, verified by walk.walk); "sampled" draws them from the head without
-    replacement at T > 0 (tree.grow_sampled, verified by walk.walk_sampled; at T = 0 it is "top"); "auto" picks
+    replacement at T > 0 (sampled_tree.grow_sampled, verified by walk.walk_sampled; at T = 0 it is "top"); "auto" picks
     what tree_drafter.tree_children says at T > 0 (sampled, or top up to the head's measured T on a bf16 CPU).
     tree_prune: the cumulative head probability below which the tree leaves nodes out (tree.grow's prune_below; 0
     prunes nothing, None takes the head's own, tree_drafter.tree_prune; a tree of top-k 1 is drafted as the chain and

@@ -13,7 +13,7 @@ from test_static import cuda_pair, decode_as, own_pair, rounds_and_syncs  # noqa
 from test_tree_graph import assert_round_floor, nodes_of, tree_rounds
 
 from specdemo.config import SamplingConfig, SpecConfig
-from specdemo.engine.tree import sampled_plan
+from specdemo.engine.sampled_tree import sampled_plan
 from specdemo.engine.tree_drafter import TreeDrafter
 from specdemo.models.static import prepare
 

@@ -31,18 +31,8 @@ from specdemo.engine import captions
 from specdemo.engine.sampling import residual, sample, warp
 from specdemo.engine.speculative import speculative_rounds
 from specdemo.engine.strategy import make_drafter
-from specdemo.engine.tree import (
-    DraftTree,
-    Drawn,
-    ancestors,
-    draw_children,
-    first_draws,
-    graft,
-    grow,
-    grow_sampled,
-    sampled_plan,
-    tree_attention,
-)
+from specdemo.engine.sampled_tree import draw_children, first_draws, grow_sampled, sampled_plan
+from specdemo.engine.tree import DraftTree, Drawn, ancestors, graft, grow, tree_attention
 from specdemo.engine.tree_drafter import TreeDrafter, tree_shape
 from specdemo.engine.walk import TreeVerdict, walk, walk_sampled
 from specdemo.models import CachedLM, StrategyUnavailable
@@ -460,7 +450,7 @@ def decided_before_seen(first_draws) -> bool:
 
 
 def test_sampled_children_are_cut_before_they_are_seen():
-    """TreeDrafter.prune_children's rule (tree.first_draws) keeps each row's first m draws with m decided draw by
+    """TreeDrafter.prune_children's rule (sampled_tree.first_draws) keeps each row's first m draws with m decided draw by
     draw from the earlier draws alone, so every kept child is still a draw from q without replacement (the toy
     chi-square test above checks the joint). The planted rule that keeps a child by its own q fails the check."""
     assert decided_before_seen(first_draws)
@@ -541,7 +531,7 @@ def test_the_planted_ratio_test_is_caught_on_the_shakespeare_pair(pair32, monkey
 
 
 def test_children_are_drawn_without_replacement_in_draw_order():
-    """tree.draw_children against the exact law of successive draws without replacement: P(a, b, c) = q_a x q_b /
+    """sampled_tree.draw_children against the exact law of successive draws without replacement: P(a, b, c) = q_a x q_b /
     (1 - q_a) x q_c / (1 - q_a - q_b), by χ² over 20,000 rows at once; a q with a token of mass 0 never gives it
     while mass is left; and where the support runs out (two tokens, three draws) the third is a token not drawn
     yet, so a row's children stay distinct."""

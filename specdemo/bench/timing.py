@@ -14,7 +14,7 @@ import torch
 
 from specdemo.config import SamplingConfig, SpecConfig
 from specdemo.engine.speculative import device_sync
-from specdemo.engine.tree import sampled_plan
+from specdemo.engine.sampled_tree import sampled_plan
 from specdemo.engine.tree_drafter import tree_shape
 from specdemo.models import CachedLM, ModelPair
 
@@ -127,7 +127,7 @@ def isolated_draft_ms(pair: ModelPair, strategy: str, width: int = 0) -> float |
 
 def frontier_width(shape: tuple[int, int, int], children: str) -> int:
     """The most nodes one head call of a tree run reads after the root's: top-k children expand `topk` nodes a
-    depth; a sampled tree expands what tree.sampled_plan fixes (SmolLM2's (2, 4, 5) on a bf16 CPU: one)."""
+    depth; a sampled tree expands what sampled_tree.sampled_plan fixes (SmolLM2's (2, 4, 5) on a bf16 CPU: one)."""
     if children == "top":
         return shape[0]
     return max((m for m, _ in sampled_plan(*shape)[1:]), default=1)

@@ -1,19 +1,20 @@
 """A draft tree of SAMPLED children grown as one replay (issue 45, item 2, for the tree a run drafts at T > 0).
 
-tree.grow_sampled expands, at each depth, the previous depth's best nodes by cumulative q, as many as its plan says
-(tree.sampled_plan) or fewer where prune_below leaves some out, and stops where none is left; each expanded node's
-children are drawn from the head's warped q. Its counts are read on the host, once a depth. Here every count is the
-plan's: each depth runs the head over all the rows the plan could expand, and a row that grow_sampled would not
-have expanded (its node below prune_below, or a padding node) is dead: its children are padding. At the end the
-real nodes are moved to the front, in grow_sampled's breadth-first order, and the padding after them
-(DraftTree.size counts the real ones on the device), as in tree_graph.py.
+sampled_tree.grow_sampled expands, at each depth, the previous depth's best nodes by cumulative q, as many as its
+plan says (sampled_tree.sampled_plan) or fewer where prune_below leaves some out, and stops where none is left;
+each expanded node's children are drawn from the head's warped q. Its counts are read on the host, once a depth.
+Here every count is the plan's: each depth runs the head over all the rows the plan could expand, and a row that
+grow_sampled would not have expanded (its node below prune_below, or a padding node) is dead: its children are
+padding. At the end the real nodes are moved to the front, in grow_sampled's breadth-first order, and the padding
+after them (DraftTree.size counts the real ones on the device), as in tree_graph.py.
 
-The draws are made by the same uniforms in the same places as grow_sampled's: tree.plan_uniforms draws all of
-them before the replay, and a depth's k-th expanded row takes the plan's k-th row of uniforms, dead or alive. So a
-replay grows the tree grow_sampled grows from the same generator state, and its walk (walk.walk_sampled, captured
-by judge_graph.TreeJudge) draws its uniforms by each q row's place in the plan (Drawn.slots), as the eager walk
-does. Trees that prune a row's children by its own draws (TreeDrafter.prune_children) or stop at an unsure node
-(sampled_stop) keep growing step by step; neither is on by default.
+The draws are made by the same uniforms in the same places as grow_sampled's: sampled_tree.plan_uniforms draws
+all of a round's before the replay, and a depth's k-th expanded row takes the plan's k-th row of uniforms, dead or
+alive. So a replay grows the tree grow_sampled grows from the same generator state, and its walk
+(walk.walk_sampled, captured by judge_graph.TreeJudge, reading this growth's buffers) takes its uniforms by each q
+row's place in the plan (Drawn.slots), as the eager walk does. Trees that prune a row's children by its own draws
+(TreeDrafter.prune_children) or stop at an unsure node (sampled_stop) keep growing step by step; neither is on by
+default.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from specdemo.config import SamplingConfig
 from specdemo.models.head_graphs import HeadSlot, tree_step_over
 
 from .sampling import warp
-from .tree import DraftTree, Drawn, draw_children, plan_parts, sampled_plan
+from .sampled_tree import draw_children, plan_parts, sampled_plan
+from .tree import DraftTree, Drawn
 from .tree_graph import TreeGraphs, tree_graphs
 
 
@@ -40,8 +42,8 @@ class SampledTreeGraphs(TreeGraphs):
         dev, rows = slot.device, sum(m for m, _ in self.plan)
         n, width = sum(m * c for m, c in self.plan), max(c for _, c in self.plan)
         # what the round's verdict graph reads (judge_graph.TreeJudge), the same buffers whichever cache bucket's
-        # graph grew the tree: the round's uniforms (tree.plan_uniforms), the tree packed (judge_graph.tree_pack),
-        # and what its children were drawn from (q, each q row's p row, each node's column)
+        # graph grew the tree: the round's uniforms (sampled_tree.plan_uniforms), the tree packed
+        # (judge_graph.tree_pack), and what its children were drawn from (q, each q row's p row, each node's column)
         self.u = torch.zeros(n + rows * width + 1, dtype=torch.float64, device=dev)
         self.pack = torch.zeros(4 * n + 2, device=dev)
         self.q = torch.zeros(rows, slot.head.d2t.shape[0], device=dev)
@@ -119,7 +121,7 @@ class SampledTreeGraphs(TreeGraphs):
         return tokens, parents, depths, hp, size
 
     def before_replay(self, gen: torch.Generator | None) -> None:
-        torch.rand(self.u.shape, generator=gen, out=self.u)  # as tree.plan_uniforms draws them
+        torch.rand(self.u.shape, generator=gen, out=self.u)  # as sampled_tree.plan_uniforms draws them
 
     def result(self, out) -> tuple[torch.Tensor, DraftTree]:
         tokens, parents, depths, head_p, size = out

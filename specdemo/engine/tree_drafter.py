@@ -18,7 +18,8 @@ from specdemo.models.eagle import SAMPLED_BF16_CPU
 
 from .drafters import EagleDrafter, LookupDrafter, Proposal, RoundOutcome
 from .sampling import warp
-from .tree import DraftTree, Drawn, graft, grow, grow_sampled, sampled_plan
+from .sampled_tree import grow_sampled, sampled_plan
+from .tree import DraftTree, Drawn, graft, grow
 from .sampled_graph import sampled_tree_graphs
 from .tree_graph import tree_graphs
 
@@ -103,12 +104,12 @@ class TreeDrafter(EagleDrafter):
     with a tree mask in the head's own cache; then the best `budget` nodes by cumulative head probability. The
     children are the head's top-k, not samples, so the loop verifies the tree with the exact walk (walk.walk) at
     every temperature. With sampled children (T > 0), the same head calls draw each expanded node's children
-    from the head's warped q without replacement (tree.grow_sampled), and the loop verifies them by recursive
+    from the head's warped q without replacement (sampled_tree.grow_sampled), and the loop verifies them by recursive
     rejection sampling (walk.walk_sampled). The drafted positions are cropped from the head's cache after the
     round, and the kept path is re-read from the target's true features, as for the chain."""
 
     name = "tree"
-    prune_children = False  # sampled children: also stop a row's draws by prune_below (tree.grow_sampled)
+    prune_children = False  # sampled children: also stop a row's draws by prune_below (sampled_tree.grow_sampled)
     sampled_stop = False  # sampled children: no children below a node whose q's top is below the head's stop_below
     warped_scores = False  # top-k children at T > 0: choose and score them by the head's warped q (tree.grow)
 

@@ -95,7 +95,8 @@ def sibling_slots(parents: torch.Tensor) -> torch.Tensor:
 
 def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, generator: torch.Generator | None,
                  u: tuple[torch.Tensor, torch.Tensor] | None = None) -> TreeVerdict:
-    """The exact walk through a tree whose children were SAMPLED from the head (tree.grow_sampled), no host sync.
+    """The exact walk through a tree whose children were SAMPLED from the head (sampled_tree.grow_sampled), with no
+    host sync.
 
     Recursive rejection sampling (SpecInfer's multi-step speculative sampling, arXiv:2305.09781, with the draws
     made without replacement as in Jeon et al.'s recursive speculative decoding, arXiv:2402.14160). At a row with
@@ -115,8 +116,9 @@ def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, 
     once, for the round's draws.
 
     u: the walk's uniforms (sampled_uniforms: the tests' and the end draw's); None takes the ones the tree's
-    growth drew with its own (Drawn.u, tree.plan_uniforms), or draws them here. A tree grown in a graph (sampled_graph.py) comes padded: nodes
-    past tree.size, and q rows whose `rows` is -1 (rows its plan could have expanded and did not), take no part."""
+    growth drew with its own (Drawn.u, sampled_tree.plan_uniforms), or draws them here. A tree grown in a graph
+    (sampled_graph.py) comes padded: nodes past tree.size, and q rows whose `rows` is -1 (rows its plan could have
+    expanded and did not), take no part."""
     n, drawn = tokens.shape[0], tree.drawn
     assert p_target.shape[0] == n + 1 and drawn is not None
     if tree.is_chain:
@@ -127,7 +129,9 @@ def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, 
     parent_row = tree.parents + 1
     node_ids = torch.arange(n, device=dev)
     row_to_e, node_e, slot, child = children_by_row(tree, rows_e, width, node_ids, parent_row)
-    u_rows, u_end = u if u is not None else drawn.u if drawn.u is not None else sampled_uniforms(drawn, generator, dev)
+    if u is None:
+        u = drawn.u if drawn.u is not None else sampled_uniforms(drawn, generator, dev)
+    u_rows, u_end = u
     u_rows = u_rows if drawn.slots is None else u_rows.index_select(0, drawn.slots)
     # 2. each child's chance against its row's residual, slot by slot
     ratio, live, q_cs, r, out_scale = residual_tests(p_target, drawn, child, wide)
