@@ -22,7 +22,7 @@ import torch
 
 from specdemo.config import SamplingConfig
 from specdemo.models.head_graphs import HeadSlot, step_over
-from specdemo.models.static_parts import CAPTURED
+from specdemo.models.static_parts import CAPTURED, cuda_graph
 
 from .sampling import device_confidence, sample, stop_cut, uniforms, warp
 
@@ -88,15 +88,7 @@ class ChainGraphs:
             with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
                 out = self._forward(k, length, u)
             return StandIn(lambda: self._forward(k, length, u), out), u, out
-        stream = torch.cuda.Stream(dev)
-        stream.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(stream), torch.inference_mode():
-            for _ in range(2):
-                self._forward(k, length, u)
-        torch.cuda.current_stream(dev).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=slot.pool), torch.inference_mode():
-            out = self._forward(k, length, u)
+        graph, out = cuda_graph(lambda: self._forward(k, length, u), dev, slot.pool)
         return graph, u, out
 
     def draft(self, view, g: torch.Tensor, k: int, gen: torch.Generator):

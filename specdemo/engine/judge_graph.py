@@ -23,7 +23,7 @@ import torch
 
 from specdemo.config import SamplingConfig
 from specdemo.models.lm import head_logits
-from specdemo.models.static_parts import CAPTURED, ReplayStandIn
+from specdemo.models.static_parts import CAPTURED, ReplayStandIn, cuda_graph
 
 from .sampling import Verdict, draw_verify, uniforms, verify, warp
 from .story import tree_sizes, tree_verdict_tensors, verdict_tensors
@@ -41,19 +41,10 @@ def captured(forward, stand_in: bool, slot) -> tuple[object, torch.Tensor]:
         with torch.inference_mode():
             out = forward()
         return ReplayStandIn(forward, out), out[0]
-    dev = slot.device
-    stream = torch.cuda.Stream(dev)
-    stream.wait_stream(torch.cuda.current_stream(dev))
-    with torch.cuda.stream(stream), torch.inference_mode():
-        for _ in range(2):  # warm-up before capture: lazy allocations and library handles
-            forward()
-    torch.cuda.current_stream(dev).wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
     # one pool for every verdict graph of the slot: each one's inputs live outside it, and its output is read right
     # after its replay, so no graph needs another's memory to survive
     pool = slot.__dict__.setdefault("judge_pool", torch.cuda.graph_pool_handle())
-    with torch.cuda.graph(graph, pool=pool), torch.inference_mode():
-        out = forward()
+    graph, out = cuda_graph(forward, slot.device, pool)
     return graph, out[0]
 
 

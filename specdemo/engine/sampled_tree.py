@@ -63,22 +63,24 @@ def plan_parts(plan: list[tuple[int, int]], u: torch.Tensor
 def draw_children(q: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """c draws without replacement from each row of q [rows, V] -> [rows, c] long, in draw order: draw s takes
     uniform u[:, s] by the inverse of the cumulative q left once draws 1..s-1 are set aside (as sampling.sample,
-    sums in float64). Where nothing of q is left (its support had fewer than c tokens) a draw takes a token not
-    drawn yet, by the same uniform: it has q = 0 and is never accepted (walk.walk_sampled). c passes over the row, and c
-    uniforms a row: on a CPU this costs less than the Gumbel-top-k draws it replaced, which drew V uniforms a row
-    (docs/decisions.md, "sampled children by successive draws")."""
-    left = q.double()
-    picks = []
-    for s in range(u.shape[1]):
+    sums in float64). Where nothing of q is left (its support had fewer than c tokens) a draw takes the first token
+    not drawn yet: it has q = 0 and is never accepted (walk.walk_sampled). c passes over the row, and c uniforms a
+    row, where the Gumbel-top-k draws it replaced drew V (docs/decisions.md, "sampled children by successive
+    draws")."""
+    left, picks = q.double(), []
+    rows, c = u.shape
+    for s in range(c):
         cdf = left.cumsum(-1)
-        if s:  # q's first draw always has mass; a later one may find none left: then any token not drawn yet
-            fresh = left.new_ones(left.shape).scatter_(1, torch.cat(picks, 1), 0.0)
-            cdf = torch.where(cdf[:, -1:] > 0, cdf, fresh.cumsum(-1))
         total = cdf[:, -1:].contiguous()
-        at = (u[:, s : s + 1] * total).contiguous()
-        pick = torch.minimum(torch.searchsorted(cdf, at, right=True), torch.searchsorted(cdf, total))
+        pick = torch.minimum(torch.searchsorted(cdf, (u[:, s : s + 1] * total).contiguous(), right=True),
+                             torch.searchsorted(cdf, total))
+        if s:  # q's first draw always has mass; a later one may find none left: the first of 0..s not drawn yet
+            taken = torch.cat(picks, 1).view(rows, 1, s)
+            free = (torch.arange(s + 1, device=q.device).view(1, s + 1, 1) != taken).all(-1)
+            pick = torch.where(total > 0, pick, free.long().argmax(-1, keepdim=True))
         picks.append(pick)
-        left = left.scatter(1, pick, 0.0)
+        if s + 1 < c:
+            left = left.scatter(1, pick, 0.0)
     return torch.cat(picks, 1)
 
 

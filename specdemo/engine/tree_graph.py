@@ -24,7 +24,7 @@ from collections import OrderedDict
 import torch
 
 from specdemo.models.head_graphs import HeadSlot, tree_step_over
-from specdemo.models.static_parts import CAPTURED
+from specdemo.models.static_parts import CAPTURED, cuda_graph
 
 from .chain_graph import StandIn
 from .tree import DraftTree, head_probs
@@ -106,16 +106,7 @@ class TreeGraphs:
             with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
                 out = self._forward(length)
             return StandIn(lambda: self._forward(length), out), out
-        stream = torch.cuda.Stream(dev)
-        stream.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(stream), torch.inference_mode():
-            for _ in range(2):
-                self._forward(length)
-        torch.cuda.current_stream(dev).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=slot.pool), torch.inference_mode():
-            out = self._forward(length)
-        return graph, out
+        return cuda_graph(lambda: self._forward(length), dev, slot.pool)
 
     def grow(self, view, g: torch.Tensor, gen: torch.Generator | None = None
              ) -> tuple[torch.Tensor, DraftTree] | None:

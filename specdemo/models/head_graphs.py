@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from specdemo.config import TREE_DEPTH_RANGE, TREE_TOPK_RANGE
 
 from .eagle import EagleHead, HeadCache, rope
-from .static_parts import CAPTURED, ReplayStandIn, buckets_for
+from .static_parts import CAPTURED, ReplayStandIn, buckets_for, cuda_graph
 
 log = logging.getLogger(__name__)
 READ_MAX = 13  # the most accepted positions a captured read takes: K + 1 for the largest K a page offers (12)
@@ -137,15 +137,7 @@ class HeadSlot:
         self.stand_in = stand_in
         for b in self.buckets:
             if cuda:
-                stream = torch.cuda.Stream(self.device)
-                stream.wait_stream(torch.cuda.current_stream(self.device))
-                with torch.cuda.stream(stream), torch.inference_mode():
-                    for _ in range(2):
-                        self._forward(b)
-                torch.cuda.current_stream(self.device).wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool), torch.inference_mode():
-                    out = self._forward(b)
+                graph, out = cuda_graph(lambda b=b: self._forward(b), self.device, pool)
             else:
                 with torch.inference_mode():
                     out = self._forward(b)
@@ -219,16 +211,7 @@ class HeadSlot:
             with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
                 out = self._read_forward(n, b)
             return ReplayStandIn(lambda: (self._read_forward(n, b),) * 2, (out, out)), out
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream), torch.inference_mode():
-            for _ in range(2):
-                self._read_forward(n, b)
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool), torch.inference_mode():
-            out = self._read_forward(n, b)
-        return graph, out
+        return cuda_graph(lambda: self._read_forward(n, b), self.device, self.pool)
 
     def take(self, view: HeadCache) -> None:
         """Make the shared cache hold `view`'s positions (called before each of its uses): the owner's are saved

@@ -14,7 +14,7 @@ import logging
 
 import torch
 
-from .static_parts import CAPTURED, ReplayStandIn
+from .static_parts import CAPTURED, ReplayStandIn, cuda_graph
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +41,8 @@ class RowMoves:
             with torch.inference_mode():
                 out = self._forward(src, first)
             return ReplayStandIn(lambda: self._forward(src, first), out), src, first
-        stream = torch.cuda.Stream(dev)
-        stream.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(stream), torch.inference_mode():
-            self._forward(src, first)
-        torch.cuda.current_stream(dev).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.slot.__dict__.setdefault("move_pool", torch.cuda.graph_pool_handle())):
-            self._forward(src, first)
+        pool = self.slot.__dict__.setdefault("move_pool", torch.cuda.graph_pool_handle())
+        graph, _ = cuda_graph(lambda: self._forward(src, first), dev, pool, warmups=1)
         return graph, src, first
 
     def move(self, src: list[int], first: int) -> bool:

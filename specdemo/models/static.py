@@ -33,8 +33,8 @@ from .eagle import EagleHead
 from .head_graphs import HeadSlot
 from .lm import cache_argument, float32_head, head_logits
 from .row_moves import RowMoves
-from .static_parts import (CAPTURED, MIN_WINDOW, ReplayStandIn, buckets_for, cache_bytes, cache_view, fitting_window,
-                           kv_shape, plan_window, tree_made)
+from .static_parts import (CAPTURED, MIN_WINDOW, ReplayStandIn, buckets_for, cache_bytes, cache_view, cuda_graph,
+                           fitting_window, kv_shape, plan_window, tree_made)
 
 __all__ = ["CAPTURED", "MIN_WINDOW", "ReplayStandIn", "buckets_for", "cache_bytes", "cache_view", "fitting_window",
            "kv_shape", "plan_window"]
@@ -239,15 +239,7 @@ class StaticSlot:
                                      torch.where(given, tree_mask, made_mask), start)
 
             if cuda:
-                stream = torch.cuda.Stream(self.device)
-                stream.wait_stream(torch.cuda.current_stream(self.device))
-                with torch.cuda.stream(stream), torch.inference_mode():
-                    for _ in range(2):  # warm-up: lazy allocations and library handles happen before capture
-                        forward()
-                torch.cuda.current_stream(self.device).wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool), torch.inference_mode():
-                    out = forward()
+                graph, out = cuda_graph(forward, self.device, pool)
             else:
                 with torch.inference_mode():
                     out = forward()

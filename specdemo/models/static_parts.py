@@ -1,7 +1,8 @@
 """The static path's parts that models/static.py and models/head_graphs.py share: the cache lengths a forward
 attends over (`buckets_for`) and a bucket's view of a cache (`cache_view`); the bytes a cache takes (`cache_bytes`)
-and the window the caches get where device memory is short (`fitting_window`, `plan_window`); and the graphs'
-stand-in on a CPU (`ReplayStandIn`, replaying inside the profiler range `CAPTURED`). No model forwards here."""
+and the window the caches get where device memory is short (`fitting_window`, `plan_window`); the capture of a
+CUDA graph (`cuda_graph`) and the graphs' stand-in on a CPU (`ReplayStandIn`, replaying inside the profiler range
+`CAPTURED`). No model forwards here."""
 
 from __future__ import annotations
 
@@ -12,6 +13,22 @@ import torch
 MIN_BUCKET = 64  # the shortest cache length a forward attends over
 CAPTURED = "specdemo.captured"  # the profiler range around a stand-in's replay: what a CUDA graph would replay
 MIN_WINDOW = 512  # a GPU too small for the largest request's static caches shrinks them, down to this window
+
+
+def cuda_graph(forward, device: torch.device, pool, warmups: int = 2) -> tuple[torch.cuda.CUDAGraph, object]:
+    """`forward`'s CUDA graph and what its captured run returned (the graph's output buffers): `warmups` runs on a
+    side stream first (lazy allocations and library handles must happen before capture), then the capture into the
+    memory pool `pool` (None: a pool of its own). Every captured part of specdemo is captured by this."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream), torch.inference_mode():
+        for _ in range(warmups):
+            forward()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool), torch.inference_mode():
+        out = forward()
+    return graph, out
 
 
 def buckets_for(max_len: int, smallest: int = MIN_BUCKET) -> tuple[int, ...]:
