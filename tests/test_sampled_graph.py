@@ -6,14 +6,15 @@ operators and one host read; and the output still the warped target's."""
 from __future__ import annotations
 
 import pytest
-import torch
 from test_eagle import exact_joint3
 from test_exactness import PASS_P, chi2_pvalue, drop_k, speculative_samples
-from test_static import cuda_pair, decode_as, own_pair, rounds_and_syncs  # noqa: F401 - own_pair, cuda_pair: fixtures
+from test_static import (GREEDY, cuda_pair, decode_as, interleaved, own_pair, rounds_and_syncs,  # noqa: F401 - fixtures
+                         tokens_of)
 from test_tree_graph import assert_round_floor, nodes_of, tree_rounds
 
 from specdemo.config import SamplingConfig, SpecConfig
 from specdemo.engine.sampled_tree import sampled_plan
+from specdemo.engine.speculative import speculative_rounds
 from specdemo.engine.tree_drafter import TreeDrafter
 from specdemo.models.static import prepare
 
@@ -89,6 +90,24 @@ def test_a_sampled_tree_round_dispatches_at_most_40_operators_and_reads_once(own
     are replays, and a round dispatches at most 40 operators outside them and reads the device once; step by step,
     with prune_below, the growth read a number a depth and the round dispatched hundreds."""
     assert_round_floor(own_pair, cfg, sampled_spec((2, 4, 8), 0.02, max_new_tokens=32, top_candidates=0, seed=2))
+
+
+def test_runs_of_one_sampled_plan_taking_turns_each_give_what_they_give_alone(own_pair):
+    """Two visitors' runs with the same plan and settings share one SampledTreeGraphs (its uniforms, packed tree,
+    q and rows are the same buffers), and a third grows top-k trees on the same head slot; alternating round by
+    round, as the device lock makes them, each gives exactly the tokens it gives alone."""
+    pair = own_pair
+    decode_as(pair, "replayed")
+    cfg = SamplingConfig(0.7)
+    runs = [("ROMEO:\n", sampled_spec((2, 4, 8), 0.02, seed=1), cfg),
+            ("JULIET:\nO", sampled_spec((2, 4, 8), 0.02, seed=2), cfg),
+            ("HAMLET:\n", SpecConfig(k=4, max_new_tokens=40, strategy="tree", tree_topk=3, tree_depth=3,
+                                     tree_budget=6, tree_children="top", seed=3), GREEDY)]
+    alone = [tokens_of(speculative_rounds(pair, pair.encode(p), sampling, spec)) for p, spec, sampling in runs]
+    head_swaps = pair.static_slots["head"].swaps
+    assert interleaved(pair, runs) == alone
+    assert len({tuple(a) for a in alone}) == 3, "three different runs"
+    assert pair.static_slots["head"].swaps - head_swaps > 5, "the runs took turns in the head's cache"
 
 
 @pytest.mark.cuda
