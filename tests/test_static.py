@@ -339,7 +339,9 @@ def test_on_cuda_two_interleaved_runs_each_give_what_they_give_alone(cuda_pair):
     pair = cuda_pair
     prepare(pair, "graphs")
     runs = [("ROMEO:\n", SpecConfig(k=3, max_new_tokens=64, seed=1, strategy="fixed"), SamplingConfig(0.8)),
-            ("JULIET:\n", SpecConfig(k=4, max_new_tokens=64, seed=2, strategy="tree"), SamplingConfig(0.8))]
+            ("JULIET:\n", SpecConfig(k=4, max_new_tokens=64, seed=2, strategy="tree"), SamplingConfig(0.8)),
+            ("HAMLET:\n", SpecConfig(k=4, max_new_tokens=64, seed=3, strategy="tree", tree_topk=2, tree_depth=4,
+                                     tree_budget=8, tree_children="sampled"), SamplingConfig(0.8))]  # captured growth
     alone = [tokens_of(speculative_rounds(pair, pair.encode(p), sampling, spec)) for p, spec, sampling in runs]
     assert interleaved(pair, runs) == alone
     assert pair.static_slots["target"].swaps > 0
