@@ -110,6 +110,30 @@ def test_runs_of_one_sampled_plan_taking_turns_each_give_what_they_give_alone(ow
     assert pair.static_slots["head"].swaps - head_swaps > 5, "the runs took turns in the head's cache"
 
 
+def test_a_sampled_plan_let_go_takes_its_verdict_graphs_with_it(own_pair):
+    """A public page's visitors pick many plans (prune_below, T, top-k, top-p each make one): the head slot keeps
+    the SHAPES_KEPT most recent, and the verdict graphs that read a plan's buffers go when the plan goes, so neither
+    holds the device's memory for plans no run uses."""
+    import gc
+
+    from specdemo.engine.sampled_graph import SampledTreeGraphs
+    from specdemo.engine.tree_graph import SHAPES_KEPT
+
+    pair = own_pair
+    decode_as(pair, "replayed")
+    ids = pair.encode("ROMEO:\nWhat light")
+    for i in range(SHAPES_KEPT + 3):  # more plans than the slot keeps
+        spec = sampled_spec((2, 3, 6), 0.001 * (i + 1), max_new_tokens=8, top_candidates=0, seed=i)
+        list(speculative_rounds(pair, ids, SamplingConfig(0.8), spec))
+    gc.collect()
+    shapes = pair.static_slots["head"].tree_shapes
+    assert len(shapes) <= SHAPES_KEPT
+    live = {id(s.pack) for s in shapes.values() if isinstance(s, SampledTreeGraphs)}
+    judge = next(j for key, j in pair.static_slots["target"].tree_judges.items() if key[0] == 0.8)
+    sampled = {key[2] for key in judge.graphs if len(key) == 3}
+    assert sampled and sampled <= live, (len(sampled), len(live))
+
+
 @pytest.mark.cuda
 def test_on_cuda_a_sampled_tree_round_syncs_once(cuda_pair):
     """As test_tree_graph.py's top-k test, for the tree a run drafts at T > 0: after the prompt's rounds, a round of

@@ -1,5 +1,6 @@
 """A round's verdict as one replay (issue 45, item 3: judged on the device, read once): a chain's (ChainJudge) and a
-tree of top-k children's (TreeJudge, the walk of walk.walk; a tree of sampled children is walked eagerly).
+tree's (TreeJudge: the walk of walk.walk for top-k children, of walk.walk_sampled for sampled children grown in a
+graph, sampled_graph.py; a sampled tree grown step by step is walked eagerly).
 
 Where the target's forwards are captured (`graphs` on CUDA; the graphs' stand-in on a CPU, for tests), a chain's
 step 3 runs as one graph per number of drafts k: the target's last hidden states -> its LM head's logits -> warped
@@ -16,7 +17,9 @@ key its cache. A capture that fails leaves the eager judge in place, with one lo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import weakref
 from collections import OrderedDict
 
 import torch
@@ -136,8 +139,9 @@ def chain_judge(pair, sampling: SamplingConfig, lenience: float, top_m: int) -> 
 
 
 class TreeJudge:
-    """The captured verdicts of trees of top-k children (walk.walk) for one sampling setting, one graph per (nodes,
-    depth bound): the target's LM head over the verify's last hidden states, the warp, the walk with its uniforms
+    """The captured verdicts of trees for one sampling setting: of top-k children (walk.walk), one graph per (nodes,
+    depth bound); of sampled children grown in a graph (walk.walk_sampled), one per plan's buffers. Each runs the
+    target's LM head over the verify's last hidden states, the warp, the walk with its uniforms
     drawn before the replay (as the eager walk draws them), story.tree_verdict_tensors flat, and the roll-back of
     the target's cache: the path's rows move up behind the fixed tokens (as StaticLM.keep_rows moves them; a
     depth past the path moves a row past what the round keeps, which the next forward overwrites)."""
@@ -197,7 +201,10 @@ class TreeJudge:
                 return None
             try:  # once per (settings, n, depth[, plan]): on the stand-in not a round's work
                 with torch.profiler.record_function(CAPTURED) if self.stand_in else contextlib.nullcontext():
-                    self.graphs[key] = self._capture(n, tree.max_depth, drawn, tree.packed)
+                    plain = None if drawn is None else dataclasses.replace(drawn, owner=None)  # no hold on it
+                    self.graphs[key] = self._capture(n, tree.max_depth, plain, tree.packed)
+                if drawn is not None and drawn.owner is not None:  # a plan's graphs let go: its verdicts go too
+                    weakref.finalize(drawn.owner, self.graphs.pop, key, None)
                 while len(self.graphs) > GRAPHS_KEPT:  # a sampled tree's graphs are its plan's, and plans come and go
                     self.graphs.popitem(last=False)
             except Exception as err:  # noqa: BLE001 - any capture failure falls back to the eager walk

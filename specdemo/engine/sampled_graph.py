@@ -12,7 +12,9 @@ The draws are made by the same uniforms in the same places as grow_sampled's: sa
 all of a round's before the replay, and a depth's k-th expanded row takes the plan's k-th row of uniforms, dead or
 alive. So a replay grows the tree grow_sampled grows from the same generator state, and its walk
 (walk.walk_sampled, captured by judge_graph.TreeJudge, reading this growth's buffers) takes its uniforms by each q
-row's place in the plan (Drawn.slots), as the eager walk does. Trees that prune a row's children by its own draws
+row's place in the plan (Drawn.slots), as the eager walk does. (On the CPU's stand-in the two give the same trees,
+tested; on CUDA the graph's head runs over more rows and another cache bucket than the steps do, whose rounding may
+part them at a near-tie. Either is exact.) Trees that prune a row's children by its own draws
 (TreeDrafter.prune_children) or stop at an unsure node (sampled_stop) keep growing step by step; neither is on by
 default.
 """
@@ -126,7 +128,7 @@ class SampledTreeGraphs(TreeGraphs):
     def result(self, out) -> tuple[torch.Tensor, DraftTree]:
         tokens, parents, depths, head_p, size = out
         drawn = Drawn(self.q, self.rows, self.cols, self.slot.head.d2t, max(c for _, c in self.plan), self.row_slots,
-                      self.rows.shape[0], self.walk_u)
+                      self.rows.shape[0], self.walk_u, self)
         return tokens, DraftTree(parents, depths, head_p, self.depth, drawn, size=size, packed=self.pack)
 
 

@@ -44,8 +44,8 @@ def plan_uniforms(plan: list[tuple[int, int]], generator: torch.Generator | None
     takes what its rows use and leaves the rest, so what a round draws never depends on what the head drew, and a
     captured round (sampled_graph.py) draws the same uniforms, in one call, as a round step by step."""
     rows, width = sum(m for m, _ in plan), max(c for _, c in plan)
-    return torch.rand(sum(m * c for m, c in plan) + rows * width + 1, generator=generator, device=device,
-                      dtype=torch.float64)
+    wide = torch.float32 if torch.device(device).type == "mps" else torch.float64  # MPS has no float64
+    return torch.rand(sum(m * c for m, c in plan) + rows * width + 1, generator=generator, device=device, dtype=wide)
 
 
 def plan_parts(plan: list[tuple[int, int]], u: torch.Tensor
@@ -67,7 +67,7 @@ def draw_children(q: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     not drawn yet: it has q = 0 and is never accepted (walk.walk_sampled). c passes over the row, and c uniforms a
     row, where the Gumbel-top-k draws it replaced drew V (docs/decisions.md, "sampled children by successive
     draws")."""
-    left, picks = q.double(), []
+    left, picks = q.to(u.dtype), []  # float64 (float32 on MPS, as plan_uniforms draws u)
     rows, c = u.shape
     for s in range(c):
         cdf = left.cumsum(-1)
@@ -192,6 +192,7 @@ def expanded_nodes(level_scores: torch.Tensor, m: int, floor: float | None) -> t
     """(best, m): which of the last depth's nodes to expand, by cumulative log q: its best m, less those below floor
     (m then counts the rest; 0: none)."""
     best = torch.sort(level_scores, descending=True, stable=True).indices[:m]
+    m = best.shape[0]  # (a level may hold fewer nodes than the plan's m where sampled_stop left rows childless)
     if floor is not None:
         m = int((level_scores[best] >= floor).sum())
         best = best[:m]

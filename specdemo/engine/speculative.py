@@ -149,8 +149,8 @@ def judge(pair: ModelPair, proposal: Proposal, logits: torch.Tensor, gen: torch.
     """Step 3: judge all k drafts at once from the target's logits, then copy the verdict (and the inspector's top
     candidates) to the host in one sync: a chain by the modified rejection test with its q, a tree by the exact walk
     (walk.py); each as one captured replay where the target's forwards are captured (judge_graph.py, which takes the
-    target's last hidden states as `logits`; a tree of sampled children is walked eagerly). A captured tree verdict
-    also moves the path's rows in the target's cache up to slot `base`, the first after the fixed tokens."""
+    target's last hidden states as `logits`; a sampled tree grown step by step is walked eagerly). A captured tree
+    verdict also moves the path's rows in the target's cache up to slot `base`, the first after the fixed tokens."""
     tree, top_m = proposal.tree, spec.top_candidates
     if tree is None:
         cut = proposal.cut[:2] if proposal.cut is not None else None

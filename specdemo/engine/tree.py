@@ -65,6 +65,7 @@ class Drawn:
     slots: torch.Tensor | None = None
     planned: int | None = None
     u: tuple[torch.Tensor, torch.Tensor] | None = None  # the walk's uniforms, drawn with the growth's (plan_parts)
+    owner: object | None = None  # grown in a graph: the graphs whose buffers these are (their verdicts go with them)
 
 
 def ancestors(parents: torch.Tensor, max_depth: int) -> torch.Tensor:

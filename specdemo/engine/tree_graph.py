@@ -131,6 +131,7 @@ class TreeGraphs:
                 self.failed = True
                 log.warning("the draft tree's growth could not be captured (%s: %s); growing it step by step",
                             type(err).__name__, err)
+                slot.take(view)  # the capture wrote through the scratch view: the run's positions come back
                 return None
             while len(graphs) > GRAPHS_KEPT:
                 graphs.popitem(last=False)
