@@ -450,9 +450,9 @@ def decided_before_seen(first_draws) -> bool:
 
 
 def test_sampled_children_are_cut_before_they_are_seen():
-    """TreeDrafter.prune_children's rule (sampled_tree.first_draws) keeps each row's first m draws with m decided draw by
-    draw from the earlier draws alone, so every kept child is still a draw from q without replacement (the toy
-    chi-square test above checks the joint). The planted rule that keeps a child by its own q fails the check."""
+    """TreeDrafter.prune_children's rule (sampled_tree.first_draws) keeps each row's first m draws with m decided
+    draw by draw from the earlier draws alone, so every kept child is still a draw from q without replacement (the
+    toy chi-square test above checks the joint). The planted rule that keeps a child by its own q fails the check."""
     assert decided_before_seen(first_draws)
     assert not decided_before_seen(own_q_draws)
 
@@ -531,10 +531,10 @@ def test_the_planted_ratio_test_is_caught_on_the_shakespeare_pair(pair32, monkey
 
 
 def test_children_are_drawn_without_replacement_in_draw_order():
-    """sampled_tree.draw_children against the exact law of successive draws without replacement: P(a, b, c) = q_a x q_b /
-    (1 - q_a) x q_c / (1 - q_a - q_b), by χ² over 20,000 rows at once; a q with a token of mass 0 never gives it
-    while mass is left; and where the support runs out (two tokens, three draws) the third is a token not drawn
-    yet, so a row's children stay distinct."""
+    """sampled_tree.draw_children against the exact law of successive draws without replacement: P(a, b, c) =
+    q_a x q_b / (1 - q_a) x q_c / (1 - q_a - q_b), by χ² over 20,000 rows at once; a q with a token of mass 0 never
+    gives it while mass is left; and where the support runs out (two tokens, three draws) the third is a token not
+    drawn yet, so a row's children stay distinct."""
     q = torch.tensor([0.5, 0.25, 0.15, 0.1, 0.0])
     n = 20_000
     gen = torch.Generator().manual_seed(11)

@@ -18,9 +18,9 @@ from specdemo.models.eagle import SAMPLED_BF16_CPU
 
 from .drafters import EagleDrafter, LookupDrafter, Proposal, RoundOutcome
 from .sampling import warp
+from .sampled_graph import sampled_tree_graphs
 from .sampled_tree import grow_sampled, sampled_plan
 from .tree import DraftTree, Drawn, graft, grow
-from .sampled_graph import sampled_tree_graphs
 from .tree_graph import tree_graphs
 
 DEFAULT_TREE = {"topk": 2, "depth": 4, "budget": 8}  # a head whose config names no tree shape drafts this one
