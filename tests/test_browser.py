@@ -326,6 +326,9 @@ def test_the_ngram_control_shows_for_prompt_lookup_only(page):
     page.wait_for_selector("#sd-ngram", state="hidden")
 
 
+NOTICE = "A run is going: wait for it to end, or press Stop first."  # the refusal of a Generate during a run
+
+
 def test_stop_mid_run_leaves_the_inspector_and_step_through_on_the_stopped_run(page):
     generate(page, "JULIET:\n")  # a finished run first: what must not stay behind
     set_slider(page, "sd-max-new", 256)
@@ -339,14 +342,16 @@ def test_stop_mid_run_leaves_the_inspector_and_step_through_on_the_stopped_run(p
         page.wait_for_function(f"document.querySelector('#sd-token-view').innerText.startsWith({name!r})"
                                " && document.querySelectorAll('#sd-token-view .sd-tok').length > 4", timeout=60000)
         assert buttons(page) == RUNNING, "Generate is disabled while a run goes on, and Stop is not"
-        # a second Generate, from the prompt: refused. The page decides it (SUBMIT_JS finds Generate disabled) and
-        # sends its finding with the request, so Stop can follow at once: waiting for the notice first left a loaded
-        # CI machine time to finish all 256 tokens and the baseline before Stop (CI at 01a12e5)
+        # a second Generate, from the prompt: refused, with a notice. The page decides it (SUBMIT_JS finds Generate
+        # disabled) and sends its finding with the request. Stop waits for the notice: a Stop clicked at once could
+        # land before the refused request was answered, and cancel it unanswered (CI at 10693d0); a run that ends
+        # meanwhile (CI at 01a12e5, a loaded machine) sends the loop to its next prompt
+        shown = page.evaluate(f"document.body.innerText.split({NOTICE!r}).length - 1")
         page.locator("#sd-prompt textarea").press("Shift+Enter")
+        page.wait_for_function(f"document.body.innerText.split({NOTICE!r}).length - 1 > {shown}", timeout=30000)
         page.click("#sd-stop")
         wait_buttons(page, IDLE)
-        if "done" not in page.inner_text("#sd-stats"):  # stopped: so it was still going when Enter was refused
-            page.get_by_text("A run is going: wait for it to end, or press Stop first.").wait_for(timeout=30000)
+        if "done" not in page.inner_text("#sd-stats"):  # stopped mid-run: the refusal came while it was going
             break
     else:
         pytest.fail("each of three runs ended before Stop: nothing was tested")
