@@ -237,12 +237,17 @@ class TreeJudge:
 
 
 def tree_pack(tokens: torch.Tensor, tree: DraftTree) -> torch.Tensor:
-    """A tree in TreeJudge's one float buffer: tokens, parents, depths, head p (n each), then its real size and a 1
-    (move the rows; float32 holds ids and indices exactly up to 2**24). A tree grown in a graph comes packed
-    (DraftTree.packed)."""
+    """A tree in TreeJudge's one float buffer (pack_tree). A tree grown in a graph comes packed (DraftTree.packed)."""
     size = tree.size if tree.size is not None else torch.full((), tokens.numel(), device=tokens.device)
-    return torch.cat([tokens.float(), tree.parents.float(), tree.depths.float(), tree.head_p.float(),
-                      size.float().view(1), size.new_ones(1).float()])
+    return pack_tree(tokens, tree.parents, tree.depths, tree.head_p, size)
+
+
+def pack_tree(tokens: torch.Tensor, parents: torch.Tensor, depths: torch.Tensor, head_p: torch.Tensor,
+              size: torch.Tensor) -> torch.Tensor:
+    """TreeJudge's one float buffer: tokens, parents, depths, head p (n each), then the real size and a 1 (move the
+    rows; float32 holds ids and indices exactly up to 2**24)."""
+    return torch.cat([tokens.float(), parents.float(), depths.float(), head_p.float(), size.float().view(1),
+                      size.new_ones(1).float()])
 
 
 def tree_judge(pair, sampling: SamplingConfig, top_m: int) -> TreeJudge | None:

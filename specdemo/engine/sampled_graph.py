@@ -28,8 +28,9 @@ import torch
 from specdemo.config import SamplingConfig
 from specdemo.models.head_graphs import HeadSlot, tree_step_over
 
+from .judge_graph import pack_tree
+from .sampled_tree import draw_children, plan_parts, plan_sizes, sampled_plan
 from .sampling import warp
-from .sampled_tree import draw_children, plan_parts, sampled_plan
 from .tree import DraftTree, Drawn
 from .tree_graph import TreeGraphs, tree_graphs
 
@@ -41,18 +42,17 @@ class SampledTreeGraphs(TreeGraphs):
         super().__init__(slot, shape, prune_below)
         self.sampling, self.plan = sampling, sampled_plan(*shape)
         self.depth = len(self.plan)  # the plan never goes deeper than the budget
-        dev, rows = slot.device, sum(m for m, _ in self.plan)
-        n, width = sum(m * c for m, c in self.plan), max(c for _, c in self.plan)
+        dev, (n, rows, self.width) = slot.device, plan_sizes(self.plan)
         # what the round's verdict graph reads (judge_graph.TreeJudge), the same buffers whichever cache bucket's
         # graph grew the tree: the round's uniforms (sampled_tree.plan_uniforms), the tree packed
         # (judge_graph.tree_pack), and what its children were drawn from (q, each q row's p row, each node's column)
-        self.u = torch.zeros(n + rows * width + 1, dtype=torch.float64, device=dev)
+        self.u = torch.zeros(n + rows * self.width + 1, dtype=torch.float64, device=dev)
         self.pack = torch.zeros(4 * n + 2, device=dev)
         self.q = torch.zeros(rows, slot.head.d2t.shape[0], device=dev)
         self.rows = torch.zeros(rows, dtype=torch.long, device=dev)
         self.cols = torch.zeros(n, dtype=torch.long, device=dev)
         self.row_slots = torch.arange(rows, device=dev)  # Drawn.slots: each q row is its own place in the plan
-        self.walk_u = plan_parts(self.plan, self.u)[1]  # views: the walk's uniforms
+        self.blocks, self.walk_u = plan_parts(self.plan, self.u)  # views: each depth's draws, the walk's
 
     @property
     def room(self) -> int:
@@ -61,7 +61,7 @@ class SampledTreeGraphs(TreeGraphs):
 
     def _forward(self, length: int):
         slot, head, dev = self.slot, self.slot.head, self.slot.device
-        blocks, _ = plan_parts(self.plan, self.u)
+        blocks = self.blocks
         logits = head.logits(self.g).float()
         q = warp(logits, self.sampling)
         kids = draw_children(q, blocks[0])  # [1, c]: the root's children, every one real
@@ -93,7 +93,7 @@ class SampledTreeGraphs(TreeGraphs):
             parents.append(chosen.repeat_interleave(c))
             depths.append(torch.full((m * c,), d + 1, dtype=torch.long, device=dev))
             hps.append(logits.softmax(-1).gather(1, kids).reshape(-1))
-            scores.append((torch.cat(scores)[chosen].view(-1, 1) + q.gather(1, kids).log()).reshape(-1))
+            scores.append((score[best].view(-1, 1) + q.gather(1, kids).log()).reshape(-1))  # the parents' + own
             real.append(live.repeat_interleave(c))
             qs.append(q)
             row_node.append(chosen)
@@ -115,8 +115,7 @@ class SampledTreeGraphs(TreeGraphs):
         depths = torch.where(is_real, dep[keep], 1)
         cols = ids[keep]
         tokens, hp = self.slot.head.d2t[cols], hp[keep]
-        self.pack.copy_(torch.cat([tokens.float(), parents.float(), depths.float(), hp.float(), size.float().view(1),
-                                   size.new_ones(1).float()]))  # as judge_graph.tree_pack
+        self.pack.copy_(pack_tree(tokens, parents, depths, hp, size))
         self.q.copy_(q)
         self.rows.copy_(torch.where(row_live, new_index[row_node] + 1, -1))
         self.cols.copy_(cols)
@@ -127,7 +126,7 @@ class SampledTreeGraphs(TreeGraphs):
 
     def result(self, out) -> tuple[torch.Tensor, DraftTree]:
         tokens, parents, depths, head_p, size = out
-        drawn = Drawn(self.q, self.rows, self.cols, self.slot.head.d2t, max(c for _, c in self.plan), self.row_slots,
+        drawn = Drawn(self.q, self.rows, self.cols, self.slot.head.d2t, self.width, self.row_slots,
                       self.rows.shape[0], self.walk_u, self)
         return tokens, DraftTree(parents, depths, head_p, self.depth, drawn, size=size, packed=self.pack)
 

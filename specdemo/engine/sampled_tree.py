@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .sampling import wide_dtype
 from .tree import DraftTree, Drawn, Grown, Nodes
 
 
@@ -37,15 +38,20 @@ def sampled_plan(topk: int, depth: int, budget: int) -> list[tuple[int, int]]:
     return plan
 
 
+def plan_sizes(plan: list[tuple[int, int]]) -> tuple[int, int, int]:
+    """(nodes, rows, width) of a plan: the children it could draw, the rows it could expand (the root's included)
+    and the most children a row gets."""
+    return sum(m * c for m, c in plan), sum(m for m, _ in plan), max(c for _, c in plan)
+
+
 def plan_uniforms(plan: list[tuple[int, int]], generator: torch.Generator | None, device) -> torch.Tensor:
     """Every uniform a round with a sampled tree draws, at once before its first draw (float64; plan_parts splits
     them): the growth's c for each of the m rows that each depth of `plan` could expand, depth by depth, then its
     walk's (walk.walk_sampled): a row of the plan's widest c for each of those rows, and the end draw's. The tree
     takes what its rows use and leaves the rest, so what a round draws never depends on what the head drew, and a
     captured round (sampled_graph.py) draws the same uniforms, in one call, as a round step by step."""
-    rows, width = sum(m for m, _ in plan), max(c for _, c in plan)
-    wide = torch.float32 if torch.device(device).type == "mps" else torch.float64  # MPS has no float64
-    return torch.rand(sum(m * c for m, c in plan) + rows * width + 1, generator=generator, device=device, dtype=wide)
+    nodes, rows, width = plan_sizes(plan)
+    return torch.rand(nodes + rows * width + 1, generator=generator, device=device, dtype=wide_dtype(device))
 
 
 def plan_parts(plan: list[tuple[int, int]], u: torch.Tensor
@@ -56,7 +62,7 @@ def plan_parts(plan: list[tuple[int, int]], u: torch.Tensor
     for m, c in plan:
         blocks.append(u[i : i + m * c].view(m, c))
         i += m * c
-    rows, width = sum(m for m, _ in plan), max(c for _, c in plan)
+    _, rows, width = plan_sizes(plan)
     return blocks, (u[i : i + rows * width].view(rows, width), u[-1:].view(1, 1))
 
 
@@ -167,8 +173,9 @@ def grow_sampled(root_logits: torch.Tensor, expand, plan: list[tuple[int, int]],
         reached, first_row = d + 1, first_row + plan[d][0]
     # 3. the tree, with what its children were drawn from (what walk_sampled tests them with)
     ids = torch.cat(nodes.draft_ids)
-    drawn = Drawn(torch.cat(nodes.q_rows), torch.cat(nodes.expanded) + 1, ids, draft_to_target,
-                  max(c for _, c in plan), torch.cat(nodes.slots), sum(m for m, _ in plan), walk_u)
+    _, rows, width = plan_sizes(plan)
+    drawn = Drawn(torch.cat(nodes.q_rows), torch.cat(nodes.expanded) + 1, ids, draft_to_target, width,
+                  torch.cat(nodes.slots), rows, walk_u)
     return Grown(ids, DraftTree(torch.cat(nodes.parents), torch.cat(nodes.depths), torch.cat(nodes.head_p), reached,
                                 drawn))
 

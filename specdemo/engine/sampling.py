@@ -68,8 +68,7 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None, greedy: bool 
     if greedy:
         return first_max(probs)
     flat = probs.reshape(-1, probs.shape[-1])
-    wide = torch.float32 if flat.device.type == "mps" else torch.float64  # MPS has no float64
-    cdf = torch.cumsum(flat, -1, dtype=wide)
+    cdf = torch.cumsum(flat, -1, dtype=wide_dtype(flat.device))
     total = cdf[:, -1:].contiguous()
     u = (uniforms(flat.shape[0], generator, flat.device) if u is None else u) * total
     picked = torch.searchsorted(cdf, u, right=True)
@@ -77,10 +76,14 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None, greedy: bool 
     return torch.minimum(picked, last).reshape(probs.shape[:-1])
 
 
+def wide_dtype(device) -> torch.dtype:
+    """The width of the draws' sums and uniforms: float64, float32 on MPS, which has no float64."""
+    return torch.float32 if torch.device(device).type == "mps" else torch.float64
+
+
 def uniforms(rows: int, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
-    """The uniforms [rows, 1] that `sample` draws, in its width (float64; float32 on MPS, which has no float64)."""
-    wide = torch.float32 if device.type == "mps" else torch.float64
-    return torch.rand(rows, 1, generator=generator, device=device, dtype=wide)
+    """The uniforms [rows, 1] that `sample` draws, in its width (wide_dtype)."""
+    return torch.rand(rows, 1, generator=generator, device=device, dtype=wide_dtype(device))
 
 
 def residual(p_target: torch.Tensor, q_draft: torch.Tensor) -> torch.Tensor:

@@ -27,6 +27,7 @@ from specdemo.models.head_graphs import HeadSlot, tree_step_over
 from specdemo.models.static_parts import CAPTURED, cuda_graph
 
 from .chain_graph import StandIn
+from .judge_graph import pack_tree
 from .tree import DraftTree, head_probs
 
 log = logging.getLogger(__name__)
@@ -94,9 +95,7 @@ class TreeGraphs:
         parents = torch.where(is_real, new_index[parent[keep]], -1)
         depths = torch.where(is_real, dep[keep], 1)
         tokens, hp = self.slot.head.d2t[ids[keep]], hp[keep]
-        packed = torch.cat([tokens.float(), parents.float(), depths.float(), hp.float(), size.float().view(1),
-                            size.new_ones(1).float()])  # as judge_graph.tree_pack
-        return tokens, parents, depths, hp, size, packed
+        return tokens, parents, depths, hp, size, pack_tree(tokens, parents, depths, hp, size)
 
     def _capture(self, length: int):
         slot, dev = self.slot, self.slot.device

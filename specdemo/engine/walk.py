@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .sampling import sample, uniforms, verify
+from .sampling import sample, uniforms, verify, wide_dtype
 from .tree import DraftTree, Drawn
 
 
@@ -124,11 +124,12 @@ def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, 
     if tree.is_chain:
         return chain_walk(tokens, drawn, p_target, generator)
     dev, width, rows_e = tokens.device, max(drawn.width, 1), drawn.rows
-    wide = torch.float32 if dev.type == "mps" else torch.float64
+    wide = wide_dtype(dev)
     # 1. each row's children by slot (their order of drawing), and the uniforms that test them
     parent_row = tree.parents + 1
     node_ids = torch.arange(n, device=dev)
-    row_to_e, node_e, slot, child = children_by_row(tree, rows_e, width, node_ids, parent_row)
+    at_rows = torch.where(rows_e >= 0, rows_e, n + 1)  # a row the plan did not expand writes past the tree's rows
+    row_to_e, node_e, slot, child = children_by_row(tree, at_rows, width, node_ids, parent_row)
     if u is None:
         u = drawn.u if drawn.u is not None else sampled_uniforms(drawn, generator, dev)
     u_rows, u_end = u
@@ -140,7 +141,6 @@ def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, 
     accepted = torch.where(ok.any(1), child.gather(1, ok.long().argmax(1, keepdim=True)).view(-1), -1)  # first ok
     on_path = torch.zeros(n + 1, dtype=torch.bool, device=dev)
     on_path[0] = True
-    at_rows = torch.where(rows_e >= 0, rows_e, n + 1)  # a row the plan did not expand writes past the tree's rows
     accepted_at = torch.full((n + 2,), -1, dtype=torch.long, device=dev).index_copy_(0, at_rows, accepted)
     for _ in range(tree.max_depth):
         on_path[1:] = (accepted_at[parent_row] == node_ids) & on_path[parent_row]
@@ -160,20 +160,20 @@ def sampled_uniforms(drawn: Drawn, generator: torch.Generator | None, device: to
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """The uniforms walk_sampled draws, in its order: one row of `width` for each q row (for a planned tree, each
     row its plan could expand: Drawn.planned), then the end draw's (sampling.uniforms)."""
-    wide = torch.float32 if device.type == "mps" else torch.float64
     rows = drawn.planned if drawn.planned is not None else drawn.rows.shape[0]
-    u_rows = torch.rand(rows, max(drawn.width, 1), generator=generator, device=device, dtype=wide)
+    u_rows = torch.rand(rows, max(drawn.width, 1), generator=generator, device=device, dtype=wide_dtype(device))
     return u_rows, uniforms(1, generator, device)
 
 
-def children_by_row(tree: DraftTree, rows_e: torch.Tensor, width: int, node_ids: torch.Tensor,
+def children_by_row(tree: DraftTree, at_rows: torch.Tensor, width: int, node_ids: torch.Tensor,
                     parent_row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(row_to_e [n + 2]: each p row's q row, -1 without children (and a last entry that rows_e's -1 rows write
-    to); node_e, slot [n]: each node's q row and place among its siblings; child [E, width]: the node at each q row
-    and slot, -1 where the row has fewer). A padding node (past tree.size) is put in row E, which is dropped."""
-    n_e, n, dev = rows_e.shape[0], tree.parents.shape[0], node_ids.device
+    """(row_to_e [n + 2]: each p row's q row, -1 without children, and a last entry that the q rows of at_rows [E]
+    (each q row's p row, n + 1 for a row its plan did not expand) write to; node_e, slot [n]: each node's q row and
+    place among its siblings; child [E, width]: the node at each q row and slot, -1 where the row has fewer). A
+    padding node (past tree.size) is put in row E, which is dropped."""
+    n_e, n, dev = at_rows.shape[0], tree.parents.shape[0], node_ids.device
     row_to_e = torch.full((n + 2,), -1, dtype=torch.long, device=dev).index_copy_(
-        0, torch.where(rows_e >= 0, rows_e, n + 1), torch.arange(n_e, device=dev))
+        0, at_rows, torch.arange(n_e, device=dev))
     node_e, slot = row_to_e[parent_row], sibling_slots(tree.parents)  # each node's q row and place among siblings
     if tree.size is not None:
         real = node_ids < tree.size
