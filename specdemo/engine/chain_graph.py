@@ -22,25 +22,12 @@ import torch
 
 from specdemo.config import SamplingConfig
 from specdemo.models.head_graphs import HeadSlot, step_over
-from specdemo.models.static_parts import CAPTURED, cuda_graph
+from specdemo.models.static_parts import CAPTURED, record
 
 from .sampling import device_confidence, sample, stop_cut, uniforms, warp
 
 log = logging.getLogger(__name__)
 GRAPHS_KEPT = 24  # chain graphs a head slot keeps, over every setting, k and bucket (the least recently used go)
-
-
-class StandIn:
-    """The chain graph's stand-in on a CPU (as static_parts.ReplayStandIn, for a tuple of outputs): a replay runs
-    the chain again on the same buffers, inside the profiler's CAPTURED range, and copies into the same outputs."""
-
-    def __init__(self, forward, out: tuple[torch.Tensor, ...]):
-        self.forward, self.out = forward, out
-
-    def replay(self) -> None:
-        with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
-            for mine, new in zip(self.out, self.forward(), strict=True):
-                mine.copy_(new)
 
 
 class ChainGraphs:
@@ -84,11 +71,7 @@ class ChainGraphs:
         u = None if self.sampling.greedy else uniforms(k, torch.Generator(device=dev).manual_seed(0), dev)
         slot.take(slot.scratch)  # the capture writes through a view that holds no run's positions
         self.pos.zero_()
-        if slot.stand_in or dev.type != "cuda":
-            with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
-                out = self._forward(k, length, u)
-            return StandIn(lambda: self._forward(k, length, u), out), u, out
-        graph, out = cuda_graph(lambda: self._forward(k, length, u), dev, slot.pool)
+        graph, out = record(lambda: self._forward(k, length, u), dev, slot.pool, slot.stand_in or dev.type != "cuda")
         return graph, u, out
 
     def draft(self, view, g: torch.Tensor, k: int, gen: torch.Generator):

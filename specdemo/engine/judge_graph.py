@@ -26,7 +26,7 @@ import torch
 
 from specdemo.config import SamplingConfig
 from specdemo.models.lm import head_logits
-from specdemo.models.static_parts import CAPTURED, ReplayStandIn, cuda_graph
+from specdemo.models.static_parts import CAPTURED, ReplayStandIn, record
 
 from .sampling import Verdict, draw_verify, uniforms, verify, warp
 from .story import tree_sizes, tree_verdict_tensors, verdict_tensors
@@ -40,14 +40,10 @@ GRAPHS_KEPT = 16  # a setting's tree verdict graphs kept (one per tree size and 
 
 def captured(forward, stand_in: bool, slot) -> tuple[object, torch.Tensor]:
     """A verdict's graph (CUDA) or its stand-in, and its flat output: `forward` returns (flat, flat)."""
-    if stand_in:
-        with torch.inference_mode():
-            out = forward()
-        return ReplayStandIn(forward, out), out[0]
     # one pool for every verdict graph of the slot: each one's inputs live outside it, and its output is read right
     # after its replay, so no graph needs another's memory to survive
-    pool = slot.__dict__.setdefault("judge_pool", torch.cuda.graph_pool_handle())
-    graph, out = cuda_graph(forward, slot.device, pool)
+    pool = None if stand_in else slot.__dict__.setdefault("judge_pool", torch.cuda.graph_pool_handle())
+    graph, out = record(forward, slot.device, pool, stand_in)
     return graph, out[0]
 
 

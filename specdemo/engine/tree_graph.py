@@ -24,9 +24,8 @@ from collections import OrderedDict
 import torch
 
 from specdemo.models.head_graphs import HeadSlot, tree_step_over
-from specdemo.models.static_parts import CAPTURED, cuda_graph
+from specdemo.models.static_parts import CAPTURED, record
 
-from .chain_graph import StandIn
 from .judge_graph import pack_tree
 from .tree import DraftTree, head_probs
 
@@ -84,8 +83,7 @@ class TreeGraphs:
         order = torch.sort(score, descending=True, stable=True).indices[: self.budget]
         real = torch.ones(order.shape[0], dtype=torch.bool, device=dev)
         if self.floor is not None:
-            real = score[order] >= self.floor
-            real[0] = True
+            real = (score[order] >= self.floor) | (torch.arange(order.shape[0], device=dev) == 0)
         keep = torch.where(real, order, order + n_all).sort().values  # the real ones first, breadth-first
         keep = torch.where(keep >= n_all, keep - n_all, keep)
         size = real.sum()
@@ -101,11 +99,7 @@ class TreeGraphs:
         slot, dev = self.slot, self.slot.device
         slot.take(slot.scratch)
         self.start.zero_()
-        if slot.stand_in or dev.type != "cuda":
-            with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
-                out = self._forward(length)
-            return StandIn(lambda: self._forward(length), out), out
-        return cuda_graph(lambda: self._forward(length), dev, slot.pool)
+        return record(lambda: self._forward(length), dev, slot.pool, slot.stand_in or dev.type != "cuda")
 
     def grow(self, view, g: torch.Tensor, gen: torch.Generator | None = None
              ) -> tuple[torch.Tensor, DraftTree] | None:

@@ -62,8 +62,7 @@ def walk(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, generato
     if real is not None:
         match &= real
     # on the path: matched, and the parent is on the path (the root always is); settles in max_depth passes
-    on_path = torch.zeros(n + 1, dtype=torch.bool, device=tokens.device)
-    on_path[0] = True
+    on_path = torch.arange(n + 1, device=tokens.device) == 0  # the root (not `[0] = True`: a host scalar's copy)
     for _ in range(tree.max_depth):
         on_path[1:] = match & on_path[parent_row]
     path = on_path[1:]
@@ -139,8 +138,7 @@ def walk_sampled(tokens: torch.Tensor, tree: DraftTree, p_target: torch.Tensor, 
     # 3. each row accepts its first child that passes; the path follows the accepted children from the root
     ok = (u_rows < ratio) & live
     accepted = torch.where(ok.any(1), child.gather(1, ok.long().argmax(1, keepdim=True)).view(-1), -1)  # first ok
-    on_path = torch.zeros(n + 1, dtype=torch.bool, device=dev)
-    on_path[0] = True
+    on_path = torch.arange(n + 1, device=dev) == 0  # the root
     accepted_at = torch.full((n + 2,), -1, dtype=torch.long, device=dev).index_copy_(0, at_rows, accepted)
     for _ in range(tree.max_depth):
         on_path[1:] = (accepted_at[parent_row] == node_ids) & on_path[parent_row]

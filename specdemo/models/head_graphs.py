@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from specdemo.config import TREE_DEPTH_RANGE, TREE_TOPK_RANGE
 
 from .eagle import EagleHead, HeadCache, rope
-from .static_parts import CAPTURED, ReplayStandIn, buckets_for, cuda_graph
+from .static_parts import CAPTURED, buckets_for, record
 
 log = logging.getLogger(__name__)
 READ_MAX = 13  # the most accepted positions a captured read takes: K + 1 for the largest K a page offers (12)
@@ -136,13 +136,7 @@ class HeadSlot:
         pool = self.pool = torch.cuda.graph_pool_handle() if cuda else None
         self.stand_in = stand_in
         for b in self.buckets:
-            if cuda:
-                graph, out = cuda_graph(lambda b=b: self._forward(b), self.device, pool)
-            else:
-                with torch.inference_mode():
-                    out = self._forward(b)
-                graph = ReplayStandIn(lambda b=b: self._forward(b), out)
-            self.graphs[b] = (graph, out)
+            self.graphs[b] = record(lambda b=b: self._forward(b), self.device, pool, stand_in=not cuda)
         if cuda:
             torch.cuda.synchronize(self.device)
         self.capture_s = time.perf_counter() - t0
@@ -207,11 +201,8 @@ class HeadSlot:
         their owner's positions are saved first (take)."""
         self.take(self.scratch)  # the capture's own writes land after position 0 of a view that holds nothing
         self.pos.zero_()
-        if self.device.type != "cuda" or self.stand_in:
-            with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
-                out = self._read_forward(n, b)
-            return ReplayStandIn(lambda: (self._read_forward(n, b),) * 2, (out, out)), out
-        return cuda_graph(lambda: self._read_forward(n, b), self.device, self.pool)
+        stand_in = self.device.type != "cuda" or self.stand_in
+        return record(lambda: self._read_forward(n, b), self.device, self.pool, stand_in)
 
     def take(self, view: HeadCache) -> None:
         """Make the shared cache hold `view`'s positions (called before each of its uses): the owner's are saved

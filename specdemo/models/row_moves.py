@@ -14,7 +14,7 @@ import logging
 
 import torch
 
-from .static_parts import CAPTURED, ReplayStandIn, cuda_graph
+from .static_parts import CAPTURED, record
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +37,8 @@ class RowMoves:
         dev = self.slot.device
         # the capture's own moves put slots 0..m-1 onto themselves: nothing a run holds changes
         src, first = torch.arange(m, device=dev), torch.zeros((), dtype=torch.long, device=dev)
-        if self.stand_in:
-            with torch.inference_mode():
-                out = self._forward(src, first)
-            return ReplayStandIn(lambda: self._forward(src, first), out), src, first
-        pool = self.slot.__dict__.setdefault("move_pool", torch.cuda.graph_pool_handle())
-        graph, _ = cuda_graph(lambda: self._forward(src, first), dev, pool, warmups=1)
+        pool = None if self.stand_in else self.slot.__dict__.setdefault("move_pool", torch.cuda.graph_pool_handle())
+        graph, _ = record(lambda: self._forward(src, first), dev, pool, self.stand_in, warmups=1)
         return graph, src, first
 
     def move(self, src: list[int], first: int) -> bool:

@@ -33,7 +33,7 @@ from .eagle import EagleHead
 from .head_graphs import HeadSlot
 from .lm import cache_argument, float32_head, head_logits
 from .row_moves import RowMoves
-from .static_parts import (CAPTURED, MIN_WINDOW, ReplayStandIn, buckets_for, cache_bytes, cache_view, cuda_graph,
+from .static_parts import (CAPTURED, MIN_WINDOW, ReplayStandIn, buckets_for, cache_bytes, cache_view, record,
                            fitting_window, kv_shape, plan_window, tree_made)
 
 __all__ = ["CAPTURED", "MIN_WINDOW", "ReplayStandIn", "buckets_for", "cache_bytes", "cache_view", "fitting_window",
@@ -238,12 +238,7 @@ class StaticSlot:
                 return self._forward(ids, torch.where(given, tree_positions, made_positions),
                                      torch.where(given, tree_mask, made_mask), start)
 
-            if cuda:
-                graph, out = cuda_graph(forward, self.device, pool)
-            else:
-                with torch.inference_mode():
-                    out = forward()
-                graph = ReplayStandIn(forward, out)
+            graph, out = record(forward, self.device, pool, stand_in=not cuda)
             self.graphs[width, bucket] = Captured(graph, ids, parents, start, out, given, causal=True)
         if cuda:
             torch.cuda.synchronize(self.device)

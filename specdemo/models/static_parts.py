@@ -1,8 +1,7 @@
 """The static path's parts that models/static.py and models/head_graphs.py share: the cache lengths a forward
 attends over (`buckets_for`) and a bucket's view of a cache (`cache_view`); the bytes a cache takes (`cache_bytes`)
 and the window the caches get where device memory is short (`fitting_window`, `plan_window`); the capture of a
-CUDA graph (`cuda_graph`) and the graphs' stand-in on a CPU (`ReplayStandIn`, replaying inside the profiler range
-`CAPTURED`). No model forwards here."""
+CUDA graph (`cuda_graph`), or of its stand-in on a CPU (models/stand_in.py), by `record`. No model forwards here."""
 
 from __future__ import annotations
 
@@ -10,15 +9,16 @@ import copy
 
 import torch
 
+from .stand_in import CAPTURED, ReplayStandIn  # noqa: F401 - CAPTURED: the graph modules import it from here
+
 MIN_BUCKET = 64  # the shortest cache length a forward attends over
-CAPTURED = "specdemo.captured"  # the profiler range around a stand-in's replay: what a CUDA graph would replay
 MIN_WINDOW = 512  # a GPU too small for the largest request's static caches shrinks them, down to this window
 
 
 def cuda_graph(forward, device: torch.device, pool, warmups: int = 2) -> tuple[torch.cuda.CUDAGraph, object]:
     """`forward`'s CUDA graph and what its captured run returned (the graph's output buffers): `warmups` runs on a
     side stream first (lazy allocations and library handles must happen before capture), then the capture into the
-    memory pool `pool` (None: a pool of its own). Every captured part of specdemo is captured by this."""
+    memory pool `pool` (None: a pool of its own); `record` calls it."""
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream), torch.inference_mode():
@@ -108,17 +108,10 @@ def tree_made(slots: torch.Tensor, start: torch.Tensor, parent_row: torch.Tensor
     return positions, mask.view(1, 1, w, bucket)
 
 
-class ReplayStandIn:
-    """A captured width's stand-in on a CPU: `replay()` runs the forward again on the same input buffers and copies
-    its results into the same output tensors, as a CUDA graph's replay leaves them. Only tests use it: it lets the
-    padding, the buffers and the turns of the graph path run without a GPU."""
-
-    def __init__(self, forward, out: tuple[torch.Tensor, torch.Tensor]):
-        self.forward, self.out = forward, out
-
-    def replay(self) -> None:
-        with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
-            hidden, features = self.forward()
-        self.out[0].copy_(hidden)
-        if self.out[1] is not self.out[0]:
-            self.out[1].copy_(features)
+def record(forward, device: torch.device, pool, stand_in: bool, warmups: int = 2) -> tuple[object, object]:
+    """(graph, output buffers): `forward` captured as a CUDA graph (cuda_graph) or, with stand_in, recorded as its
+    CPU stand-in (ReplayStandIn). Every captured part of specdemo is made by this."""
+    if stand_in:
+        graph = ReplayStandIn(forward)
+        return graph, graph.out
+    return cuda_graph(forward, device, pool, warmups)

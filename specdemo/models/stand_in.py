@@ -1,0 +1,179 @@
+"""The graphs' stand-in on a CPU: a forward recorded once and replayed, as a CUDA graph is captured once and replayed.
+
+specdemo captures its target forwards, the head's steps, the tree's growth, the verdicts and the cache's moves as
+CUDA graphs (static_parts.record). Tests and bench/round_ops.py run that path on a CPU with `ReplayStandIn`, which
+keeps a graph's contract where a CPU can:
+
+- **Python runs once.** The forward runs once, when it is recorded, under a dispatch mode that notes each aten
+  operator it calls; a replay calls those operators again, in order, and nothing of the forward's Python. So a host
+  value the forward reads (an int, a dict's entry, a shape) stays what it was at capture, as in a CUDA graph, and a
+  forward that would need it to change gives wrong tokens here instead of only on a GPU.
+- **The same buffers.** A tensor the forward reads from outside (an input buffer, a cache, a weight) is read or
+  written by reference at every replay; what the forward makes itself is made again. The outputs are copied into
+  the recorded run's output tensors, where a replay leaves a graph's outputs.
+- **What a capture refuses fails here too** (`CaptureHazard`, naming the line): a read of the device's values
+  (.item(), bool(), .tolist(), nonzero, a boolean mask's index), and host data copied in (`t[i] = True`, a tensor
+  made from a list). On CUDA such an operator fails the capture (the caller then falls back to the eager path) or
+  stalls every replay.
+- **Counted as captured.** The record and every replay run inside the profiler range CAPTURED, which
+  bench/round_ops.py leaves out of a round's operators.
+"""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+import traceback
+
+import torch
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+CAPTURED = "specdemo.captured"  # the profiler range around a stand-in's record and replays: what a graph replays
+
+aten = torch.ops.aten
+READS = {aten._local_scalar_dense.default, aten.item.default, aten.is_nonzero.default, aten.equal.default, aten.nonzero.default,
+         aten.masked_select.default, aten._unique2.default, aten.unique_dim.default,
+         aten.unique_consecutive.default}  # each reads the device's values on the host
+INDEXED = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default}
+COPIES = {aten.copy_.default, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default}
+
+
+class CaptureHazard(RuntimeError):
+    """A forward that a CUDA graph could not capture as it is: it reads the device, or copies host data in."""
+
+
+def _caller() -> str:
+    """The innermost line on the stack outside torch, the standard library and this file, as 'file:line: code'."""
+    skip = (os.path.dirname(torch.__file__), sysconfig.get_paths()["stdlib"], __file__)
+    for frame in reversed(traceback.extract_stack()):
+        if not frame.filename.startswith(skip):
+            return f"{'/'.join(frame.filename.split(os.sep)[-2:])}:{frame.lineno}: {frame.line}"
+    return "an unknown line"
+
+
+class Recording(TorchDispatchMode):
+    """Runs a forward and notes each aten operator with its arguments and results (`calls`); raises CaptureHazard at
+    the first operator a capture would refuse."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple] = []
+        self.fresh: set[int] = set()  # ids of the tensors made from host values inside the forward
+
+    def _hazard(self, func, args, kwargs) -> str | None:
+        if func in READS and id(args[0]) not in self.fresh:  # a host value's own read reads no device
+            return "reads the device's values on the host"
+        if func in INDEXED and any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1] if i is
+                                   not None):
+            return "indexes by a boolean mask (its size is read on the host)"
+        if func in (aten.repeat_interleave.Tensor, aten.repeat_interleave.self_Tensor) and \
+                kwargs.get("output_size") is None:
+            return "repeat_interleave without output_size (its size is read on the host)"
+        if func is aten._to_copy.default and kwargs.get("device") not in (None, args[0].device):
+            return "moves a tensor between the host and the device"
+        if func is aten.lift_fresh.default and args[0].numel() > 1:
+            return "copies host data in (a tensor made from a list)"
+        if func in COPIES and any(id(a) in self.fresh for a in args[1:] if isinstance(a, torch.Tensor)):
+            return "copies a host value in (`t[i] = x`; write t[i].fill_(x) or torch.where)"
+        return None
+
+    def __enter__(self):
+        self._saved = {name: torch.Tensor.__dict__.get(name) for name in ("tolist", "numpy")}
+        for name in self._saved:  # reads that dispatch no operator of their own
+            def refused(tensor, *args, _name=name, **kwargs):
+                raise CaptureHazard(f"Tensor.{_name} reads the device's values on the host, at {_caller()}")
+
+            setattr(torch.Tensor, name, refused)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for name, method in self._saved.items():
+            if method is None:
+                delattr(torch.Tensor, name)
+            else:
+                setattr(torch.Tensor, name, method)
+        return super().__exit__(*exc)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        why = self._hazard(func, args, kwargs)
+        if why:
+            raise CaptureHazard(f"{func} {why}, at {_caller()}")
+        out = func(*args, **kwargs)
+        if func is aten.lift_fresh.default or (func is aten.detach_.default and id(args[0]) in self.fresh):
+            self.fresh.add(id(out))
+        self.calls.append((func, args, kwargs, out))
+        return out
+
+
+def _tensors(value) -> list:
+    """The results of one operator as a flat list (a tensor, or a tuple or list of them; none for other values)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    return list(value) if isinstance(value, (tuple, list)) else []
+
+
+class Program:
+    """A recording turned into a replayable list: each call's tensor arguments are either from outside the forward
+    (kept by reference) or a result of an earlier call (by its place among the results, made again at each replay);
+    every other argument is a host value, kept as it was."""
+
+    def __init__(self, calls: list[tuple], outputs):
+        made: dict[int, int] = {}  # id of a tensor the forward made -> its place among the results
+        self.steps, n = [], 0
+        for func, args, kwargs, out in calls:
+            args, refs = list(args), []  # refs: (argument, item of a list argument or None, place)
+            for i, a in enumerate(args):
+                if isinstance(a, torch.Tensor) and id(a) in made:
+                    refs.append((i, None, made[id(a)]))
+                    args[i] = None  # the recorded intermediate is not kept
+                elif isinstance(a, (list, tuple)) and any(isinstance(x, torch.Tensor) and id(x) in made for x in a):
+                    refs += [(i, j, made[id(x)]) for j, x in enumerate(a) if isinstance(x, torch.Tensor)
+                             and id(x) in made]
+                    args[i] = [None if isinstance(x, torch.Tensor) and id(x) in made else x for x in a]
+            assert not any(isinstance(v, torch.Tensor) and id(v) in made for v in kwargs.values()), func
+            results = _tensors(out)
+            self.steps.append((func, args, kwargs, refs, n, len(results)))
+            for r in results:
+                if isinstance(r, torch.Tensor):
+                    made.setdefault(id(r), n)
+                n += 1
+        self.size = n
+        self.outputs = [(None, x) if id(x) not in made else (made[id(x)], None) for x in pytree.tree_leaves(outputs)]
+        self.out_spec = pytree.tree_structure(outputs)
+
+    def __call__(self):
+        values: list = [None] * self.size
+        for func, args, kwargs, refs, first, count in self.steps:
+            if refs:
+                args = [list(a) if isinstance(a, list) else a for a in args]
+                for i, j, place in refs:
+                    if j is None:
+                        args[i] = values[place]
+                    else:
+                        args[i][j] = values[place]
+            out = func(*args, **kwargs)
+            if count:
+                values[first: first + count] = _tensors(out)
+        return pytree.tree_unflatten([x if place is None else values[place] for place, x in self.outputs],
+                                     self.out_spec)
+
+
+class ReplayStandIn:
+    """A forward's stand-in for its CUDA graph (this module's docstring): recorded at construction, whose run gives
+    `out` (the output buffers); `replay()` runs the recorded operators again and copies their results into `out`."""
+
+    def __init__(self, forward):
+        recording = Recording()
+        with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
+            with recording:
+                self.out = forward()
+            self.program = Program(recording.calls, self.out)
+        self.outputs = pytree.tree_leaves(self.out)
+
+    def replay(self) -> None:
+        with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
+            for mine, new in zip(self.outputs, pytree.tree_leaves(self.program()), strict=True):
+                if mine is not new:
+                    mine.copy_(new)

@@ -1,0 +1,108 @@
+"""The graphs' stand-in on a CPU (models/stand_in.py) keeps a CUDA graph's contract: Python runs once, at record
+time; the same buffers are read and written at every replay; and what a capture would refuse fails the record,
+naming the line. Then every captured part of every strategy's round records without such a hazard."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from specdemo.config import SamplingConfig, SpecConfig
+from specdemo.engine.speculative import speculative_rounds
+from specdemo.models.stand_in import CaptureHazard, ReplayStandIn
+from test_static import STRATEGIES, decode_as, own_pair  # noqa: F401 - own_pair is a fixture
+
+torch.manual_seed(0)
+
+
+def test_a_replay_reads_the_buffers_of_now_and_the_host_values_of_its_record():
+    """As a CUDA graph: a buffer read from outside is read again at each replay (and a buffer written, written
+    again), while a host int, a shape or a branch taken in Python stays what it was when the forward was recorded."""
+    buf, written, host = torch.arange(4.0), torch.zeros(4), {"n": 2}
+
+    def forward():
+        written.copy_(buf * host["n"])
+        return (buf[: host["n"]] + 1, written.sum() if host["n"] > 1 else written.mean())
+
+    graph = ReplayStandIn(forward)
+    head, total = graph.out
+    assert head.tolist() == [1.0, 2.0] and total.item() == 12.0
+    buf.fill_(10.0)
+    host["n"] = 3  # the replay never sees this
+    graph.replay()
+    assert written.tolist() == [20.0] * 4, "the buffer written again, with the recorded factor 2"
+    assert head.tolist() == [11.0, 11.0], "the recorded slice [:2], into the recorded output tensor"
+    assert total.item() == 80.0, "the recorded branch: the sum, not the mean"
+
+
+def test_intermediates_are_made_again_and_in_place_writes_reach_the_buffers():
+    cache, pos = torch.zeros(2, 6), torch.zeros((), dtype=torch.long)
+
+    def forward():
+        rows = torch.stack([pos, pos + 1]) + 1  # made inside: made again at each replay
+        cache.index_copy_(1, rows, torch.ones(2, 2) * rows.float())
+        top = cache.topk(2, dim=1)  # a tuple result, read by place
+        return top.values, top.indices
+
+    graph = ReplayStandIn(forward)
+    pos.fill_(3)
+    graph.replay()
+    assert cache[0].tolist() == [0.0, 1.0, 2.0, 0.0, 4.0, 5.0], "the record's columns 1, 2, then the replay's 4, 5"
+    values, indices = graph.out
+    assert values[0].tolist() == [5.0, 4.0] and indices[0].tolist() == [5, 4]
+
+
+@pytest.mark.parametrize("body,why", [
+    (lambda x, m: x.sum().item(), "reads the device.s values on the host"),
+    (lambda x, m: x.tolist(), "Tensor.tolist reads"),
+    (lambda x, m: x * 2 if bool(x.sum() > 0) else x, "reads the device's values on the host"),
+    (lambda x, m: x[m], "boolean mask"),
+    (lambda x, m: m.nonzero(), "reads the device's values on the host"),
+    (lambda x, m: x.repeat_interleave(torch.tensor(2)), "host data|output_size"),
+    (lambda x, m: m.clone().__setitem__(0, True), "copies a host value in"),
+    (lambda x, m: x + torch.tensor([1.0, 2.0, 3.0]), "copies host data in"),
+], ids=["item", "tolist", "bool", "mask-index", "nonzero", "repeat-interleave", "setitem-scalar", "tensor-from-list"])
+def test_what_a_capture_would_refuse_fails_the_record_and_names_its_line(body, why):
+    x, m = torch.arange(3.0), torch.tensor([True, False, True])
+    with pytest.raises(CaptureHazard, match=why) as err:
+        ReplayStandIn(lambda: body(x, m))
+    assert "tests/test_stand_in.py:" in str(err.value) and "body(x, m)" not in str(err.value), "its own line"
+
+
+def test_their_capturable_spellings_record():
+    x, m = torch.arange(3.0), torch.tensor([True, False, True])
+
+    def forward():
+        flags = m.clone()
+        flags[0].fill_(False)  # not flags[0] = False
+        flags[1:] = True  # a slice is filled on the device, no copy
+        kept = torch.where(flags, x, 0.0)  # not x[flags]
+        return kept, (torch.arange(3) == 0) | flags, x.repeat_interleave(2, output_size=6)
+
+    graph = ReplayStandIn(forward)
+    graph.replay()
+    assert graph.out[0].tolist() == [0.0, 1.0, 2.0] and graph.out[1].tolist() == [True, True, True]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_every_strategys_captured_parts_record_without_a_hazard(own_pair, caplog, temperature):  # noqa: F811
+    """Every strategy on the stand-in, trees pruned and unpruned, top-k and sampled children: no captured part falls
+    back to its step-by-step path (each logs 'could not be captured' when it does). The tree's walk once set its
+    root with `on_path[0] = True`, a host scalar's copy that a CUDA capture refuses: this test caught it."""
+    pair = own_pair
+    decode_as(pair, "replayed")
+    sampling = SamplingConfig(temperature, top_k=20, top_p=0.95) if temperature else SamplingConfig(0.0)
+    specs = [SpecConfig(k=4, max_new_tokens=24, strategy=s, top_candidates=3) for s in STRATEGIES]
+    specs += [SpecConfig(k=4, max_new_tokens=24, strategy="tree", tree_topk=3, tree_depth=4, tree_budget=10,
+                         tree_prune=prune, tree_children=children, top_candidates=3)
+              for prune in (0.0, 0.05) for children in (("top", "sampled") if temperature else ("top",))]
+    with caplog.at_level(logging.WARNING):
+        for spec in specs:
+            rounds = list(speculative_rounds(pair, pair.encode("ROMEO:\nWhat light"), sampling, spec))
+            assert sum(len(r.tokens) for r in rounds) >= 24, spec.strategy
+    fallbacks = [r.getMessage() for r in caplog.records if "could not be captured" in r.getMessage()]
+    assert not fallbacks, fallbacks
+    slot = pair.static_slots["head"]
+    assert getattr(slot, "trees", None) and getattr(slot, "chains", None), "trees and chains were replayed"
