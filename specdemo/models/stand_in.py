@@ -32,8 +32,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 CAPTURED = "specdemo.captured"  # the profiler range around a stand-in's record and replays: what a graph replays
 
 aten = torch.ops.aten
-READS = {aten._local_scalar_dense.default, aten.item.default, aten.is_nonzero.default, aten.equal.default, aten.nonzero.default,
-         aten.masked_select.default, aten._unique2.default, aten.unique_dim.default,
+READS = {aten._local_scalar_dense.default, aten.item.default, aten.is_nonzero.default, aten.equal.default,
+         aten.nonzero.default, aten.masked_select.default, aten._unique2.default, aten.unique_dim.default,
          aten.unique_consecutive.default}  # each reads the device's values on the host
 INDEXED = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default}
 COPIES = {aten.copy_.default, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default}
