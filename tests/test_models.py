@@ -341,3 +341,32 @@ def test_a_cpu_traces_settings_name_the_bf16_units_its_numbers_came_from():
     assert got["target_dtype"] == "bfloat16"
     assert got["cpu_bf16"] == cpu_bf16_kind() and got["bf16_packed"] == packs_bf16(torch.device("cpu"), torch.bfloat16)
     assert not {"cpu_bf16", "bf16_packed"} & set(run_settings(f32, SamplingConfig(0.0), SpecConfig(k=3)))
+
+
+def test_a_loads_device_work_waits_for_the_round_on_the_device(monkeypatch):
+    """A CUDA capture fails when any other CUDA work runs in the process meanwhile, and a visitor's round may be on
+    the device while another pair loads. So a load's device work (the weights moved, the heads attached, the static
+    caches and graphs prepared) takes the device's lock, as a round does: here it waits for a round in progress."""
+    import threading
+
+    from specdemo.models import loading
+    from specdemo.models.lm import device_lock
+
+    lock, released, seen, loaded = device_lock(torch.device("cpu")), threading.Event(), [], []
+    prepare = loading.static.prepare
+
+    def watched(pair, *args, **kwargs):
+        seen.append((lock.locked(), released.is_set()))
+        return prepare(pair, *args, **kwargs)
+
+    monkeypatch.setattr(loading.static, "prepare", watched)
+    loader = threading.Thread(target=lambda: loaded.append(loading.load_pair_uncached("shakespeare", device="cpu",
+                                                                                       dtype="float32")))
+    with lock:  # a round in progress
+        loader.start()
+        loader.join(timeout=2)
+        assert loader.is_alive(), "the load finished while a round held the device"
+        released.set()
+    loader.join(timeout=120)
+    assert loaded and loaded[0].head is not None, "the pair loaded, with its head"
+    assert seen == [(True, True)], "prepare ran once, holding the device's lock, after the round let it go"

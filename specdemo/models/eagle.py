@@ -38,6 +38,7 @@ from specdemo.config import TREE_DEPTH_RANGE, TREE_TOPK_RANGE
 from specdemo.i18n import Msg, Translatable
 
 from .devices import pack_weight, packed_linear, packs_bf16, pick_dtype
+from .lm import device_lock
 
 ARCHITECTURE = "specdemo-eagle"
 FORMAT_VERSION = 2  # 2: a head with feature_layers; a head without them is still written as version 1
@@ -144,9 +145,10 @@ class EagleHead(nn.Module):
         """Ready the head to draft for `target`: frozen, on `device` in `dtype`, with `lm_rows` [V_draft, H], the
         target's own LM-head rows for the draft vocabulary (not stored in the head's files)."""
         self.requires_grad_(False)
-        rows = target.get_output_embeddings().weight.detach()[self.d2t.to(target.device)]
-        self.register_buffer("lm_rows", rows.clone(), persistent=False)
-        return self.to(device=device, dtype=dtype).eval()
+        with device_lock(torch.device(device)):  # device work takes the device's turn (loading.load_pair_uncached)
+            rows = target.get_output_embeddings().weight.detach()[self.d2t.to(target.device)]
+            self.register_buffer("lm_rows", rows.clone(), persistent=False)
+            return self.to(device=device, dtype=dtype).eval()
 
     def embedder(self, target) -> nn.Module:
         """The embedding the head reads tokens through: the target's own."""

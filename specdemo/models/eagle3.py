@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .eagle import HeadCache, RMSNorm, rope
+from .lm import device_lock
 
 LAYER_TYPES = ("llama", "qwen3")  # the draft layers this head computes (speculators' model_definitions.py)
 
@@ -103,7 +104,8 @@ class Eagle3Head(nn.Module):
         """Ready the head to draft: frozen, on `device` in `dtype`. It keeps no reference to `target` (a module held
         here would be cast with the head); the drafters hand it the target's embedding where it has none."""
         self.requires_grad_(False)
-        return self.to(device=device, dtype=dtype).eval()
+        with device_lock(torch.device(device)):  # device work takes the device's turn (loading.load_pair_uncached)
+            return self.to(device=device, dtype=dtype).eval()
 
     @property
     def lm_rows(self) -> torch.Tensor:

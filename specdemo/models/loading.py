@@ -22,7 +22,7 @@ from specdemo.i18n import Msg
 from . import static
 from .devices import DTypeArg, model_budget_bytes, packs_bf16, pick_device, pick_dtype, requested_dtype
 from .eagle3_files import load_eagle3
-from .lm import PackedLinear, pack_linears
+from .lm import PackedLinear, device_lock, pack_linears
 from .pair import ModelPair, check_tokenizers
 from .weights import (
     INSTALL_HINT,
@@ -65,9 +65,10 @@ def finish_model(model: torch.nn.Module, device: torch.device) -> torch.nn.Modul
     moved there, in eval mode, and on a CPU with bf16 units its bf16 linears packed (devices.packs_bf16). Both
     ways must end here alike, since a packed product need not equal F.linear's bit for bit (on AMX it differs at
     prefill sizes), and a trace's dtype must name its numbers."""
-    model = model.to(device).eval()
-    if packs_bf16(device, model.dtype):
-        pack_linears(model)
+    with device_lock(device):  # device work takes the device's turn (load_pair_uncached)
+        model = model.to(device).eval()
+        if packs_bf16(device, model.dtype):
+            pack_linears(model)
     return model
 
 
@@ -230,7 +231,11 @@ def load_pair_uncached(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str
     if head:  # a published head: checked against the target, refused in one sentence before anything runs
         attach_eagle3(loaded, head, want_d)
     loaded.token_text(0)  # build the token table now, not inside the first request
-    static.prepare(loaded, decoding)  # static caches and CUDA graphs where they run: made now, not in the first request
+    # static caches and CUDA graphs where they run: made now, not in the first request. A load's device work (here,
+    # finish_model and the heads' attach) waits for the device's turn, as a round of a run does: a CUDA capture fails
+    # if any other CUDA work runs in the process meanwhile, and a visitor's run may be on the device now
+    with device_lock(dev):
+        static.prepare(loaded, decoding)
     return loaded
 
 
