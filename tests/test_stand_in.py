@@ -63,7 +63,10 @@ def test_intermediates_are_made_again_and_in_place_writes_reach_the_buffers():
     (lambda x, m: x.repeat_interleave(torch.tensor(2)), "host data|output_size"),
     (lambda x, m: m.clone().__setitem__(0, True), "copies a host value in"),
     (lambda x, m: x + torch.tensor([1.0, 2.0, 3.0]), "copies host data in"),
-], ids=["item", "tolist", "bool", "mask-index", "nonzero", "repeat-interleave", "setitem-scalar", "tensor-from-list"])
+    (lambda x, m: x + torch.rand(3), "draws random numbers"),
+    (lambda x, m: torch.multinomial(x + 1, 1), "draws random numbers"),
+], ids=["item", "tolist", "bool", "mask-index", "nonzero", "repeat-interleave", "setitem-scalar", "tensor-from-list",
+        "rand", "multinomial"])
 def test_what_a_capture_would_refuse_fails_the_record_and_names_its_line(body, why):
     x, m = torch.arange(3.0), torch.tensor([True, False, True])
     with pytest.raises(CaptureHazard, match=why) as err:

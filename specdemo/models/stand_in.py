@@ -14,7 +14,8 @@ keeps a graph's contract where a CPU can:
 - **What a capture refuses fails here too** (`CaptureHazard`, naming the line): a read of the device's values
   (.item(), bool(), .tolist(), nonzero, a boolean mask's index), and host data copied in (`t[i] = True`, a tensor
   made from a list). On CUDA such an operator fails the capture (the caller then falls back to the eager path) or
-  stalls every replay.
+  stalls every replay. So does a random draw: a graph would replay its draws from a generator state of its own, not
+  the run's seed, so specdemo draws a round's uniforms into a graph's buffer before the replay.
 - **Counted as captured.** The record and every replay run inside the profiler range CAPTURED, which
   bench/round_ops.py leaves out of a round's operators.
 """
@@ -36,6 +37,9 @@ READS = {aten._local_scalar_dense.default, aten.item.default, aten.is_nonzero.de
          aten.nonzero.default, aten.masked_select.default, aten._unique2.default, aten.unique_dim.default,
          aten.unique_consecutive.default}  # each reads the device's values on the host
 INDEXED = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default}
+RANDOM = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "multinomial", "bernoulli",
+          "bernoulli_", "uniform_", "normal", "normal_", "exponential_", "geometric_", "cauchy_", "log_normal_",
+          "random_", "poisson", "native_dropout"}  # the operators that draw random numbers
 COPIES = {aten.copy_.default, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default}
 
 
@@ -76,6 +80,8 @@ class Recording(TorchDispatchMode):
             return "copies host data in (a tensor made from a list)"
         if func in COPIES and any(id(a) in self.fresh for a in args[1:] if isinstance(a, torch.Tensor)):
             return "copies a host value in (`t[i] = x`; write t[i].fill_(x) or torch.where)"
+        if func._overloadpacket.__name__ in RANDOM:
+            return "draws random numbers inside the graph (draw them into a buffer before the replay)"
         return None
 
     def __enter__(self):
