@@ -12,6 +12,7 @@ import torch
 from specdemo.config import SamplingConfig, SpecConfig
 from specdemo.engine.speculative import speculative_rounds
 from specdemo.models.stand_in import CaptureHazard, ReplayStandIn
+from specdemo.models.static_parts import Tally
 from test_static import STRATEGIES, decode_as, own_pair  # noqa: F401 - own_pair is a fixture
 
 torch.manual_seed(0)
@@ -109,3 +110,6 @@ def test_every_strategys_captured_parts_record_without_a_hazard(own_pair, caplog
     assert not fallbacks, fallbacks
     slot = pair.static_slots["head"]
     assert getattr(slot, "trees", None) and getattr(slot, "chains", None), "trees and chains were replayed"
+    made = Tally.count
+    list(speculative_rounds(pair, pair.encode("ROMEO:\nWhat light"), sampling, specs[-1]))
+    assert Tally.count == made, "a setting's second run replays the graphs its first run captured"

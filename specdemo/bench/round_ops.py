@@ -19,7 +19,7 @@ import statistics
 import torch
 
 from specdemo.models import static
-from specdemo.models.static_parts import CAPTURED
+from specdemo.models.static_parts import CAPTURED, Tally
 
 HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "nonzero", "cpu", "numpy")
 
@@ -92,24 +92,27 @@ def main() -> None:
     ap.add_argument("--eager-head", action="store_true", help="the head's chain step eager (as before issue 45)")
     args = ap.parse_args()
     pair = load_pair_uncached(args.pair, device=args.device, decoding="graphs")
-    if pair.device.type != "cuda":  # the graphs' stand-in: the same buffers and replays, run eagerly
+    if pair.device.type != "cuda":  # the graphs' stand-in (models/stand_in.py): recorded once, replayed
         static.stand_ins(pair)
     if args.eager_head:
         pair.static_slots.pop("head", None)
     print(f"{pair.name} on {pair.device}, decoding {pair.decoding}, the head's chain step "
           f"{'captured' if 'head' in pair.static_slots else 'eager'}; each run counted after a first run of the same "
           "settings (its captures), from its second round (the first reads the prompt)")
-    print("| strategy | T | rounds | operators outside graphs a round (median, max) | host reads a round (max) |")
-    print("|---|---:|---:|---:|---:|")
+    print("| strategy | T | rounds | operators outside graphs a round (median, max) | host reads a round (max) | "
+          "graphs captured by the first run (host s), by the counted run |")
+    print("|---|---:|---:|---:|---:|---:|")
     for strategy in args.strategies.split(","):
         for t in (float(x) for x in args.temperatures.split(",")):
             spec = SpecConfig(k=4, max_new_tokens=args.tokens, strategy=strategy, top_candidates=0)
             ids, cfg = pair.encode("Tell me about the sea."), SamplingConfig(t)
+            made, took = Tally.count, Tally.seconds
             list(speculative_rounds(pair, ids, cfg, spec))  # a first run captures every graph the run needs
+            first, took, made = Tally.count - made, Tally.seconds - took, Tally.count
             counts = round_counts(speculative_rounds(pair, ids, cfg, spec))
             ops = [c[0] for c in counts]
             print(f"| {strategy} | {t} | {len(counts)} | {statistics.median(ops):.0f}, {max(ops)} | "
-                  f"{max(c[1] for c in counts)} |")
+                  f"{max(c[1] for c in counts)} | {first} ({took:.2f} s), {Tally.count - made} |")
 
 
 if __name__ == "__main__":

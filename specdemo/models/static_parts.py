@@ -6,6 +6,7 @@ CUDA graph (`cuda_graph`), or of its stand-in on a CPU (models/stand_in.py), by 
 from __future__ import annotations
 
 import copy
+import time
 
 import torch
 
@@ -108,10 +109,21 @@ def tree_made(slots: torch.Tensor, start: torch.Tensor, parent_row: torch.Tensor
     return positions, mask.view(1, 1, w, bucket)
 
 
+class Tally:
+    """The graphs `record` has made in this process, and the host seconds they took (bench/round_ops.py prints
+    them per run: a setting's first run captures, later ones should not)."""
+    count, seconds = 0, 0.0
+
+
 def record(forward, device: torch.device, pool, stand_in: bool, warmups: int = 2) -> tuple[object, object]:
     """(graph, output buffers): `forward` captured as a CUDA graph (cuda_graph) or, with stand_in, recorded as its
     CPU stand-in (ReplayStandIn). Every captured part of specdemo is made by this."""
-    if stand_in:
-        graph = ReplayStandIn(forward)
-        return graph, graph.out
-    return cuda_graph(forward, device, pool, warmups)
+    t0 = time.perf_counter()
+    try:
+        if stand_in:
+            graph = ReplayStandIn(forward)
+            return graph, graph.out
+        return cuda_graph(forward, device, pool, warmups)
+    finally:
+        Tally.count += 1
+        Tally.seconds += time.perf_counter() - t0
