@@ -66,13 +66,46 @@ def test_intermediates_are_made_again_and_in_place_writes_reach_the_buffers():
     (lambda x, m: x + torch.tensor([1.0, 2.0, 3.0]), "copies host data in"),
     (lambda x, m: x + torch.rand(3), "draws random numbers"),
     (lambda x, m: torch.multinomial(x + 1, 1), "draws random numbers"),
+    (lambda x, m: x.clone().__setitem__(0, torch.tensor(5).float()), "copies a host value in"),
+    (lambda x, m: torch.bincount(m.long()), "reads the device's values on the host"),
 ], ids=["item", "tolist", "bool", "mask-index", "nonzero", "repeat-interleave", "setitem-scalar", "tensor-from-list",
-        "rand", "multinomial"])
+        "rand", "multinomial", "setitem-cast-host-value", "bincount"])
 def test_what_a_capture_would_refuse_fails_the_record_and_names_its_line(body, why):
     x, m = torch.arange(3.0), torch.tensor([True, False, True])
     with pytest.raises(CaptureHazard, match=why) as err:
         ReplayStandIn(lambda: body(x, m))
     assert "tests/test_stand_in.py:" in str(err.value) and "body(x, m)" not in str(err.value), "its own line"
+
+
+def test_out_arguments_and_other_threads_are_handled_as_on_cuda():
+    """An `out=` buffer written twice replays both writes; a host read in another thread while one records is that
+    thread's own business (only the recording thread is refused)."""
+    import threading
+
+    x, buf, host_read = torch.arange(3.0), torch.zeros(3), []
+
+    def forward():
+        torch.add(x, 1, out=buf)
+        torch.mul(buf, 2, out=buf)
+        reader = threading.Thread(target=lambda: host_read.append(x.tolist()))
+        reader.start()
+        reader.join()
+        return (buf * 1,)
+
+    graph = ReplayStandIn(forward)
+    assert host_read == [[0.0, 1.0, 2.0]]
+    x.fill_(1.0)
+    graph.replay()
+    assert buf.tolist() == [4.0] * 3 and graph.out[0].tolist() == [4.0] * 3
+    assert torch.arange(2).tolist() == [0, 1], "tolist reads again once no thread records"
+
+
+def test_outputs_a_replay_could_not_copy_into_are_refused():
+    x = torch.arange(3.0)
+    with pytest.raises(ValueError, match="overlap"):
+        ReplayStandIn(lambda: ((x * 2).expand(4, 3),))
+    with pytest.raises(TypeError, match="returns tensors"):
+        ReplayStandIn(lambda: (x * 2, 3))
 
 
 def test_their_capturable_spellings_record():

@@ -318,8 +318,13 @@ def _evict(key: tuple) -> None:
 
 
 def _free_evicted() -> None:
-    gc.collect()
-    if torch.cuda.is_available():
+    """Free the evicted pairs nobody holds, and on CUDA give their memory back, in the device's turn: a graph
+    destroyed or memory released while another thread captures would fail that capture."""
+    if not torch.cuda.is_available():
+        gc.collect()
+        return
+    with device_lock(torch.device("cuda")):
+        gc.collect()
         torch.cuda.empty_cache()
 
 

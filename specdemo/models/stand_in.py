@@ -14,8 +14,9 @@ keeps a graph's contract where a CPU can:
 - **What a capture refuses fails here too** (`CaptureHazard`, naming the line): a read of the device's values
   (.item(), bool(), .tolist(), nonzero, a boolean mask's index), and host data copied in (`t[i] = True`, a tensor
   made from a list). On CUDA such an operator fails the capture (the caller then falls back to the eager path) or
-  stalls every replay. So does a random draw: a graph would replay its draws from a generator state of its own, not
-  the run's seed, so specdemo draws a round's uniforms into a graph's buffer before the replay.
+  stalls every replay. So does a random draw: a run's own torch.Generator must be registered with a graph
+  (`register_generator_state`) or its capture fails, so specdemo draws a round's uniforms into a graph's buffer
+  before the replay instead.
 - **Counted as captured.** The record and every replay run inside the profiler range CAPTURED, which
   bench/round_ops.py leaves out of a round's operators.
 """
@@ -23,6 +24,7 @@ keeps a graph's contract where a CPU can:
 from __future__ import annotations
 
 import os
+import threading
 import sysconfig
 import traceback
 
@@ -34,8 +36,8 @@ CAPTURED = "specdemo.captured"  # the profiler range around a stand-in's record 
 
 aten = torch.ops.aten
 READS = {aten._local_scalar_dense.default, aten.item.default, aten.is_nonzero.default, aten.equal.default,
-         aten.nonzero.default, aten.masked_select.default, aten._unique2.default, aten.unique_dim.default,
-         aten.unique_consecutive.default}  # each reads the device's values on the host
+         aten.bincount.default, aten.nonzero.default, aten.masked_select.default, aten._unique2.default,
+         aten.unique_dim.default, aten.unique_consecutive.default}  # each reads the device's values on the host
 INDEXED = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default}
 RANDOM = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "multinomial", "bernoulli",
           "bernoulli_", "uniform_", "normal", "normal_", "exponential_", "geometric_", "cauchy_", "log_normal_",
@@ -85,20 +87,13 @@ class Recording(TorchDispatchMode):
         return None
 
     def __enter__(self):
-        self._saved = {name: torch.Tensor.__dict__.get(name) for name in ("tolist", "numpy")}
-        for name in self._saved:  # reads that dispatch no operator of their own
-            def refused(tensor, *args, _name=name, **kwargs):
-                raise CaptureHazard(f"Tensor.{_name} reads the device's values on the host, at {_caller()}")
-
-            setattr(torch.Tensor, name, refused)
+        _recording.active = True
+        _guard_host_reads(True)
         return super().__enter__()
 
     def __exit__(self, *exc):
-        for name, method in self._saved.items():
-            if method is None:
-                delattr(torch.Tensor, name)
-            else:
-                setattr(torch.Tensor, name, method)
+        _recording.active = False
+        _guard_host_reads(False)
         return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -107,10 +102,54 @@ class Recording(TorchDispatchMode):
         if why:
             raise CaptureHazard(f"{func} {why}, at {_caller()}")
         out = func(*args, **kwargs)
-        if func is aten.lift_fresh.default or (func is aten.detach_.default and id(args[0]) in self.fresh):
-            self.fresh.add(id(out))
+        inputs = _tensor_leaves(args) + _tensor_leaves(list(kwargs.values()))
+        if func is aten.lift_fresh.default or (inputs and all(id(t) in self.fresh for t in inputs)):
+            self.fresh.update(id(t) for t in _tensors(out))  # made from host values only: a host value still
         self.calls.append((func, args, kwargs, out))
         return out
+
+
+def _tensor_leaves(items) -> list[torch.Tensor]:
+    """The tensors among an operator's arguments, and inside its list arguments."""
+    out = []
+    for a in items:
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out += [x for x in a if isinstance(x, torch.Tensor)]
+    return out
+
+
+HOST_METHODS = ("tolist", "numpy")  # reads that dispatch no operator of their own
+_recording = threading.local()  # .active: this thread is recording a forward
+_guard_lock, _guard = threading.Lock(), {"users": 0, "saved": {}}
+
+
+def _guard_host_reads(on: bool) -> None:
+    """While any thread records, Tensor.tolist and .numpy refuse on a recording thread (CaptureHazard) and read as
+    before on any other."""
+    with _guard_lock:
+        _guard["users"] += 1 if on else -1
+        if on and _guard["users"] == 1:
+            for name in HOST_METHODS:
+                saved = _guard["saved"][name] = torch.Tensor.__dict__.get(name)
+                setattr(torch.Tensor, name, _refusing(name, saved or getattr(torch._C.TensorBase, name)))
+        elif not on and _guard["users"] == 0:
+            for name, saved in _guard["saved"].items():
+                if saved is None:
+                    delattr(torch.Tensor, name)
+                else:
+                    setattr(torch.Tensor, name, saved)
+            _guard["saved"].clear()
+
+
+def _refusing(name: str, read):
+    def method(tensor, *args, **kwargs):
+        if getattr(_recording, "active", False):
+            raise CaptureHazard(f"Tensor.{name} reads the device's values on the host, at {_caller()}")
+        return read(tensor, *args, **kwargs)
+
+    return method
 
 
 def _tensors(value) -> list:
@@ -118,6 +157,33 @@ def _tensors(value) -> list:
     if isinstance(value, torch.Tensor):
         return [value]
     return list(value) if isinstance(value, (tuple, list)) else []
+
+
+def _template(items, made: dict[int, int]) -> tuple[list, list[tuple]]:
+    """An operator's arguments with the tensors the forward made left out, and where each goes back at a replay:
+    (arguments, [(argument, item of a list argument or None, place among the results)])."""
+    items, refs = list(items), []
+    for i, a in enumerate(items):
+        if isinstance(a, torch.Tensor) and id(a) in made:
+            refs.append((i, None, made[id(a)]))
+            items[i] = None  # the recorded intermediate is not kept
+        elif isinstance(a, (list, tuple)) and any(isinstance(x, torch.Tensor) and id(x) in made for x in a):
+            refs += [(i, j, made[id(x)]) for j, x in enumerate(a) if isinstance(x, torch.Tensor) and id(x) in made]
+            items[i] = [None if isinstance(x, torch.Tensor) and id(x) in made else x for x in a]
+    return items, refs
+
+
+def _filled(items: list, refs: list[tuple], values: list) -> list:
+    """`_template`'s arguments with this replay's results put back."""
+    if not refs:
+        return items
+    items = [list(a) if isinstance(a, list) else a for a in items]
+    for i, j, place in refs:
+        if j is None:
+            items[i] = values[place]
+        else:
+            items[i][j] = values[place]
+    return items
 
 
 class Program:
@@ -129,18 +195,10 @@ class Program:
         made: dict[int, int] = {}  # id of a tensor the forward made -> its place among the results
         self.steps, n = [], 0
         for func, args, kwargs, out in calls:
-            args, refs = list(args), []  # refs: (argument, item of a list argument or None, place)
-            for i, a in enumerate(args):
-                if isinstance(a, torch.Tensor) and id(a) in made:
-                    refs.append((i, None, made[id(a)]))
-                    args[i] = None  # the recorded intermediate is not kept
-                elif isinstance(a, (list, tuple)) and any(isinstance(x, torch.Tensor) and id(x) in made for x in a):
-                    refs += [(i, j, made[id(x)]) for j, x in enumerate(a) if isinstance(x, torch.Tensor)
-                             and id(x) in made]
-                    args[i] = [None if isinstance(x, torch.Tensor) and id(x) in made else x for x in a]
-            assert not any(isinstance(v, torch.Tensor) and id(v) in made for v in kwargs.values()), func
+            args, arg_refs = _template(args, made)
+            values, kw_refs = _template(kwargs.values(), made)
             results = _tensors(out)
-            self.steps.append((func, args, kwargs, refs, n, len(results)))
+            self.steps.append((func, args, arg_refs, tuple(kwargs), values, kw_refs, n, len(results)))
             for r in results:
                 if isinstance(r, torch.Tensor):
                     made.setdefault(id(r), n)
@@ -151,15 +209,9 @@ class Program:
 
     def __call__(self):
         values: list = [None] * self.size
-        for func, args, kwargs, refs, first, count in self.steps:
-            if refs:
-                args = [list(a) if isinstance(a, list) else a for a in args]
-                for i, j, place in refs:
-                    if j is None:
-                        args[i] = values[place]
-                    else:
-                        args[i][j] = values[place]
-            out = func(*args, **kwargs)
+        for func, args, arg_refs, keys, kw_values, kw_refs, first, count in self.steps:
+            kwargs = dict(zip(keys, _filled(kw_values, kw_refs, values), strict=True)) if keys else {}
+            out = func(*_filled(args, arg_refs, values), **kwargs)
             if count:
                 values[first: first + count] = _tensors(out)
         return pytree.tree_unflatten([x if place is None else values[place] for place, x in self.outputs],
@@ -177,6 +229,12 @@ class ReplayStandIn:
                 self.out = forward()
             self.program = Program(recording.calls, self.out)
         self.outputs = pytree.tree_leaves(self.out)
+        for x in self.outputs:  # a replay copies into them, as a graph's replay writes its outputs
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"a recorded forward returns tensors (in tuples or lists), not {type(x).__name__}")
+            if any(stride == 0 and size > 1 for stride, size in zip(x.stride(), x.shape, strict=True)):
+                raise ValueError("a recorded forward's outputs cannot overlap themselves (an expanded tensor): "
+                                 "a replay copies into them")
 
     def replay(self) -> None:
         with torch.inference_mode(), torch.profiler.record_function(CAPTURED):

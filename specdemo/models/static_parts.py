@@ -110,8 +110,8 @@ def tree_made(slots: torch.Tensor, start: torch.Tensor, parent_row: torch.Tensor
 
 
 class Tally:
-    """The graphs `record` has made in this process, and the host seconds they took (bench/round_ops.py prints
-    them per run: a setting's first run captures, later ones should not)."""
+    """The graphs `record` has made in this process (a failed capture is not counted) and the host seconds they took
+    (bench/round_ops.py prints them per run: a setting's first run captures, later ones should not)."""
     count, seconds = 0, 0.0
 
 
@@ -119,11 +119,11 @@ def record(forward, device: torch.device, pool, stand_in: bool, warmups: int = 2
     """(graph, output buffers): `forward` captured as a CUDA graph (cuda_graph) or, with stand_in, recorded as its
     CPU stand-in (ReplayStandIn). Every captured part of specdemo is made by this."""
     t0 = time.perf_counter()
-    try:
-        if stand_in:
-            graph = ReplayStandIn(forward)
-            return graph, graph.out
-        return cuda_graph(forward, device, pool, warmups)
-    finally:
-        Tally.count += 1
-        Tally.seconds += time.perf_counter() - t0
+    if stand_in:
+        graph = ReplayStandIn(forward)
+        made = graph, graph.out
+    else:
+        made = cuda_graph(forward, device, pool, warmups)
+    Tally.count += 1
+    Tally.seconds += time.perf_counter() - t0
+    return made
