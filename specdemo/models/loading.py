@@ -231,8 +231,8 @@ def load_pair_uncached(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str
     if head:  # a published head: checked against the target, refused in one sentence before anything runs
         attach_eagle3(loaded, head, want_d)
     loaded.token_text(0)  # build the token table now, not inside the first request
-    # static caches and CUDA graphs where they run: made now, not in the first request. A load's device work (here,
-    # finish_model and the heads' attach) waits for the device's turn, as a round of a run does: a CUDA capture fails
+    # static caches and CUDA graphs where they run: made now, not in the first request. A load's device work (this,
+    # finish_model and the heads' attach) waits for the device's turn, as a run's round does: a CUDA capture fails
     # if any other CUDA work runs in the process meanwhile, and a visitor's run may be on the device now
     with device_lock(dev):
         static.prepare(loaded, decoding)

@@ -24,8 +24,8 @@ keeps a graph's contract where a CPU can:
 from __future__ import annotations
 
 import os
-import threading
 import sysconfig
+import threading
 import traceback
 
 import torch
