@@ -65,7 +65,7 @@ else
   ID_PROMPTS=8; ID_TOKENS=64; B_PROMPTS=10; B_TOKENS=128
 fi
 # per-step timeouts in seconds (4x on a CPU); each is also cut to what is left of the budget
-declare -A LIMIT=([identity]=150 [t0]=200 [t07]=180 [window]=90 [rounds]=90 [cuda-tests]=120 [load]=90 [fused]=240
+declare -A LIMIT=([identity]=150 [t0]=200 [t07]=180 [window]=90 [rounds]=90 [cuda-tests]=180 [load]=90 [fused]=240
                   [compiled]=300 [compiled-cpu]=150)
 BENCH=(-m specdemo bench --pair "$PAIR" --device "$DEVICE" --strategies --decoding graphs --no-k-search --no-hf
        --prompts "$B_PROMPTS" --max-new-tokens "$B_TOKENS")

@@ -13,7 +13,7 @@ from specdemo.config import SamplingConfig, SpecConfig
 from specdemo.engine.speculative import speculative_rounds
 from specdemo.models.stand_in import CaptureHazard, ReplayStandIn
 from specdemo.models.static_parts import Tally
-from test_static import STRATEGIES, decode_as, own_pair  # noqa: F401 - own_pair is a fixture
+from test_static import STRATEGIES, cuda_pair, decode_as, own_pair  # noqa: F401 - fixtures
 
 torch.manual_seed(0)
 
@@ -123,13 +123,10 @@ def test_their_capturable_spellings_record():
     assert graph.out[0].tolist() == [0.0, 1.0, 2.0] and graph.out[1].tolist() == [True, True, True]
 
 
-@pytest.mark.parametrize("temperature", [0.0, 0.7])
-def test_every_strategys_captured_parts_record_without_a_hazard(own_pair, caplog, temperature):  # noqa: F811
-    """Every strategy on the stand-in, trees pruned and unpruned, top-k and sampled children: no captured part falls
-    back to its step-by-step path (each logs 'could not be captured' when it does). The tree's walk once set its
-    root with `on_path[0] = True`, a host scalar's copy that a CUDA capture refuses: this test caught it."""
-    pair = own_pair
-    decode_as(pair, "replayed")
+def runs_without_a_fallback(pair, caplog, temperature: float) -> None:
+    """Every strategy, and trees pruned and unpruned with top-k and sampled children, on a pair whose forwards are
+    captured (or recorded by the stand-in): no captured part falls back to its step-by-step path (each logs 'could
+    not be captured' when it does), and a setting's second run replays what its first captured."""
     sampling = SamplingConfig(temperature, top_k=20, top_p=0.95) if temperature else SamplingConfig(0.0)
     specs = [SpecConfig(k=4, max_new_tokens=24, strategy=s, top_candidates=3) for s in STRATEGIES]
     specs += [SpecConfig(k=4, max_new_tokens=24, strategy="tree", tree_topk=3, tree_depth=4, tree_budget=10,
@@ -146,3 +143,19 @@ def test_every_strategys_captured_parts_record_without_a_hazard(own_pair, caplog
     made = Tally.count
     list(speculative_rounds(pair, pair.encode("ROMEO:\nWhat light"), sampling, specs[-1]))
     assert Tally.count == made, "a setting's second run replays the graphs its first run captured"
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_every_strategys_captured_parts_record_without_a_hazard(own_pair, caplog, temperature):  # noqa: F811
+    """On the stand-in. The tree's walk once set its root with `on_path[0] = True`, a host scalar's copy that a CUDA
+    capture refuses: this test caught it."""
+    decode_as(own_pair, "replayed")
+    runs_without_a_fallback(own_pair, caplog, temperature)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_on_cuda_every_strategys_captured_parts_capture(cuda_pair, caplog, temperature):  # noqa: F811
+    """The same on a GPU, where a capture that fails says why in its warning (scripts/gpu_bench.sh runs it)."""
+    assert cuda_pair.decoding == "graphs", cuda_pair.decoding_note
+    runs_without_a_fallback(cuda_pair, caplog, temperature)
