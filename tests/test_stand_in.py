@@ -100,6 +100,17 @@ def test_out_arguments_and_other_threads_are_handled_as_on_cuda():
     assert torch.arange(2).tolist() == [0, 1], "tolist reads again once no thread records"
 
 
+def test_a_record_runs_the_forward_as_often_as_a_captures_warm_ups():
+    """cuda_graph runs a forward twice before its capture (which executes nothing), and a row move's once: a forward
+    whose effects add up shows them as often here."""
+    for warmups in (1, 2):
+        counter = torch.zeros(())
+        graph = ReplayStandIn(lambda: (counter.add_(1) * 1,), warmups)
+        assert counter.item() == warmups
+        graph.replay()
+        assert counter.item() == warmups + 1 and graph.out[0].item() == warmups + 1
+
+
 def test_outputs_a_replay_could_not_copy_into_are_refused():
     x = torch.arange(3.0)
     with pytest.raises(ValueError, match="overlap"):

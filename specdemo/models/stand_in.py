@@ -220,9 +220,11 @@ class Program:
 
 class ReplayStandIn:
     """A forward's stand-in for its CUDA graph (this module's docstring): recorded at construction, whose run gives
-    `out` (the output buffers); `replay()` runs the recorded operators again and copies their results into `out`."""
+    `out` (the output buffers); `replay()` runs the recorded operators again and copies their results into `out`.
+    The forward runs `warmups` times in all, as static_parts.cuda_graph runs it before a capture (whose own run
+    executes nothing): a forward whose effects change when it runs twice shows it here too."""
 
-    def __init__(self, forward):
+    def __init__(self, forward, warmups: int = 2):
         recording = Recording()
         with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
             with recording:
@@ -235,6 +237,8 @@ class ReplayStandIn:
             if any(stride == 0 and size > 1 for stride, size in zip(x.stride(), x.shape, strict=True)):
                 raise ValueError("a recorded forward's outputs cannot overlap themselves (an expanded tensor): "
                                  "a replay copies into them")
+        for _ in range(warmups - 1):
+            self.replay()
 
     def replay(self) -> None:
         with torch.inference_mode(), torch.profiler.record_function(CAPTURED):

@@ -120,7 +120,7 @@ def record(forward, device: torch.device, pool, stand_in: bool, warmups: int = 2
     CPU stand-in (ReplayStandIn). Every captured part of specdemo is made by this."""
     t0 = time.perf_counter()
     if stand_in:
-        graph = ReplayStandIn(forward)
+        graph = ReplayStandIn(forward, warmups)
         made = graph, graph.out
     else:
         made = cuda_graph(forward, device, pool, warmups)
