@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .sampling import wide_dtype
+from .sampling import sample, wide_dtype
 from .tree import DraftTree, Drawn, Grown, Nodes
 
 
@@ -76,14 +76,11 @@ def draw_children(q: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     left, picks = q.to(u.dtype), []  # float64 (float32 on MPS, as plan_uniforms draws u)
     rows, c = u.shape
     for s in range(c):
-        cdf = left.cumsum(-1)
-        total = cdf[:, -1:].contiguous()
-        pick = torch.minimum(torch.searchsorted(cdf, (u[:, s : s + 1] * total).contiguous(), right=True),
-                             torch.searchsorted(cdf, total))
+        pick = sample(left, None, u=u[:, s : s + 1]).view(rows, 1)
         if s:  # q's first draw always has mass; a later one may find none left: the first of 0..s not drawn yet
             taken = torch.cat(picks, 1).view(rows, 1, s)
             free = (torch.arange(s + 1, device=q.device).view(1, s + 1, 1) != taken).all(-1)
-            pick = torch.where(total > 0, pick, free.long().argmax(-1, keepdim=True))
+            pick = torch.where(left.sum(-1, keepdim=True) > 0, pick, free.long().argmax(-1, keepdim=True))
         picks.append(pick)
         if s + 1 < c:
             left = left.scatter(1, pick, 0.0)
