@@ -109,15 +109,16 @@ class Recording(TorchDispatchMode):
         return out
 
 
+def _tensors(value) -> list:
+    """The results of one operator as a flat list (a tensor, or a tuple or list of them; none for other values)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    return list(value) if isinstance(value, (tuple, list)) else []
+
+
 def _tensor_leaves(items) -> list[torch.Tensor]:
     """The tensors among an operator's arguments, and inside its list arguments."""
-    out = []
-    for a in items:
-        if isinstance(a, torch.Tensor):
-            out.append(a)
-        elif isinstance(a, (list, tuple)):
-            out += [x for x in a if isinstance(x, torch.Tensor)]
-    return out
+    return [x for a in items for x in _tensors(a) if isinstance(x, torch.Tensor)]
 
 
 HOST_METHODS = ("tolist", "numpy")  # reads that dispatch no operator of their own
@@ -152,24 +153,20 @@ def _refusing(name: str, read):
     return method
 
 
-def _tensors(value) -> list:
-    """The results of one operator as a flat list (a tensor, or a tuple or list of them; none for other values)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    return list(value) if isinstance(value, (tuple, list)) else []
-
-
 def _template(items, made: dict[int, int]) -> tuple[list, list[tuple]]:
     """An operator's arguments with the tensors the forward made left out, and where each goes back at a replay:
     (arguments, [(argument, item of a list argument or None, place among the results)])."""
+    def is_made(x) -> bool:
+        return isinstance(x, torch.Tensor) and id(x) in made
+
     items, refs = list(items), []
     for i, a in enumerate(items):
-        if isinstance(a, torch.Tensor) and id(a) in made:
+        if is_made(a):
             refs.append((i, None, made[id(a)]))
             items[i] = None  # the recorded intermediate is not kept
-        elif isinstance(a, (list, tuple)) and any(isinstance(x, torch.Tensor) and id(x) in made for x in a):
-            refs += [(i, j, made[id(x)]) for j, x in enumerate(a) if isinstance(x, torch.Tensor) and id(x) in made]
-            items[i] = [None if isinstance(x, torch.Tensor) and id(x) in made else x for x in a]
+        elif isinstance(a, (list, tuple)) and any(is_made(x) for x in a):
+            refs += [(i, j, made[id(x)]) for j, x in enumerate(a) if is_made(x)]
+            items[i] = [None if is_made(x) else x for x in a]
     return items, refs
 
 

@@ -33,8 +33,8 @@ from .eagle import EagleHead
 from .head_graphs import HeadSlot
 from .lm import cache_argument, float32_head, head_logits
 from .row_moves import RowMoves
-from .static_parts import (CAPTURED, MIN_WINDOW, ReplayStandIn, buckets_for, cache_bytes, cache_view, record,
-                           fitting_window, kv_shape, plan_window, tree_made)
+from .static_parts import (CAPTURED, MIN_WINDOW, ReplayStandIn, buckets_for, cache_bytes, cache_view, fitting_window,
+                           kv_shape, plan_window, record, tree_made)
 
 __all__ = ["CAPTURED", "MIN_WINDOW", "ReplayStandIn", "buckets_for", "cache_bytes", "cache_view", "fitting_window",
            "kv_shape", "plan_window"]
