@@ -370,3 +370,14 @@ def test_a_loads_device_work_waits_for_the_round_on_the_device(monkeypatch):
     loader.join(timeout=120)
     assert loaded and loaded[0].head is not None, "the pair loaded, with its head"
     assert seen == [(True, True)], "prepare ran once, holding the device's lock, after the round let it go"
+
+
+def test_one_device_under_two_names_has_one_lock():
+    """Runs take turns by their device's lock: 'cuda' and 'cuda:0' (or 'cpu' and 'cpu:0') name one device, so they
+    must give one lock, or two runs would share the device at once. Naming it starts no CUDA."""
+    from specdemo.models.lm import device_lock
+
+    assert device_lock("cpu") is device_lock(torch.device("cpu:0")) is device_lock(torch.device("cpu"))
+    assert device_lock(torch.device("cuda")) is device_lock("cuda:0")
+    assert device_lock("cuda:1") is not device_lock("cuda:0")
+    assert device_lock("cuda:1") is device_lock(torch.device("cuda", 1))

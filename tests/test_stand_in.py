@@ -5,6 +5,7 @@ naming the line. Then every captured part of every strategy's round records with
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 import torch
@@ -43,7 +44,7 @@ def test_intermediates_are_made_again_and_in_place_writes_reach_the_buffers():
 
     def forward():
         rows = torch.stack([pos, pos + 1]) + 1  # made inside: made again at each replay
-        cache.index_copy_(1, rows, torch.ones(2, 2) * rows.float())
+        cache.index_copy_(1, rows, torch.ones(2, 2, device=cache.device) * rows.float())
         top = cache.topk(2, dim=1)  # a tuple result, read by place
         return top.values, top.indices
 
@@ -66,15 +67,41 @@ def test_intermediates_are_made_again_and_in_place_writes_reach_the_buffers():
     (lambda x, m: x + torch.tensor([1.0, 2.0, 3.0]), "copies host data in"),
     (lambda x, m: x + torch.rand(3), "draws random numbers"),
     (lambda x, m: torch.multinomial(x + 1, 1), "draws random numbers"),
-    (lambda x, m: x.clone().__setitem__(0, torch.tensor(5).float()), "copies a host value in"),
     (lambda x, m: torch.bincount(m.long()), "reads the device's values on the host"),
+    (lambda x, m: x + torch.tensor(2.0, device=x.device), "copies host data in"),
+    (lambda x, m: (torch.arange(3) == 0) | m, "makes a tensor on the host"),
+    (lambda x, m: x + torch.zeros(3, dtype=x.dtype), "makes a tensor on the host"),
+    (lambda x, m: torch.full((3,), 1.0) * x, "makes a tensor on the host"),
+    (lambda x, m: x.cpu() + 1, "moves a tensor between the host and the device"),
+    (lambda x, m: x.to("cpu") + 1, "moves a tensor between the host and the device"),
 ], ids=["item", "tolist", "bool", "mask-index", "nonzero", "repeat-interleave", "setitem-scalar", "tensor-from-list",
-        "rand", "multinomial", "setitem-cast-host-value", "bincount"])
+        "rand", "multinomial", "bincount", "tensor-from-scalar", "arange-on-host",
+        "zeros-on-host", "full-on-host", "cpu", "to-cpu"])
 def test_what_a_capture_would_refuse_fails_the_record_and_names_its_line(body, why):
     x, m = torch.arange(3.0), torch.tensor([True, False, True])
     with pytest.raises(CaptureHazard, match=why) as err:
         ReplayStandIn(lambda: body(x, m))
     assert "tests/test_stand_in.py:" in str(err.value) and "body(x, m)" not in str(err.value), "its own line"
+
+
+def test_a_librarys_tensors_made_on_the_host_pass_but_its_host_values_copied_in_do_not():
+    """A library's code (transformers') may make a tensor without device=, as its captures on the H200 did: the
+    stand-in lets it. A host value it copies into a device tensor, through a cast too, still fails the record."""
+    from specdemo.models.stand_in import LIBRARIES
+
+    def library(source: str):
+        return eval(compile(source, os.path.join(LIBRARIES[0], "somelib.py"), "eval"), {"torch": torch})
+
+    x = torch.arange(3.0)
+    made = library("lambda x: x + torch.zeros(3)")
+    graph = ReplayStandIn(lambda: made(x))
+    x.fill_(1.0)
+    graph.replay()
+    assert graph.out.tolist() == [1.0, 1.0, 1.0]
+    cast = library("lambda x: x.clone().__setitem__(0, torch.tensor(5).float())")
+    with pytest.raises(CaptureHazard, match="copies a host value in") as err:
+        ReplayStandIn(lambda: cast(x))
+    assert "somelib.py:1" in str(err.value)
 
 
 def test_out_arguments_and_other_threads_are_handled_as_on_cuda():
@@ -127,7 +154,7 @@ def test_their_capturable_spellings_record():
         flags[0].fill_(False)  # not flags[0] = False
         flags[1:] = True  # a slice is filled on the device, no copy
         kept = torch.where(flags, x, 0.0)  # not x[flags]
-        return kept, (torch.arange(3) == 0) | flags, x.repeat_interleave(2, output_size=6)
+        return kept, (torch.arange(3, device=x.device) == 0) | flags, x.repeat_interleave(2, output_size=6)
 
     graph = ReplayStandIn(forward)
     graph.replay()

@@ -83,7 +83,8 @@ def cpu_bf16_kind() -> str:
 def pick_dtype(device: torch.device, role: str = "target", n_params: int | None = None) -> torch.dtype:
     """The dtype a model runs in, by its role in the pair.
 
-    GPU: bf16 (fp16 where bf16 is missing). CPU with bf16 in hardware: the target runs in bf16, because its job is
+    GPU: bf16 where its units have it (Ampere and later), fp16 elsewhere: torch's bf16 emulation on older GPUs is
+    slow, and its check allocates on the device (outside the device's lock). CPU with bf16 in hardware: the target runs in bf16, because its job is
     the (K+1)-token verify, where bf16 wins by halving the bytes read (Shakespeare target, 5-token verify: 15 ms
     fp32, 11 ms bf16; SmolLM2-135M: 80-88 ms against 42-46 ms); the draft runs in bf16 too unless it is small
     (under SMALL_MODEL_PARAMS), where a one-token step is overhead-bound and fp32 is faster. An EAGLE head ("head")
@@ -95,7 +96,7 @@ def pick_dtype(device: torch.device, role: str = "target", n_params: int | None 
     distribution for a seed.
     """
     if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
     if device.type == "mps":
         return torch.float16
     if device.type == "cpu" and cpu_has_bf16():

@@ -146,11 +146,22 @@ _DEVICE_LOCKS: dict[str, threading.Lock] = {}
 _DEVICE_LOCKS_GUARD = threading.Lock()
 
 
-def device_lock(device: torch.device) -> threading.Lock:
+def device_lock(device: torch.device | str) -> threading.Lock:
     """One lock per device: work from every session and every loaded pair on one device takes turns, a round at a
-    time, instead of trampling each other's kernels and memory."""
+    time, instead of trampling each other's kernels and memory. One device under two names ('cuda' and 'cuda:0',
+    'cpu' and 'cpu:0') has one lock."""
     with _DEVICE_LOCKS_GUARD:
-        return _DEVICE_LOCKS.setdefault(str(device), threading.Lock())
+        return _DEVICE_LOCKS.setdefault(device_key(device), threading.Lock())
+
+
+def device_key(device: torch.device | str) -> str:
+    """A device's name with its index: 'cuda' is the current CUDA device's ('cuda:0' where CUDA has not started,
+    which it then makes current), 'cpu' is 'cpu:0'."""
+    device = torch.device(device)
+    if device.index is not None:
+        return str(device)
+    started = device.type == "cuda" and torch.cuda.is_initialized()
+    return f"{device.type}:{torch.cuda.current_device() if started else 0}"
 
 
 def _fresh_device_locks_after_fork() -> None:

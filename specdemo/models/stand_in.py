@@ -12,9 +12,10 @@ keeps a graph's contract where a CPU can:
   written by reference at every replay; what the forward makes itself is made again. The outputs are copied into
   the recorded run's output tensors, where a replay leaves a graph's outputs.
 - **What a capture refuses fails here too** (`CaptureHazard`, naming the line): a read of the device's values
-  (.item(), bool(), .tolist(), nonzero, a boolean mask's index), and host data copied in (`t[i] = True`, a tensor
-  made from a list). On CUDA such an operator fails the capture (the caller then falls back to the eager path) or
-  stalls every replay. So does a random draw: a run's own torch.Generator must be registered with a graph
+  (.item(), bool(), .tolist(), .cpu(), nonzero, a boolean mask's index), host data copied in (`t[i] = True`,
+  `torch.tensor(x)`), and, in the project's own code, a tensor made without `device=`, which a GPU would make on the
+  host. On CUDA such an operator fails the capture (the caller then falls back to the eager path) or stalls every
+  replay. So does a random draw: a run's own torch.Generator must be registered with a graph
   (`register_generator_state`) or its capture fails, so specdemo draws a round's uniforms into a graph's buffer
   before the replay instead.
 - **Counted as captured.** The record and every replay run inside the profiler range CAPTURED, which
@@ -29,6 +30,7 @@ import threading
 import traceback
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -43,19 +45,57 @@ RANDOM = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "ra
           "bernoulli_", "uniform_", "normal", "normal_", "exponential_", "geometric_", "cauchy_", "log_normal_",
           "random_", "poisson", "native_dropout"}  # the operators that draw random numbers
 COPIES = {aten.copy_.default, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default}
+FACTORIES = {torch.zeros, torch.ones, torch.empty, torch.full, torch.arange, torch.eye, torch.linspace, torch.logspace,
+             torch.scalar_tensor, torch.empty_strided, torch.tril_indices, torch.triu_indices}  # placed by device=
+FROM_HOST = {torch.tensor, torch.as_tensor, torch.asarray}  # copy Python or NumPy values in
+LIBRARIES = tuple({sysconfig.get_paths()[key] for key in ("purelib", "platlib")})  # transformers' code, and others'
 
 
 class CaptureHazard(RuntimeError):
     """A forward that a CUDA graph could not capture as it is: it reads the device, or copies host data in."""
 
 
-def _caller() -> str:
-    """The innermost line on the stack outside torch, the standard library and this file, as 'file:line: code'."""
+def _caller_frame() -> traceback.FrameSummary | None:
+    """The innermost frame on the stack outside torch, the standard library and this file."""
     skip = (os.path.dirname(torch.__file__), sysconfig.get_paths()["stdlib"], __file__)
-    for frame in reversed(traceback.extract_stack()):
-        if not frame.filename.startswith(skip):
-            return f"{'/'.join(frame.filename.split(os.sep)[-2:])}:{frame.lineno}: {frame.line}"
-    return "an unknown line"
+    return next((f for f in reversed(traceback.extract_stack()) if not f.filename.startswith(skip)), None)
+
+
+def _caller() -> str:
+    """`_caller_frame`'s line, as 'file:line: code'."""
+    frame = _caller_frame()
+    if frame is None:
+        return "an unknown line"
+    return f"{'/'.join(frame.filename.split(os.sep)[-2:])}:{frame.lineno}: {frame.line}"
+
+
+def _made_on_host(func, args: tuple, kwargs: dict) -> str | None:
+    """Why a call would leave a tensor on the host, where a GPU's graph needs it on the device; None if it would not.
+    On the stand-in every tensor is on the CPU, so a factory without `device=` (on a GPU: a host tensor that the
+    capture refuses to mix in, or reads and freezes), `torch.tensor(x, device=...)` (on a GPU: a copy from
+    pageable host memory, which syncs the stream and fails the capture) and `.cpu()` (a read) would pass unseen."""
+    if func in FACTORIES and kwargs.get("device") is None:
+        return "makes a tensor on the host (no device=)"
+    if func in FROM_HOST and not isinstance(args[0] if args else kwargs.get("data"), torch.Tensor):
+        return "copies host data in (a tensor made from Python values: keep a Python number, or make it on the device)"
+    if func is torch.Tensor.cpu or (func is torch.Tensor.to and any(
+            isinstance(a, str) and a.startswith("cpu") for a in (*args[1:], kwargs.get("device")))):
+        return "moves a tensor between the host and the device"
+    return None
+
+
+class HostMade(TorchFunctionMode):
+    """Raises CaptureHazard at a call of the recorded forward's own code (not a library's, whose captures the H200
+    run of issue 45 passed) that `_made_on_host` names."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        why = _made_on_host(func, args, kwargs)
+        if why:
+            frame = _caller_frame()
+            if frame is not None and not frame.filename.startswith(LIBRARIES):
+                raise CaptureHazard(f"{getattr(func, '__name__', func)} {why}, at {_caller()}")
+        return func(*args, **kwargs)
 
 
 class Recording(TorchDispatchMode):
@@ -89,12 +129,17 @@ class Recording(TorchDispatchMode):
     def __enter__(self):
         _recording.active = True
         _guard_host_reads(True)
+        self._functions = HostMade()
+        self._functions.__enter__()
         return super().__enter__()
 
     def __exit__(self, *exc):
         _recording.active = False
         _guard_host_reads(False)
-        return super().__exit__(*exc)
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._functions.__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
