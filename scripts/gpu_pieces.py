@@ -84,6 +84,23 @@ def main() -> None:
         else:
             sys.exit(f"{piece}: {size(piece):,} bytes, over the {budget:,} free beside the tree, and not only a "
                      "models.tar that could be split")
+    print_calls(root, budget)
+
+
+def print_calls(root: Path, budget: int) -> None:
+    """The calls that stage and run, one a line: a model piece small enough to travel beside .gpu/c (which every
+    `run` carries) is staged in the run's own call, which saves the machine a call."""
+    parts = sorted(p.name for p in root.iterdir() if p.is_dir() and p.name not in "ac")
+    small = [x for x in parts if (root / x / "models.tar").exists() and size(root / "c") + size(root / x) <= budget]
+    loose = " ".join(str(f) for f in sorted(root.iterdir()) if f.is_file())
+    print(f"calls, each also carrying {loose}:")
+    print("  bash .gpu/run.sh stage    carrying .gpu/a")
+    for x in parts:
+        if x not in small[:1]:
+            print(f"  bash .gpu/run.sh part {x}   carrying .gpu/{x}")
+    with_c = f"bash .gpu/run.sh part {small[0]} && " if small else ""
+    print(f"  {with_c}bash .gpu/run.sh run bash scripts/gpu_bench.sh   carrying .gpu/c"
+          + (f" .gpu/{small[0]}" if small else "") + "  (later runs: .gpu/c only)")
 
 
 if __name__ == "__main__":
