@@ -197,3 +197,24 @@ def test_on_cuda_every_strategys_captured_parts_capture(cuda_pair, caplog, tempe
     """The same on a GPU, where a capture that fails says why in its warning (scripts/gpu_bench.sh runs it)."""
     assert cuda_pair.decoding == "graphs", cuda_pair.decoding_note
     runs_without_a_fallback(cuda_pair, caplog, temperature)
+
+
+def test_the_bench_times_replays_only_where_graphs_are_captured_on_first_use(own_pair):  # noqa: F811
+    """On CUDA (and on the stand-in) the drafting and the verdicts are captured on first use, per cache bucket and
+    plan, so a prompt that runs longer than the warm-up's would capture inside its timing. The bench then warms
+    every specdemo row on every prompt, and the timed runs capture nothing; eager decoding needs no such pass."""
+    from specdemo.bench.strategies import run_strategies
+    from specdemo.bench.strategies_table import format_strategies
+
+    decode_as(own_pair, "replayed")
+    res = run_strategies(own_pair, SamplingConfig(0.7), k=3, max_new_tokens=24, n_prompts=1, k_search=False,
+                         include_hf=False, log=lambda *a: None)
+    c = res["settings"]["captures"]
+    assert c["every_prompt_warmed"] and c["warm_up"] > 0 and c["timed"] == 0, c
+    assert f"graphs captured on first use: {c['warm_up']} in the warm-up" in format_strategies(res)
+    decode_as(own_pair, "eager")
+    res = run_strategies(own_pair, SamplingConfig(0.7), k=3, max_new_tokens=24, n_prompts=1, k_search=False,
+                         include_hf=False, log=lambda *a: None)
+    c = res["settings"]["captures"]
+    assert not c["every_prompt_warmed"] and c["warm_up"] == c["timed"] == 0, c
+    assert "graphs captured" not in format_strategies(res)

@@ -23,6 +23,7 @@ def format_strategies(res: dict) -> str:
         lines.append(f"decodings {', '.join(modes)}: every specdemo row under each, back to back on every prompt, "
                      f"who goes first turning prompt by prompt; ratios against {modes[0]}")
     lines += [decoding_line(info) for info in (res.get("decoding_info") or {}).values()]
+    lines += captures_lines(s.get("captures"))
     lines += isolated_lines(res, modes)
     hc = res.get("hf_compiled")
     if hc:
@@ -30,6 +31,16 @@ def format_strategies(res: dict) -> str:
     for group, rows in res["groups"].items():
         lines += group_lines(res, group, rows, modes)
     return "\n".join(lines)
+
+
+def captures_lines(c: dict | None) -> list[str]:
+    """The graphs captured on first use (Race.time_groups): in the warm-up, and while timing (none in a steady
+    state). Nothing where no graph was captured (eager and static decodings)."""
+    if not c or not (c["warm_up"] or c["timed"]):
+        return []
+    return [f"graphs captured on first use: {c['warm_up']} in the warm-up ({c['warm_up_s']:.2f} s"
+            + ("; every specdemo row warmed on every prompt" if c["every_prompt_warmed"] else "")
+            + f"), {c['timed']} while timing ({c['timed_s']:.2f} s)"]
 
 
 def isolated_lines(res: dict, modes: list) -> list[str]:
