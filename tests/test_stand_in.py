@@ -138,6 +138,32 @@ def test_a_record_runs_the_forward_as_often_as_a_captures_warm_ups():
         assert counter.item() == warmups + 1 and graph.out[0].item() == warmups + 1
 
 
+def test_a_replay_spoils_what_graphs_captured_after_it_in_its_pool_made():
+    """CUDA graphs that share a pool are safe replayed in capture order: a later capture may keep its outputs where
+    an earlier one's intermediates were. specdemo captures on first use, in any order, so its code reads a graph's
+    outputs before an earlier-captured graph of the pool replays; the stand-in spoils them at such a replay, so
+    that code breaking the rule gives wrong tokens on a CPU too. A tensor from outside that a graph returns, and
+    graphs of other pools, are left alone."""
+    from specdemo.models.stand_in import StandInPool
+
+    x, kept = torch.arange(3.0), torch.zeros(3)
+    pool = StandInPool()
+    first = ReplayStandIn(lambda: x + 1, pool=pool)
+    second = ReplayStandIn(lambda: (x * 2, (x > 0).long(), x > 1, kept.copy_(x)), pool=pool)
+    alone = ReplayStandIn(lambda: x - 1)
+    first.replay()  # captured first: replays in capture order spoil nothing
+    second.replay()
+    assert second.out[0].tolist() == [0.0, 2.0, 4.0] and second.out[1].tolist() == [0, 1, 1]
+    first.replay()
+    doubled, positive, above, copied = second.out
+    assert torch.isnan(doubled).all() and (positive == torch.iinfo(torch.long).max).all()
+    assert above.tolist() == [True, True, False], "flags flipped"
+    assert copied is kept and copied.tolist() == [0.0, 1.0, 2.0], "a buffer from outside the pool is kept"
+    assert first.out.tolist() == [1.0, 2.0, 3.0] and alone.out.tolist() == [-1.0, 0.0, 1.0]
+    second.replay()
+    assert second.out[0].tolist() == [0.0, 2.0, 4.0], "its own replay writes them again"
+
+
 def test_outputs_a_replay_could_not_copy_into_are_refused():
     x = torch.arange(3.0)
     with pytest.raises(ValueError, match="overlap"):

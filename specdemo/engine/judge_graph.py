@@ -26,7 +26,7 @@ import torch
 
 from specdemo.config import SamplingConfig
 from specdemo.models.lm import head_logits
-from specdemo.models.static_parts import CAPTURED, ReplayStandIn, record
+from specdemo.models.static_parts import CAPTURED, ReplayStandIn, record, shared_pool
 
 from .sampling import Verdict, draw_verify, uniforms, verify, warp
 from .story import tree_sizes, tree_verdict_tensors, verdict_tensors
@@ -42,7 +42,7 @@ def captured(forward, stand_in: bool, slot) -> tuple[object, torch.Tensor]:
     """A verdict's graph (CUDA) or its stand-in, and its flat output: `forward` returns (flat, flat)."""
     # one pool for every verdict graph of the slot: each one's inputs live outside it, and its output is read right
     # after its replay, so no graph needs another's memory to survive
-    pool = None if stand_in else slot.__dict__.setdefault("judge_pool", torch.cuda.graph_pool_handle())
+    pool = shared_pool(slot, "judge_pool", cuda=not stand_in)
     graph, out = record(forward, slot.device, pool, stand_in)
     return graph, out[0]
 

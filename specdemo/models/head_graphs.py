@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from specdemo.config import TREE_DEPTH_RANGE, TREE_TOPK_RANGE
 
 from .eagle import EagleHead, HeadCache, rope
-from .static_parts import CAPTURED, buckets_for, record
+from .static_parts import CAPTURED, buckets_for, pool_handle, record
 
 log = logging.getLogger(__name__)
 READ_MAX = 13  # the most accepted positions a captured read takes: K + 1 for the largest K a page offers (12)
@@ -133,7 +133,7 @@ class HeadSlot:
         assert self.device.type == "cuda" or stand_in, "CUDA graphs need a CUDA device"
         t0 = time.perf_counter()
         cuda = self.device.type == "cuda" and not stand_in
-        pool = self.pool = torch.cuda.graph_pool_handle() if cuda else None
+        pool = self.pool = pool_handle(cuda)
         self.stand_in = stand_in
         for b in self.buckets:
             self.graphs[b] = record(lambda b=b: self._forward(b), self.device, pool, stand_in=not cuda)

@@ -14,7 +14,7 @@ import logging
 
 import torch
 
-from .static_parts import CAPTURED, record
+from .static_parts import CAPTURED, record, shared_pool
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class RowMoves:
         dev = self.slot.device
         # the capture's own moves put slots 0..m-1 onto themselves: nothing a run holds changes
         src, first = torch.arange(m, device=dev), torch.zeros((), dtype=torch.long, device=dev)
-        pool = None if self.stand_in else self.slot.__dict__.setdefault("move_pool", torch.cuda.graph_pool_handle())
+        pool = shared_pool(self.slot, "move_pool", cuda=not self.stand_in)
         graph, _ = record(lambda: self._forward(src, first), dev, pool, self.stand_in, warmups=1)
         return graph, src, first
 

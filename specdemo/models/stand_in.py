@@ -18,6 +18,8 @@ keeps a graph's contract where a CPU can:
   replay. So does a random draw: a run's own torch.Generator must be registered with a graph
   (`register_generator_state`) or its capture fails, so specdemo draws a round's uniforms into a graph's buffer
   before the replay instead.
+- **Shared pools.** Graphs that share a memory pool on CUDA share a `StandInPool`: a replay spoils what the graphs
+  captured after it made, as a CUDA replay may overwrite it, so reading a graph's outputs too late fails here too.
 - **Counted as captured.** The record and every replay run inside the profiler range CAPTURED, which
   bench/round_ops.py leaves out of a round's operators.
 """
@@ -28,6 +30,7 @@ import os
 import sysconfig
 import threading
 import traceback
+import weakref
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -237,12 +240,13 @@ class Program:
         made: dict[int, int] = {}  # id of a tensor the forward made -> its place among the results
         self.steps, n = [], 0
         for func, args, kwargs, out in calls:
+            outside = {id(t) for t in _tensor_leaves(args) + _tensor_leaves(list(kwargs.values())) if id(t) not in made}
             args, arg_refs = _template(args, made)
             values, kw_refs = _template(kwargs.values(), made)
             results = _tensors(out)
             self.steps.append((func, args, arg_refs, tuple(kwargs), values, kw_refs, n, len(results)))
             for r in results:
-                if isinstance(r, torch.Tensor):
+                if isinstance(r, torch.Tensor) and id(r) not in outside:  # an in-place write returns its outside tensor
                     made.setdefault(id(r), n)
                 n += 1
         self.size = n
@@ -260,13 +264,40 @@ class Program:
                                      self.out_spec)
 
 
+class StandInPool:
+    """A CUDA graph memory pool's stand-in, which graphs share as they share a pool on CUDA (static_parts.pool_handle).
+
+    PyTorch's rule for graphs in one pool: replay them in the order they were captured. A graph captured later may
+    keep its outputs in memory that an earlier one's capture used for its intermediates and then freed, so a replay
+    of the earlier graph may overwrite them. specdemo captures on first use, in any order, so it keeps a stricter
+    rule: a graph's outputs are read before any earlier-captured graph of its pool replays. Here each replay spoils
+    the outputs that graphs captured after it made (NaN, the largest integer, flipped flags), so that code breaking
+    the rule gives wrong tokens on a CPU too, where only a GPU's memory would show it."""
+
+    def __init__(self):
+        self.members: list[weakref.ref] = []  # in capture order
+
+    def join(self, graph: ReplayStandIn) -> None:
+        self.members = [m for m in self.members if m() is not None] + [weakref.ref(graph)]
+
+    def replaying(self, graph: ReplayStandIn) -> None:
+        later = False
+        for member in self.members:
+            other = member()
+            if other is graph:
+                later = True
+            elif later and other is not None:
+                other.spoil()
+
+
 class ReplayStandIn:
     """A forward's stand-in for its CUDA graph (this module's docstring): recorded at construction, whose run gives
     `out` (the output buffers); `replay()` runs the recorded operators again and copies their results into `out`.
     The forward runs `warmups` times in all, as static_parts.cuda_graph runs it before a capture (whose own run
-    executes nothing): a forward whose effects change when it runs twice shows it here too."""
+    executes nothing): a forward whose effects change when it runs twice shows it here too. `pool`: the
+    StandInPool it shares with other graphs, or None for a pool of its own."""
 
-    def __init__(self, forward, warmups: int = 2):
+    def __init__(self, forward, warmups: int = 2, pool: StandInPool | None = None):
         recording = Recording()
         with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
             with recording:
@@ -279,11 +310,32 @@ class ReplayStandIn:
             if any(stride == 0 and size > 1 for stride, size in zip(x.stride(), x.shape, strict=True)):
                 raise ValueError("a recorded forward's outputs cannot overlap themselves (an expanded tensor): "
                                  "a replay copies into them")
-        for _ in range(warmups - 1):
-            self.replay()
+        # the outputs it made (in the pool, on CUDA); a tensor from outside that it returns lives outside the pool
+        self.made = [x for (place, _), x in zip(self.program.outputs, self.outputs, strict=True) if place is not None]
+        for _ in range(warmups - 1):  # cuda_graph's warm-ups run eagerly, before the capture: no pool replays
+            self._run()
+        self.pool = pool
+        if pool is not None:
+            pool.join(self)
 
     def replay(self) -> None:
+        with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
+            if self.pool is not None:
+                self.pool.replaying(self)
+            self._run()
+
+    def _run(self) -> None:
         with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
             for mine, new in zip(self.outputs, pytree.tree_leaves(self.program()), strict=True):
                 if mine is not new:
                     mine.copy_(new)
+
+    def spoil(self) -> None:
+        """Overwrite the outputs it made, as a replay of an earlier-captured graph of its pool may (StandInPool)."""
+        for x in self.made:
+            if x.is_floating_point():
+                x.fill_(float("nan"))
+            elif x.dtype == torch.bool:
+                x.logical_not_()
+            else:
+                x.fill_(torch.iinfo(x.dtype).max)

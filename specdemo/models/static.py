@@ -34,7 +34,7 @@ from .head_graphs import HeadSlot
 from .lm import cache_argument, float32_head, head_logits
 from .row_moves import RowMoves
 from .static_parts import (CAPTURED, MIN_WINDOW, ReplayStandIn, buckets_for, cache_bytes, cache_view, fitting_window,
-                           kv_shape, plan_window, record, tree_made)
+                           kv_shape, plan_window, pool_handle, record, tree_made)
 
 __all__ = ["CAPTURED", "MIN_WINDOW", "ReplayStandIn", "buckets_for", "cache_bytes", "cache_view", "fitting_window",
            "kv_shape", "plan_window"]
@@ -223,7 +223,7 @@ class StaticSlot:
         assert self.owner is None or self.owner() is None, "capture before any run owns the cache"
         t0 = time.perf_counter()
         cuda = self.device.type == "cuda" and not stand_in
-        pool = torch.cuda.graph_pool_handle() if cuda else None
+        pool = pool_handle(cuda)
         self.widths = tuple(sorted(w for w in widths if w <= self.max_len))
         for width, bucket in ((w, b) for w in self.widths for b in self.buckets if w <= b):
             ids = torch.zeros(1, width, dtype=torch.long, device=self.device)

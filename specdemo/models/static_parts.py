@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from .stand_in import CAPTURED, ReplayStandIn  # noqa: F401 - CAPTURED: the graph modules import it from here
+from .stand_in import CAPTURED, ReplayStandIn, StandInPool  # noqa: F401 - CAPTURED: the graph modules import it
 
 MIN_BUCKET = 64  # the shortest cache length a forward attends over
 MIN_WINDOW = 512  # a GPU too small for the largest request's static caches shrinks them, down to this window
@@ -115,12 +115,27 @@ class Tally:
     count, seconds = 0, 0.0
 
 
+def pool_handle(cuda: bool):
+    """A memory pool for graphs that share one: CUDA's (torch.cuda.graph_pool_handle), or its stand-in's."""
+    return torch.cuda.graph_pool_handle() if cuda else StandInPool()
+
+
+def shared_pool(owner, name: str, cuda: bool):
+    """The pool that `owner`'s graphs of one kind share (its attribute `name`), made on first use (pool_handle)."""
+    pool = owner.__dict__.get(name)
+    if pool is None or isinstance(pool, StandInPool) == cuda:
+        pool = pool_handle(cuda)
+        setattr(owner, name, pool)
+    return pool
+
+
 def record(forward, device: torch.device, pool, stand_in: bool, warmups: int = 2) -> tuple[object, object]:
     """(graph, output buffers): `forward` captured as a CUDA graph (cuda_graph) or, with stand_in, recorded as its
-    CPU stand-in (ReplayStandIn). Every captured part of specdemo is made by this."""
+    CPU stand-in (ReplayStandIn), into the shared `pool` (pool_handle; None: a pool of its own). Every captured
+    part of specdemo is made by this."""
     t0 = time.perf_counter()
     if stand_in:
-        graph = ReplayStandIn(forward, warmups)
+        graph = ReplayStandIn(forward, warmups, pool if isinstance(pool, StandInPool) else None)
         made = graph, graph.out
     else:
         made = cuda_graph(forward, device, pool, warmups)
