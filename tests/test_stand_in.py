@@ -30,6 +30,8 @@ def test_a_replay_reads_the_buffers_of_now_and_the_host_values_of_its_record():
 
     graph = ReplayStandIn(forward)
     head, total = graph.out
+    assert torch.isnan(head).all() and torch.isnan(total), "as a CUDA capture, which runs nothing"
+    graph.replay()
     assert head.tolist() == [1.0, 2.0] and total.item() == 12.0
     buf.fill_(10.0)
     host["n"] = 3  # the replay never sees this
@@ -87,10 +89,9 @@ def test_what_a_capture_would_refuse_fails_the_record_and_names_its_line(body, w
 def test_a_librarys_tensors_made_on_the_host_pass_but_its_host_values_copied_in_do_not():
     """A library's code (transformers') may make a tensor without device=, as its captures on the H200 did: the
     stand-in lets it. A host value it copies into a device tensor, through a cast too, still fails the record."""
-    from specdemo.models.stand_in import LIBRARIES
-
     def library(source: str):
-        return eval(compile(source, os.path.join(LIBRARIES[0], "somelib.py"), "eval"), {"torch": torch})
+        return eval(compile(source, os.path.join(os.sep, "usr", "lib", "python3", "somelib.py"), "eval"),
+                    {"torch": torch})
 
     x = torch.arange(3.0)
     made = library("lambda x: x + torch.zeros(3)")
@@ -142,26 +143,36 @@ def test_a_replay_spoils_what_graphs_captured_after_it_in_its_pool_made():
     """CUDA graphs that share a pool are safe replayed in capture order: a later capture may keep its outputs where
     an earlier one's intermediates were. specdemo captures on first use, in any order, so its code reads a graph's
     outputs before an earlier-captured graph of the pool replays; the stand-in spoils them at such a replay, so
-    that code breaking the rule gives wrong tokens on a CPU too. A tensor from outside that a graph returns, and
-    graphs of other pools, are left alone."""
+    that code breaking the rule gives wrong tokens on a CPU too. A capture runs nothing, so a graph's outputs are
+    spoilt until its first replay. Tensors from outside that a graph returns (or views of them), and graphs of
+    other pools, are left alone."""
     from specdemo.models.stand_in import StandInPool
 
     x, kept = torch.arange(3.0), torch.zeros(3)
     pool = StandInPool()
     first = ReplayStandIn(lambda: x + 1, pool=pool)
-    second = ReplayStandIn(lambda: (x * 2, (x > 0).long(), x > 1, kept.copy_(x)), pool=pool)
+    middle = ReplayStandIn(lambda: x + 2, pool=pool)
+
+    def forward():
+        flags = x > 1  # returned twice: spoilt once
+        return x * 2, (x > 0).long(), flags, kept.copy_(x), kept[1:], flags
+
+    second = ReplayStandIn(forward, pool=pool)
     alone = ReplayStandIn(lambda: x - 1)
-    first.replay()  # captured first: replays in capture order spoil nothing
-    second.replay()
+    assert torch.isnan(second.out[0]).all() and torch.isnan(alone.out).all(), "nothing until the first replay"
+    for graph in (first, middle, second, alone):  # in capture order: nothing is spoilt
+        graph.replay()
     assert second.out[0].tolist() == [0.0, 2.0, 4.0] and second.out[1].tolist() == [0, 1, 1]
     first.replay()
-    doubled, positive, above, copied = second.out
+    middle.replay()  # two earlier graphs replay: the flags stay flipped, not flipped back
+    doubled, positive, above, copied, view, again = second.out
     assert torch.isnan(doubled).all() and (positive == torch.iinfo(torch.long).max).all()
-    assert above.tolist() == [True, True, False], "flags flipped"
-    assert copied is kept and copied.tolist() == [0.0, 1.0, 2.0], "a buffer from outside the pool is kept"
-    assert first.out.tolist() == [1.0, 2.0, 3.0] and alone.out.tolist() == [-1.0, 0.0, 1.0]
+    assert above.tolist() == [True, True, False] and again is above, "flags flipped once"
+    assert copied is kept and copied.tolist() == [0.0, 1.0, 2.0] and view.tolist() == [1.0, 2.0], "outside: kept"
+    assert first.out.tolist() == [1.0, 2.0, 3.0] and middle.out.tolist() == [2.0, 3.0, 4.0]
+    assert alone.out.tolist() == [-1.0, 0.0, 1.0], "another pool"
     second.replay()
-    assert second.out[0].tolist() == [0.0, 2.0, 4.0], "its own replay writes them again"
+    assert second.out[0].tolist() == [0.0, 2.0, 4.0] and above.tolist() == [False, False, True], "written again"
 
 
 def test_outputs_a_replay_could_not_copy_into_are_refused():
@@ -173,18 +184,19 @@ def test_outputs_a_replay_could_not_copy_into_are_refused():
 
 
 def test_their_capturable_spellings_record():
-    x, m = torch.arange(3.0), torch.tensor([True, False, True])
+    x, m, buf = torch.arange(3.0), torch.tensor([True, False, True]), torch.empty(3)
 
     def forward():
         flags = m.clone()
         flags[0].fill_(False)  # not flags[0] = False
         flags[1:] = True  # a slice is filled on the device, no copy
         kept = torch.where(flags, x, 0.0)  # not x[flags]
-        return kept, (torch.arange(3, device=x.device) == 0) | flags, x.repeat_interleave(2, output_size=6)
+        torch.ones(3, out=buf)  # a factory into a buffer on the device
+        return kept + buf, (torch.arange(3, device=x.device) == 0) | flags, x.repeat_interleave(2, output_size=6)
 
     graph = ReplayStandIn(forward)
     graph.replay()
-    assert graph.out[0].tolist() == [0.0, 1.0, 2.0] and graph.out[1].tolist() == [True, True, True]
+    assert graph.out[0].tolist() == [1.0, 2.0, 3.0] and graph.out[1].tolist() == [True, True, True]
 
 
 def runs_without_a_fallback(pair, caplog, temperature: float) -> None:

@@ -84,19 +84,19 @@ def pick_dtype(device: torch.device, role: str = "target", n_params: int | None 
     """The dtype a model runs in, by its role in the pair.
 
     GPU: bf16 where its units have it (Ampere and later), fp16 elsewhere: torch's bf16 emulation on older GPUs is
-    slow, and its check allocates on the device (outside the device's lock). CPU with bf16 in hardware: the target runs in bf16, because its job is
-    the (K+1)-token verify, where bf16 wins by halving the bytes read (Shakespeare target, 5-token verify: 15 ms
-    fp32, 11 ms bf16; SmolLM2-135M: 80-88 ms against 42-46 ms); the draft runs in bf16 too unless it is small
-    (under SMALL_MODEL_PARAMS), where a one-token step is overhead-bound and fp32 is faster. An EAGLE head ("head")
-    runs in bf16 at any size: it drafts right after each verify, which has pushed its weights (and its LM-head rows)
-    out of the caches, so halving the bytes it reads cold outweighs the conversions. Shakespeare head, in the loop
-    at T = 0: 3.3-3.7 ms of drafting a round in bf16 against 4.5-4.7 ms in fp32, although fp32 wins a hot
-    microbenchmark (0.31 against 0.47 ms a step). Any other CPU: fp32.
+    slow, and its check allocates on the device (outside the device's lock). CPU with bf16 in hardware: the target
+    runs in bf16, because its job is the (K+1)-token verify, where bf16 wins by halving the bytes read (Shakespeare
+    target, 5-token verify: 15 ms fp32, 11 ms bf16; SmolLM2-135M: 80-88 ms against 42-46 ms); the draft runs in
+    bf16 too unless it is small (under SMALL_MODEL_PARAMS), where a one-token step is overhead-bound and fp32 is
+    faster. An EAGLE head ("head") runs in bf16 at any size: it drafts right after each verify, which has pushed its
+    weights (and its LM-head rows) out of the caches, so halving the bytes it reads cold outweighs the conversions.
+    Shakespeare head, in the loop at T = 0: 3.3-3.7 ms of drafting a round in bf16 against 4.5-4.7 ms in fp32,
+    although fp32 wins a hot microbenchmark (0.31 against 0.47 ms a step). Any other CPU: fp32.
     The rule reads flags and sizes only, so the same machine always picks the same dtypes, and so the same
     distribution for a seed.
     """
     if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
+        return torch.bfloat16 if cuda_has_bf16() else torch.float16
     if device.type == "mps":
         return torch.float16
     if device.type == "cpu" and cpu_has_bf16():
@@ -106,6 +106,15 @@ def pick_dtype(device: torch.device, role: str = "target", n_params: int | None 
             return torch.float32
         return torch.bfloat16
     return torch.float32
+
+
+def cuda_has_bf16() -> bool:
+    """Whether the current CUDA device computes in bf16 itself (not by torch's emulation, which is slow, and whose
+    test allocates on the device)."""
+    try:
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    except TypeError:  # a torch from before the argument
+        return torch.cuda.is_bf16_supported()
 
 
 def packs_bf16(device: torch.device, dtype: torch.dtype) -> bool:

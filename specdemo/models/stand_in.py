@@ -51,7 +51,8 @@ COPIES = {aten.copy_.default, aten.index_put.default, aten.index_put_.default, a
 FACTORIES = {torch.zeros, torch.ones, torch.empty, torch.full, torch.arange, torch.eye, torch.linspace, torch.logspace,
              torch.scalar_tensor, torch.empty_strided, torch.tril_indices, torch.triu_indices}  # placed by device=
 FROM_HOST = {torch.tensor, torch.as_tensor, torch.asarray}  # copy Python or NumPy values in
-LIBRARIES = tuple({sysconfig.get_paths()[key] for key in ("purelib", "platlib")})  # transformers' code, and others'
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OWN_CODE = tuple(os.path.join(_ROOT, d) + os.sep for d in ("specdemo", "tests", "scripts"))  # not a library's
 
 
 class CaptureHazard(RuntimeError):
@@ -77,26 +78,26 @@ def _made_on_host(func, args: tuple, kwargs: dict) -> str | None:
     On the stand-in every tensor is on the CPU, so a factory without `device=` (on a GPU: a host tensor that the
     capture refuses to mix in, or reads and freezes), `torch.tensor(x, device=...)` (on a GPU: a copy from
     pageable host memory, which syncs the stream and fails the capture) and `.cpu()` (a read) would pass unseen."""
-    if func in FACTORIES and kwargs.get("device") is None:
+    if func in FACTORIES and kwargs.get("device") is None and kwargs.get("out") is None:
         return "makes a tensor on the host (no device=)"
-    if func in FROM_HOST and not isinstance(args[0] if args else kwargs.get("data"), torch.Tensor):
+    if func in FROM_HOST and not isinstance(args[0] if args else kwargs.get("data", kwargs.get("obj")), torch.Tensor):
         return "copies host data in (a tensor made from Python values: keep a Python number, or make it on the device)"
-    if func is torch.Tensor.cpu or (func is torch.Tensor.to and any(
-            isinstance(a, str) and a.startswith("cpu") for a in (*args[1:], kwargs.get("device")))):
+    if func is torch.Tensor.cpu or (func is torch.Tensor.to and any(  # a device named in the code: every tensor is
+            isinstance(a, str) and a.startswith("cpu") for a in (*args[1:], kwargs.get("device")))):  # on the CPU here
         return "moves a tensor between the host and the device"
     return None
 
 
 class HostMade(TorchFunctionMode):
-    """Raises CaptureHazard at a call of the recorded forward's own code (not a library's, whose captures the H200
-    run of issue 45 passed) that `_made_on_host` names."""
+    """Raises CaptureHazard at a call that `_made_on_host` names in specdemo's own code (its package, tests and
+    scripts; not a library's, such as transformers', whose captures the H200 run of issue 45 passed)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         why = _made_on_host(func, args, kwargs)
         if why:
             frame = _caller_frame()
-            if frame is not None and not frame.filename.startswith(LIBRARIES):
+            if frame is not None and os.path.abspath(frame.filename).startswith(OWN_CODE):
                 raise CaptureHazard(f"{getattr(func, '__name__', func)} {why}, at {_caller()}")
         return func(*args, **kwargs)
 
@@ -201,6 +202,11 @@ def _refusing(name: str, read):
     return method
 
 
+def _storage(t: torch.Tensor) -> int:
+    """Where a tensor's memory starts: a view shares its base's."""
+    return t.untyped_storage().data_ptr()
+
+
 def _template(items, made: dict[int, int]) -> tuple[list, list[tuple]]:
     """An operator's arguments with the tensors the forward made left out, and where each goes back at a replay:
     (arguments, [(argument, item of a list argument or None, place among the results)])."""
@@ -239,8 +245,11 @@ class Program:
     def __init__(self, calls: list[tuple], outputs):
         made: dict[int, int] = {}  # id of a tensor the forward made -> its place among the results
         self.steps, n = [], 0
+        self.outside_storages: set[int] = set()  # the memory of the tensors from outside (buffers, caches, weights)
         for func, args, kwargs, out in calls:
             outside = {id(t) for t in _tensor_leaves(args) + _tensor_leaves(list(kwargs.values())) if id(t) not in made}
+            self.outside_storages |= {_storage(t) for t in _tensor_leaves(args) + _tensor_leaves(list(kwargs.values()))
+                                      if id(t) in outside}
             args, arg_refs = _template(args, made)
             values, kw_refs = _template(kwargs.values(), made)
             results = _tensors(out)
@@ -275,19 +284,47 @@ class StandInPool:
     the rule gives wrong tokens on a CPU too, where only a GPU's memory would show it."""
 
     def __init__(self):
-        self.members: list[weakref.ref] = []  # in capture order
+        self.members: list[Made] = []  # in capture order
 
-    def join(self, graph: ReplayStandIn) -> None:
-        self.members = [m for m in self.members if m() is not None] + [weakref.ref(graph)]
+    def join(self, made: Made) -> None:
+        self.members = [m for m in self.members if m.alive()] + [made]
 
-    def replaying(self, graph: ReplayStandIn) -> None:
+    def replaying(self, made: Made) -> None:
         later = False
         for member in self.members:
-            other = member()
-            if other is graph:
+            if member is made:
                 later = True
-            elif later and other is not None:
-                other.spoil()
+            elif later:
+                member.spoil()
+
+
+class Made:
+    """The output tensors one graph made (in its pool's memory, on CUDA), held weakly: a graph dropped from its
+    cache may leave them with a caller, where the pool's later replays can still overwrite them."""
+
+    def __init__(self, tensors: list[torch.Tensor]):
+        unique = list({id(t): t for t in tensors}.values())  # an output returned twice is spoilt once
+        self.refs = [weakref.ref(t) for t in unique]
+        self.spoilt = False  # since the graph's last run: a second spoil must not undo the first (flags)
+
+    def alive(self) -> bool:
+        return any(ref() is not None for ref in self.refs)
+
+    def spoil(self) -> None:
+        if self.spoilt:
+            return
+        self.spoilt = True
+        with torch.inference_mode():
+            for ref in self.refs:
+                x = ref()
+                if x is None:
+                    continue
+                if x.is_floating_point():
+                    x.fill_(float("nan"))
+                elif x.dtype == torch.bool:
+                    x.logical_not_()
+                else:
+                    x.fill_(torch.iinfo(x.dtype).max)
 
 
 class ReplayStandIn:
@@ -310,19 +347,23 @@ class ReplayStandIn:
             if any(stride == 0 and size > 1 for stride, size in zip(x.stride(), x.shape, strict=True)):
                 raise ValueError("a recorded forward's outputs cannot overlap themselves (an expanded tensor): "
                                  "a replay copies into them")
-        # the outputs it made (in the pool, on CUDA); a tensor from outside that it returns lives outside the pool
-        self.made = [x for (place, _), x in zip(self.program.outputs, self.outputs, strict=True) if place is not None]
+        # the outputs it made (in the pool, on CUDA); a tensor from outside that it returns, or a view of one, lives
+        # outside the pool
+        self.made = Made([x for (place, _), x in zip(self.program.outputs, self.outputs, strict=True)
+                          if place is not None and _storage(x) not in self.program.outside_storages])
         for _ in range(warmups - 1):  # cuda_graph's warm-ups run eagerly, before the capture: no pool replays
             self._run()
         self.pool = pool
         if pool is not None:
-            pool.join(self)
+            pool.join(self.made)
+        self.made.spoil()  # a CUDA capture runs nothing: its outputs hold no values until the first replay
 
     def replay(self) -> None:
         with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
             if self.pool is not None:
-                self.pool.replaying(self)
+                self.pool.replaying(self.made)
             self._run()
+            self.made.spoilt = False
 
     def _run(self) -> None:
         with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
@@ -330,12 +371,3 @@ class ReplayStandIn:
                 if mine is not new:
                     mine.copy_(new)
 
-    def spoil(self) -> None:
-        """Overwrite the outputs it made, as a replay of an earlier-captured graph of its pool may (StandInPool)."""
-        for x in self.made:
-            if x.is_floating_point():
-                x.fill_(float("nan"))
-            elif x.dtype == torch.bool:
-                x.logical_not_()
-            else:
-                x.fill_(torch.iinfo(x.dtype).max)
