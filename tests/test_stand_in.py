@@ -183,6 +183,15 @@ def test_outputs_a_replay_could_not_copy_into_are_refused():
         ReplayStandIn(lambda: (x * 2, 3))
 
 
+def test_a_tensor_without_storage_from_outside_records():
+    """oneDNN's packed bf16 weights (devices.pack_weight, on a CPU with bf16 units) have no storage of their own; a
+    forward that reads one records and replays (SmolLM2's stand-in failed on them once)."""
+    w = torch.randn(2, 2).to_mkldnn()
+    graph = ReplayStandIn(lambda: w.to_dense() * 2)
+    graph.replay()
+    assert torch.equal(graph.out, w.to_dense() * 2)
+
+
 def test_their_capturable_spellings_record():
     x, m, buf = torch.arange(3.0), torch.tensor([True, False, True]), torch.empty(3)
 

@@ -202,9 +202,13 @@ def _refusing(name: str, read):
     return method
 
 
-def _storage(t: torch.Tensor) -> int:
-    """Where a tensor's memory starts: a view shares its base's."""
-    return t.untyped_storage().data_ptr()
+def _storage(t: torch.Tensor) -> int | None:
+    """Where a tensor's memory starts (a view shares its base's); None for a tensor without storage of its own, such
+    as oneDNN's packed bf16 weights (devices.pack_weight)."""
+    try:
+        return t.untyped_storage().data_ptr()
+    except (NotImplementedError, RuntimeError):
+        return None
 
 
 def _template(items, made: dict[int, int]) -> tuple[list, list[tuple]]:
@@ -249,7 +253,7 @@ class Program:
         for func, args, kwargs, out in calls:
             outside = {id(t) for t in _tensor_leaves(args) + _tensor_leaves(list(kwargs.values())) if id(t) not in made}
             self.outside_storages |= {_storage(t) for t in _tensor_leaves(args) + _tensor_leaves(list(kwargs.values()))
-                                      if id(t) in outside}
+                                      if id(t) in outside} - {None}
             args, arg_refs = _template(args, made)
             values, kw_refs = _template(kwargs.values(), made)
             results = _tensors(out)
