@@ -317,3 +317,24 @@ def test_tree_on_the_readable_pair_is_greedy_exact_in_float32(smol32):
                     siblings = [s.head_p for s in r.tree if s.parent == nd.parent]
                     off_first_choice += nd.on_path and nd.head_p < max(siblings)
     assert off_first_choice > 0
+
+
+def test_the_issue_45_pair_records_on_the_stand_in_and_rounds_stay_under_the_floor():
+    """gpu_bench.sh's `rounds` step on a CPU: SmolLM2 with its head, as the GPU floors measure it, records every
+    captured forward on the graphs' stand-in (in bf16 its linears are oneDNN-packed on a CPU with bf16 units,
+    tensors without storage, which once broke the stand-in), and an eagle round after the prompt's dispatches at
+    most 40 operators outside the graphs and reads the device once (issue 45's floor)."""
+    from specdemo.bench.round_ops import round_counts
+    from specdemo.config import SamplingConfig, SpecConfig
+    from specdemo.engine.speculative import speculative_rounds
+    from specdemo.models import static
+    from specdemo.models.loading import load_pair_uncached
+
+    pair = load_pair_uncached("smollm2-135m", device="cpu", decoding="graphs")
+    static.stand_ins(pair)
+    ids, cfg = pair.encode("Tell me about the sea."), SamplingConfig(0.0)
+    spec = SpecConfig(k=4, max_new_tokens=16, strategy="eagle", top_candidates=0)
+    list(speculative_rounds(pair, ids, cfg, spec))  # captures what the run needs
+    counts = round_counts(speculative_rounds(pair, ids, cfg, spec), skip=2)
+    assert counts and all(reads == 1 for _, reads, _, _ in counts), counts
+    assert max(ops for ops, *_ in counts) <= 40, counts
