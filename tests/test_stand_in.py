@@ -150,6 +150,7 @@ def test_a_replay_spoils_what_graphs_captured_after_it_in_its_pool_made():
 
     x, kept = torch.arange(3.0), torch.zeros(3)
     pool = StandInPool()
+    writer = ReplayStandIn(lambda: kept.add_(0), pool=pool)  # makes nothing (writes a buffer): still spoils later ones
     first = ReplayStandIn(lambda: x + 1, pool=pool)
     middle = ReplayStandIn(lambda: x + 2, pool=pool)
 
@@ -160,7 +161,11 @@ def test_a_replay_spoils_what_graphs_captured_after_it_in_its_pool_made():
     second = ReplayStandIn(forward, pool=pool)
     alone = ReplayStandIn(lambda: x - 1)
     assert torch.isnan(second.out[0]).all() and torch.isnan(alone.out).all(), "nothing until the first replay"
-    for graph in (first, middle, second, alone):  # in capture order: nothing is spoilt
+    for graph in (writer, first, middle, second, alone):  # in capture order: nothing is spoilt
+        graph.replay()
+    writer.replay()
+    assert torch.isnan(second.out[0]).all() and torch.isnan(first.out).all()
+    for graph in (first, middle, second):
         graph.replay()
     assert second.out[0].tolist() == [0.0, 2.0, 4.0] and second.out[1].tolist() == [0, 1, 1]
     first.replay()

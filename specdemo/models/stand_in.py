@@ -251,15 +251,15 @@ class Program:
         self.steps, n = [], 0
         self.outside_storages: set[int] = set()  # the memory of the tensors from outside (buffers, caches, weights)
         for func, args, kwargs, out in calls:
-            outside = {id(t) for t in _tensor_leaves(args) + _tensor_leaves(list(kwargs.values())) if id(t) not in made}
-            self.outside_storages |= {_storage(t) for t in _tensor_leaves(args) + _tensor_leaves(list(kwargs.values()))
-                                      if id(t) in outside} - {None}
+            outside = [t for t in _tensor_leaves(args) + _tensor_leaves(list(kwargs.values())) if id(t) not in made]
+            self.outside_storages |= {_storage(t) for t in outside} - {None}
+            outside_ids = {id(t) for t in outside}
             args, arg_refs = _template(args, made)
             values, kw_refs = _template(kwargs.values(), made)
             results = _tensors(out)
             self.steps.append((func, args, arg_refs, tuple(kwargs), values, kw_refs, n, len(results)))
             for r in results:
-                if isinstance(r, torch.Tensor) and id(r) not in outside:  # an in-place write returns its outside tensor
+                if isinstance(r, torch.Tensor) and id(r) not in outside_ids:  # an in-place write returns its input
                     made.setdefault(id(r), n)
                 n += 1
         self.size = n
@@ -306,13 +306,14 @@ class Made:
     """The output tensors one graph made (in its pool's memory, on CUDA), held weakly: a graph dropped from its
     cache may leave them with a caller, where the pool's later replays can still overwrite them."""
 
-    def __init__(self, tensors: list[torch.Tensor]):
+    def __init__(self, graph: ReplayStandIn, tensors: list[torch.Tensor]):
+        self.graph = weakref.ref(graph)  # while it lives, its replays spoil later graphs, outputs or none
         unique = list({id(t): t for t in tensors}.values())  # an output returned twice is spoilt once
         self.refs = [weakref.ref(t) for t in unique]
         self.spoilt = False  # since the graph's last run: a second spoil must not undo the first (flags)
 
     def alive(self) -> bool:
-        return any(ref() is not None for ref in self.refs)
+        return self.graph() is not None or any(ref() is not None for ref in self.refs)
 
     def spoil(self) -> None:
         if self.spoilt:
@@ -353,8 +354,8 @@ class ReplayStandIn:
                                  "a replay copies into them")
         # the outputs it made (in the pool, on CUDA); a tensor from outside that it returns, or a view of one, lives
         # outside the pool
-        self.made = Made([x for (place, _), x in zip(self.program.outputs, self.outputs, strict=True)
-                          if place is not None and _storage(x) not in self.program.outside_storages])
+        self.made = Made(self, [x for (place, _), x in zip(self.program.outputs, self.outputs, strict=True)
+                                if place is not None and _storage(x) not in self.program.outside_storages])
         for _ in range(warmups - 1):  # cuda_graph's warm-ups run eagerly, before the capture: no pool replays
             self._run()
         self.pool = pool
