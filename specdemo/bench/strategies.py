@@ -169,12 +169,11 @@ class Race:
         for row in self.meta:  # warm-up: first calls pay for allocation, kernels, lazily built tables
             self.run(row, first, seed)
         every_prompt = Tally.count > start[0]
-        if every_prompt:
-            for prompts in groups.values():
-                for i, prompt in enumerate(prompts):
-                    for row, (_, decoding) in self.meta.items():
-                        if decoding is not None:
-                            self.run(row, prompt, seed + i)
+        if every_prompt:  # the first prompt with its seed has just run
+            for prompt, s in [(p, seed + i) for prompts in groups.values() for i, p in enumerate(prompts)][1:]:
+                for row, (_, decoding) in self.meta.items():
+                    if decoding is not None:
+                        self.run(row, prompt, s)
         warmed = Tally.count, Tally.seconds
         timed = {group: self.time_group(group, prompts, seed, log) for group, prompts in groups.items()}
         self.captures = {"every_prompt_warmed": every_prompt, "warm_up": warmed[0] - start[0],
