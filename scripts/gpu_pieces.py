@@ -46,10 +46,13 @@ def split(tar_path: Path, budget: int, free: list[str]) -> list[str]:
         members = tar.getmembers()
         if any(_cost(m) > room for m in members):
             sys.exit(f"a file in {tar_path} is larger than one call can carry beside the tree: {budget} bytes")
+        used = 0
         for m in members:
-            if groups[-1] and sum(map(_cost, groups[-1])) + _cost(m) > room:
+            if groups[-1] and used + _cost(m) > room:
                 groups.append([])
+                used = 0
             groups[-1].append(m)
+            used += _cost(m)
         data = {m.name: tar.extractfile(m).read() if m.isfile() else None for m in members}
     letters = [tar_path.parent.name] + free[: len(groups) - 1]
     for letter, group in zip(letters, groups, strict=True):
