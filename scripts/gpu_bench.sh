@@ -12,8 +12,8 @@
 #              and seconds of both are printed: 'graphs captured on first use')
 #   window     scripts/experiments/window_cost.py: a target step through the whole window's cache against the
 #              request's, with and without the cache-length buckets (issue 45's first floor)
-#   rounds     python -m specdemo.bench.round_ops: operators launched outside the graphs and host reads, per eagle
-#              and tree round (issue 45's floor: at most 40 and 1)
+#   rounds     python -m specdemo.bench.round_ops: operators launched outside the graphs, host reads and CUDA's
+#              syncs, per eagle and tree round (issue 45's floor: at most 40 and 1), and the lines that synced
 #   cuda-tests python -m pytest -m cuda -q over the test files that hold a `cuda` test (the others import gradio,
 #              which the GPU machine lacks)
 #   load       one load of the pair as the app loads it (auto: graphs on CUDA, caches of the whole context window):
@@ -227,7 +227,7 @@ fi
     [ -s "$RESULTS/$f.out" ] || tail -n 3 "$RESULTS/$f.log"  # no result: how it ended
   done
   for f in window rounds; do
-    if [ -f "$RESULTS/$f.log" ]; then echo; echo "### $f"; grep -h "^|\|^smollm2\|on cuda\|on cpu" "$RESULTS/$f.log"; fi
+    if [ -f "$RESULTS/$f.log" ]; then echo; echo "### $f"; grep -h "^|\|^smollm2\|on cuda\|on cpu\|^lines that" "$RESULTS/$f.log"; fi
   done
   if [ -f "$RESULTS/cuda-tests.log" ]; then echo; echo "### cuda-tests"; tail -n 3 "$RESULTS/cuda-tests.log"; fi
   if [ -f "$RESULTS/load.log" ]; then

@@ -213,15 +213,22 @@ def test_their_capturable_spellings_record():
     assert graph.out[0].tolist() == [1.0, 2.0, 3.0] and graph.out[1].tolist() == [True, True, True]
 
 
-def runs_without_a_fallback(pair, caplog, temperature: float) -> None:
-    """Every strategy, and trees pruned and unpruned with top-k and sampled children, on a pair whose forwards are
-    captured (or recorded by the stand-in): no captured part falls back to its step-by-step path (each logs 'could
-    not be captured' when it does), and a setting's second run replays what its first captured."""
+def every_setting(temperature: float) -> tuple[SamplingConfig, list[SpecConfig]]:
+    """The sampling at `temperature` and the runs that exercise every captured part: each strategy, and trees pruned
+    and unpruned, with top-k children and (at T > 0) sampled ones."""
     sampling = SamplingConfig(temperature, top_k=20, top_p=0.95) if temperature else SamplingConfig(0.0)
     specs = [SpecConfig(k=4, max_new_tokens=24, strategy=s, top_candidates=3) for s in STRATEGIES]
     specs += [SpecConfig(k=4, max_new_tokens=24, strategy="tree", tree_topk=3, tree_depth=4, tree_budget=10,
                          tree_prune=prune, tree_children=children, top_candidates=3)
               for prune in (0.0, 0.05) for children in (("top", "sampled") if temperature else ("top",))]
+    return sampling, specs
+
+
+def runs_without_a_fallback(pair, caplog, temperature: float) -> None:
+    """Every strategy, and trees pruned and unpruned with top-k and sampled children, on a pair whose forwards are
+    captured (or recorded by the stand-in): no captured part falls back to its step-by-step path (each logs 'could
+    not be captured' when it does), and a setting's second run replays what its first captured."""
+    sampling, specs = every_setting(temperature)
     with caplog.at_level(logging.WARNING):
         for spec in specs:
             rounds = list(speculative_rounds(pair, pair.encode("ROMEO:\nWhat light"), sampling, spec))
@@ -249,6 +256,44 @@ def test_on_cuda_every_strategys_captured_parts_capture(cuda_pair, caplog, tempe
     """The same on a GPU, where a capture that fails says why in its warning (scripts/gpu_bench.sh runs it)."""
     assert cuda_pair.decoding == "graphs", cuda_pair.decoding_note
     runs_without_a_fallback(cuda_pair, caplog, temperature)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_no_round_copies_python_values_in_but_through_upload_ids(own_pair, temperature):  # noqa: F811
+    """On a GPU, `torch.tensor(ids, device=...)` copies from pageable memory and so waits for the GPU, as a read
+    does. After the prompt's round, no round of any setting makes a tensor from Python values outside
+    `devices.upload_ids` (pinned memory and a copy that does not wait, on CUDA). Each round used to make one, the
+    kept tokens appended to the sequence; an eager tree's row moves made one per layer and cache."""
+    from specdemo.bench.round_ops import round_syncs
+
+    decode_as(own_pair, "replayed")
+    sampling, specs = every_setting(temperature)
+    for spec in specs:  # a first run captures (and copies a tree's first pack in, once)
+        list(speculative_rounds(own_pair, own_pair.encode("ROMEO:\nWhat light"), sampling, spec))
+        rounds = round_syncs(speculative_rounds(own_pair, own_pair.encode("ROMEO:\nWhat light"), sampling, spec),
+                             own_pair.device)
+        assert rounds and not any(uploads for _, uploads in rounds), (spec, rounds)
+    decode_as(own_pair, "eager")  # the step-by-step tree and its row moves
+    spec = SpecConfig(k=4, max_new_tokens=24, strategy="tree", tree_topk=3, tree_depth=4, tree_budget=10)
+    rounds = round_syncs(speculative_rounds(own_pair, own_pair.encode("ROMEO:\nWhat light"), sampling, spec),
+                         own_pair.device)
+    assert not any(u for _, uploads in rounds for u in uploads if "lm.py" in u), rounds
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("strategy", ["fixed", "lookup", "eagle", "tree"])
+def test_on_cuda_a_captured_round_synchronizes_once(cuda_pair, strategy):  # noqa: F811
+    """Issue 45, item 3, as CUDA sees it (torch.cuda.set_sync_debug_mode, which sees C++'s syncs too: a copy from
+    pageable memory, a capture's synchronize): after a first run, whose captures synchronize, every round after the
+    prompt's synchronizes once, at its verdict's read. A failure names the lines."""
+    from specdemo.bench.round_ops import round_syncs
+
+    assert cuda_pair.decoding == "graphs", cuda_pair.decoding_note
+    for temperature in (0.0, 0.7):
+        spec, ids = SpecConfig(k=4, max_new_tokens=32, strategy=strategy), cuda_pair.encode("ROMEO:\nWhat light")
+        list(speculative_rounds(cuda_pair, ids, SamplingConfig(temperature), spec))
+        rounds = round_syncs(speculative_rounds(cuda_pair, ids, SamplingConfig(temperature), spec), cuda_pair.device)
+        assert rounds and all(len(syncs) == 1 for syncs, _ in rounds), (temperature, rounds)
 
 
 def test_the_bench_times_replays_only_where_graphs_are_captured_on_first_use(own_pair):  # noqa: F811

@@ -8,17 +8,25 @@ on a GPU with the real graphs. Used by tests/test_static.py and by `gpu_bench.sh
   step; inside a graph they cost nothing of the host.
 - `HostReads`: every Python-level read of a tensor's values on the host (.item(), .tolist(), float(), int(),
   bool(), .nonzero(), .cpu(), .numpy()), the reads that are device-to-host copies on a GPU.
+- `Uploads`: every tensor specdemo's code makes from Python values other than by `devices.upload_ids`; on a GPU each
+  is a copy from pageable memory, which waits for the GPU as a read does.
+- `CudaSyncs`: on CUDA, every call that synchronizes the host with the GPU, from Python or C++, as
+  torch.cuda.set_sync_debug_mode reports them (the reads, pageable copies, torch.cuda.synchronize...).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import statistics
+import traceback
+import warnings
 
 import torch
 
-from specdemo.models import static
+from specdemo.models import devices, static
+from specdemo.models.stand_in import FROM_HOST, OWN_CODE
 from specdemo.models.static_parts import CAPTURED, Tally
 
 HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "nonzero", "cpu", "numpy")
@@ -46,6 +54,46 @@ class HostReads(contextlib.AbstractContextManager):
         for name, original in self._saved.items():
             setattr(torch.Tensor, name, original)
         self._saved = {}
+        return False
+
+
+class Uploads(torch.overrides.TorchFunctionMode):
+    """Notes ('file:line') each tensor specdemo's own code makes from Python values while it is entered (`where`),
+    except inside `devices.upload_ids`, whose copy on CUDA leaves from pinned memory without waiting."""
+
+    def __init__(self):
+        super().__init__()
+        self.where: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in FROM_HOST and not isinstance(args[0] if args else kwargs.get("data"), torch.Tensor):
+            own = [f for f in traceback.extract_stack()[:-1] if f.filename.startswith(OWN_CODE)]
+            if own and own[-1].filename != os.path.abspath(devices.__file__):
+                self.where.append(f"{os.path.relpath(own[-1].filename, os.path.dirname(OWN_CODE[0]))}:{own[-1].lineno}")
+        return func(*args, **kwargs)
+
+
+class CudaSyncs(contextlib.AbstractContextManager):
+    """On CUDA, the synchronizing calls made while it is entered (`where`: 'file:line' of the Python line that made
+    each), by torch.cuda.set_sync_debug_mode("warn"); elsewhere it counts nothing."""
+
+    def __init__(self, device: torch.device):
+        self.cuda, self.where = device.type == "cuda", []
+
+    def __enter__(self):
+        if self.cuda:
+            self._caught = warnings.catch_warnings(record=True)
+            self._log = self._caught.__enter__()
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+        return self
+
+    def __exit__(self, *exc):
+        if self.cuda:
+            torch.cuda.set_sync_debug_mode("default")
+            self._caught.__exit__(*exc)
+            self.where = [f"{w.filename}:{w.lineno}" for w in self._log if "synchronizing" in str(w.message)]
         return False
 
 
@@ -78,6 +126,20 @@ def round_counts(rounds, skip: int = 1) -> list[tuple[int, int, int, int]]:
     return out
 
 
+def round_syncs(rounds, device: torch.device, skip: int = 1) -> list[tuple[list[str], list[str]]]:
+    """(CUDA's synchronizing calls, specdemo's uploads from Python values), each as its 'file:line' list, of each
+    round of a speculative_rounds generator after the first `skip`; the first list is empty off CUDA."""
+    out = []
+    for i in range(10_000):
+        with CudaSyncs(device) as syncs, Uploads() as uploads:
+            rnd = next(rounds, None)
+        if rnd is None:
+            break
+        if i >= skip:
+            out.append((syncs.where, uploads.where))
+    return out
+
+
 def main() -> None:
     from specdemo.config import SamplingConfig, SpecConfig
     from specdemo.engine.speculative import speculative_rounds
@@ -100,8 +162,10 @@ def main() -> None:
           f"{'captured' if 'head' in pair.static_slots else 'eager'}; each run counted after a first run of the same "
           "settings (its captures), from its second round (the first reads the prompt)")
     print("| strategy | T | rounds | operators outside graphs a round (median, max) | host reads a round (max) | "
-          "graphs captured by the first run (host s), by the counted run |")
-    print("|---|---:|---:|---:|---:|---:|")
+          "CUDA syncs a round (max) | uploads a round (max) | graphs captured by the first run (host s), by the "
+          "counted runs |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    lines = {}
     for strategy in args.strategies.split(","):
         for t in (float(x) for x in args.temperatures.split(",")):
             spec = SpecConfig(k=4, max_new_tokens=args.tokens, strategy=strategy, top_candidates=0)
@@ -110,9 +174,15 @@ def main() -> None:
             list(speculative_rounds(pair, ids, cfg, spec))  # a first run captures every graph the run needs
             first, took, made = Tally.count - made, Tally.seconds - took, Tally.count
             counts = round_counts(speculative_rounds(pair, ids, cfg, spec))
+            syncs = round_syncs(speculative_rounds(pair, ids, cfg, spec), pair.device)
             ops = [c[0] for c in counts]
+            most = max(len(s) for s, _ in syncs) if pair.device.type == "cuda" else "–"
+            for where in (w for pair_lists in syncs for w in pair_lists):
+                lines.update(dict.fromkeys(where))
             print(f"| {strategy} | {t} | {len(counts)} | {statistics.median(ops):.0f}, {max(ops)} | "
-                  f"{max(c[1] for c in counts)} | {first} ({took:.2f} s), {Tally.count - made} |")
+                  f"{max(c[1] for c in counts)} | {most} | {max(len(u) for _, u in syncs)} | {first} ({took:.2f} s), "
+                  f"{Tally.count - made} |")
+    print("lines that synchronized or uploaded:", ", ".join(lines) or "none")
 
 
 if __name__ == "__main__":

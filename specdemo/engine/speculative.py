@@ -39,7 +39,7 @@ import torch
 from specdemo.config import SamplingConfig, SpecConfig
 from specdemo.i18n import Translatable
 from specdemo.models import CachedLM, ModelPair, dtype_name
-from specdemo.models.devices import cpu_bf16_kind, packs_bf16
+from specdemo.models.devices import cpu_bf16_kind, packs_bf16, upload_ids
 
 from .drafters import Drafter, Proposal, RoundOutcome
 from .events import Round, Trace
@@ -250,7 +250,7 @@ def speculative_rounds(
 
         # 4. keep the accepted drafts + the resampled/bonus token, cut at EOS and at the budget; roll the caches back
         new_ids, stop_reason = kept_ids(judged.drafts, judged.n_acc, judged.next_tok, eos, remaining)
-        seq = torch.cat([seq, torch.tensor(new_ids, dtype=torch.long, device=dev)])
+        seq = torch.cat([seq, upload_ids(new_ids, dev)])  # on CUDA without a second sync
         roll_back(target, drafter, seq, proposal, judged, new_ids, features, fed_from, unseen)
 
         # 5. tell the story of the round

@@ -144,6 +144,15 @@ def packed_linear(x: torch.Tensor, packed: torch.Tensor, out_features: int,
     return y.view(*x.shape[:-1], out_features)
 
 
+def upload_ids(ids: list[int], device: torch.device) -> torch.Tensor:
+    """`ids` as a long tensor on `device`. On CUDA the copy leaves from pinned memory and does not wait: a copy from
+    pageable memory (`torch.tensor(ids, device=...)`) synchronizes with the GPU, a second sync in a round whose one
+    read is the verdict. The caching host allocator keeps the pinned block until the copy is done."""
+    if device.type != "cuda":
+        return torch.tensor(ids, dtype=torch.long, device=device)
+    return torch.tensor(ids, dtype=torch.long, pin_memory=True).to(device, non_blocking=True)
+
+
 def requested_dtype(role: str, explicit=None, both=None) -> torch.dtype | None:
     """The dtype asked for a role: the argument, else the argument for both roles, else SPECDEMO_<ROLE>_DTYPE,
     else SPECDEMO_DTYPE; None means automatic (pick_dtype)."""

@@ -11,7 +11,7 @@ import threading
 
 import torch
 
-from .devices import pack_weight, packed_linear
+from .devices import pack_weight, packed_linear, upload_ids
 
 
 @functools.lru_cache(maxsize=None)
@@ -67,10 +67,10 @@ class CachedLM:
         path, in order), on every layer; everything after is dropped. Positions already in place are not moved."""
         first = next((i for i, r in enumerate(rows) if r != i), len(rows))  # rows[:first] sit where they belong
         if first < len(rows):
-            src = torch.tensor(rows[first:], dtype=torch.long) + start
+            src = upload_ids(rows[first:], self.cache.layers[0].keys.device) + start  # one copy for every layer
             for layer in self.cache.layers:
                 for t in (layer.keys, layer.values):
-                    t[..., start + first : start + len(rows), :] = t[..., src.to(t.device), :]
+                    t[..., start + first : start + len(rows), :] = t[..., src, :]
         self.crop(min(self.length, start + len(rows)))
 
     @torch.inference_mode()

@@ -14,6 +14,7 @@ import logging
 
 import torch
 
+from .devices import upload_ids
 from .static_parts import CAPTURED, record, shared_pool
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ class RowMoves:
                             type(err).__name__, err)
                 return False
         graph, buf_src, buf_first = self.graphs[m]
-        buf_src.copy_(torch.tensor(src, dtype=torch.long))
+        buf_src.copy_(upload_ids(src, buf_src.device))  # on CUDA without a sync
         buf_first.fill_(first)
         graph.replay()
         return True

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .devices import upload_ids
 from .eagle import EagleHead
 from .head_graphs import HeadSlot
 from .lm import cache_argument, float32_head, head_logits
@@ -291,7 +292,7 @@ class StaticLM:
             if self.slot.moves is not None and self.slot.moves.move([start + r for r in rows[first:]], start + first):
                 self.length = min(self.length, start + len(rows))
                 return
-            src = torch.tensor(rows[first:], dtype=torch.long).to(self.slot.device) + start
+            src = upload_ids(rows[first:], self.slot.device) + start
             for k, v in self.slot.kv:
                 for t in (k, v):
                     t[..., start + first : start + len(rows), :] = t[..., src, :]
