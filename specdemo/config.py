@@ -7,6 +7,7 @@ models (models.py) or sample (sampling.py).
 
 from __future__ import annotations
 
+import numbers
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,6 +38,14 @@ class ConfigError(ValueError):
 GREEDY_BELOW = 1e-5  # a temperature below this runs as T = 0 (see SamplingConfig)
 
 
+SEED_MAX = 2**63 - 1  # the largest seed a run takes (the page and /generate check the same range)
+
+
+def whole(value) -> bool:
+    """An integer, Python's or NumPy's, and not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     """How logits become a distribution. Applied identically to the draft and the target.
@@ -56,8 +65,8 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         if not (0.0 <= self.temperature <= 100.0):
             raise ConfigError(f"temperature must be between 0 and 100, got {self.temperature}")
-        if self.top_k < 0:
-            raise ConfigError(f"top-k must be 0 (off) or a positive integer, got {self.top_k}")
+        if not whole(self.top_k) or self.top_k < 0:
+            raise ConfigError(f"top-k must be 0 (off) or a positive integer, got {str(self.top_k)[:40]!r}")
         if not (0.0 < self.top_p <= 1.0):
             raise ConfigError(f"top-p must be in (0, 1], got {self.top_p}")
 
@@ -115,6 +124,11 @@ class SpecConfig:
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"unknown strategy {str(self.strategy)[:40]!r}; choose one of {', '.join(STRATEGIES)}")
+        for name in ("k", "max_new_tokens", "seed", "top_candidates", "ngram"):
+            if not whole(getattr(self, name)):
+                raise ConfigError(f"{name} must be a whole number, got {str(getattr(self, name))[:40]!r}")
+        if not (0 <= self.seed <= SEED_MAX):  # torch's generators take 64 bits and wrap a negative seed round
+            raise ConfigError(f"the seed must be between 0 and {SEED_MAX}, got {self.seed}")
         if not (NGRAM_RANGE[0] <= self.ngram <= NGRAM_RANGE[1]):
             raise ConfigError(f"the lookup n-gram size must be between {NGRAM_RANGE[0]} and {NGRAM_RANGE[1]}, "
                               f"got {self.ngram}")

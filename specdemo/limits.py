@@ -38,7 +38,7 @@ class Limits:
             max_new_tokens=env_int("SPECDEMO_MAX_NEW_TOKENS", cls.max_new_tokens),
             max_prompt_chars=env_int("SPECDEMO_MAX_PROMPT_CHARS", cls.max_prompt_chars),
             max_k=env_int("SPECDEMO_MAX_K", cls.max_k),
-            max_tree=env_int("SPECDEMO_MAX_TREE", 0) or devices.default_max_tree(),
+            max_tree=min(env_int("SPECDEMO_MAX_TREE", 0) or devices.default_max_tree(), devices.MAX_TREE_NODES),
             max_samples=env_int("SPECDEMO_MAX_SAMPLES", cls.max_samples),
             time_limit_s=env_int("SPECDEMO_TIME_LIMIT_S", cls.time_limit_s),
             allow_custom=env_int("SPECDEMO_ALLOW_CUSTOM", custom_default) != 0,

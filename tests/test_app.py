@@ -154,6 +154,11 @@ BAD_INPUTS = [
     (dict(pair="gpt2"), "hub cannot be reached|not in the local cache"),
     (dict(chat=True), "no chat template"),
     (dict(chat="yes"), "chat must be true, false or null|bool"),
+    # /generate takes JSON as it comes: each of these once ended in a TypeError or AttributeError
+    (dict(pair=["shakespeare"]), "Unknown model pair"),
+    (dict(pair="custom", draft=7, target="owner/target"), "Enter both a draft and a target"),
+    (dict(prompt=123), "The prompt must be text, got '123'"),
+    (dict(baseline="false"), "baseline must be true, false or null"),
 ]
 
 

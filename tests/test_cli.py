@@ -198,6 +198,21 @@ def test_bench_races_decodings_side_by_side_with_a_ratio_per_row(pair):
     assert "static / eager: geometric mean" in table and "fastest target-only row of this run" in table
 
 
+@pytest.mark.parametrize("extra,message", [
+    (["--device", "foo"], "error: Unknown device 'foo': use cpu, cuda, cuda:N or mps."),
+    (["--device", "cuda:7"], "error: The device cuda:7 is not available on this machine."),
+    (["--seed", "-1"], "error: the seed must be between 0 and 9223372036854775807, got -1"),
+    (["--seed", str(2**64)], "error: the seed must be between 0 and 9223372036854775807, got 18446744073709551616"),
+])
+def test_a_bad_device_or_seed_is_refused_in_one_line(capsys, extra, message):
+    """Each used to end in a traceback: torch's device parser, CUDA's assertion on a CPU build, or the generator's
+    overflow at the first round; and a negative seed ran as the seed 2**64 less it, silently."""
+    from specdemo.__main__ import main
+
+    assert main(["generate", "--pair", "shakespeare", "--prompt", "x", "--max-new-tokens", "2", *extra]) == 2
+    assert capsys.readouterr().err.strip() == message
+
+
 def test_bench_refuses_bad_decodings_before_loading(capsys):
     from specdemo.__main__ import main
 

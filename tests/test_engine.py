@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 from conftest import COPY_PROMPTS, PROMPTS
@@ -262,6 +263,21 @@ def test_every_strategy_stops_exactly_at_max_new_tokens(pair, strategy, max_new)
 def test_bad_strategy_settings_say_what_is_allowed(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         SpecConfig(**kwargs)
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda: SpecConfig(seed=2**64), "the seed must be between 0 and 9223372036854775807, got 18446744073709551616"),
+    (lambda: SpecConfig(seed=-1), "the seed must be between 0 and"),
+    (lambda: SpecConfig(k=2.5), "k must be a whole number, got '2.5'"),
+    (lambda: SpecConfig(max_new_tokens=True), "max_new_tokens must be a whole number, got 'True'"),
+    (lambda: SamplingConfig(top_k=2.5), "top-k must be 0 \\(off\\) or a positive integer, got '2.5'"),
+])
+def test_the_python_api_refuses_what_would_fail_inside_a_run(make, message):
+    """A seed of 2**64 overflowed torch's generator at the first round, a negative one wrapped round onto another
+    seed's run, and a fractional K or top-k failed inside range() or torch.topk: each is now one sentence."""
+    with pytest.raises(ConfigError, match=message):
+        make()
+    assert SpecConfig(seed=2**63 - 1, k=np.int64(3)).k == 3, "NumPy's integers are whole numbers"
 
 
 # what the loop gave for this seed, token for token (float32 pair): pinned at commit 5780d5f, before drafters.py, and

@@ -902,6 +902,37 @@ def test_the_budget_is_capped_by_the_tree_and_by_the_server(pair32, monkeypatch)
     assert tree_shape(spec, pair32.head) == (2, 3, 5)
 
 
+@pytest.fixture(scope="module")
+def own_static_pair():
+    """A private float32 Shakespeare pair with static caches (the LRU's pairs are shared with other tests)."""
+    from specdemo.models.loading import load_pair_uncached
+    from specdemo.models.static import prepare
+
+    pair = load_pair_uncached("shakespeare", device="cpu", dtype="float32")
+    prepare(pair, "static")
+    return pair
+
+
+def test_no_tree_outgrows_the_rows_a_static_cache_keeps_after_its_window(own_static_pair, monkeypatch):
+    """A static cache keeps MAX_TREE_NODES + 1 rows after its window, whatever widths it captures; a larger
+    SPECDEMO_MAX_TREE counts as MAX_TREE_NODES. It used not to: with 128, a tree round near the window's end asked
+    for more slots than the cache held (an AssertionError, a traceback in the app)."""
+    from specdemo.limits import Limits
+    from specdemo.models.devices import MAX_TREE_NODES
+
+    monkeypatch.setenv("SPECDEMO_MAX_TREE", "128")
+    assert Limits.from_env().max_tree == MAX_TREE_NODES
+    spec = SpecConfig(strategy="tree", tree_topk=8, tree_depth=4, tree_budget=128, max_new_tokens=20)
+    assert tree_shape(spec, own_static_pair.head)[2] == MAX_TREE_NODES
+    slot = own_static_pair.static_slots["target"]
+    assert slot.max_len == own_static_pair.context_window + MAX_TREE_NODES + 1, "room for the tree's rows and one"
+    line = own_static_pair.encode("ROMEO:\nWhat light through yonder window breaks?\n")
+    prompt_ids = (line * own_static_pair.context_window)[: own_static_pair.context_window - 20]  # ends at its end
+    rounds = list(speculative_rounds(own_static_pair, prompt_ids, GREEDY, spec))
+    assert sum(t.label != "rejected" for r in rounds for t in r.tokens) == 20 and rounds[-1].stop_reason
+    assert max(r.k for r in rounds) > 32, "trees wider than the widest captured forward but one"
+
+
 def test_a_pair_without_a_head_refuses_tree_as_it_refuses_eagle(toy_pair):
     assert toy_pair.head is None
     for strategy in ("eagle", "tree"):

@@ -18,6 +18,7 @@ from specdemo import i18n
 from specdemo.config import (
     NGRAM_RANGE,
     PRESETS,
+    SEED_MAX,
     STRATEGIES,
     TREE_DEPTH_RANGE,
     TREE_LOOKUP_MAX,
@@ -123,6 +124,8 @@ def pair_key(pair_name: str, draft_id: str | None, target_id: str | None, limits
     """A preset's name, or a custom pair's (draft, target), with its EAGLE-3 head's id as a third item if given
     (a Hub id, or a folder where SPECDEMO_ALLOW_LOCAL=1, as for the models; checked against the target at load)."""
     if pair_name == CUSTOM:
+        if not all(isinstance(i, str) or i is None for i in (draft_id, target_id)):
+            raise UserError("err.both_ids")
         draft_id, target_id = (draft_id or "").strip(), (target_id or "").strip()
         if not draft_id or not target_id:
             raise UserError("err.both_ids")
@@ -181,6 +184,8 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
     pair's own (own_strategy), as /generate's default. The tree's sizes (0: the head's own) and its pruning
     (tree_prune_of) are checked whatever the strategy, as the n-gram size is."""
     limits = limits or Limits.from_env()
+    if not isinstance(pair_name, str):  # /generate passes JSON as it comes: a list here is no preset's name
+        raise UserError("err.unknown_pair", name=repr(str(pair_name)[:60]), presets=", ".join(PRESETS))
     strategy = own_strategy(pair_name) if strategy in ("", None) else as_strategy(strategy)
     try:
         if not (pair_name == CUSTOM and isinstance(head_id, str) and head_id.strip()):  # a custom head: at load
@@ -193,7 +198,9 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
     tree_budget = tree_size("tree_budget", tree_budget, limits.max_tree, limits)
     tree_prune = tree_prune_of(tree_prune)
     tree_lookup = as_number(Msg("field.tree_lookup"), tree_lookup, int, 0, TREE_LOOKUP_MAX)
-    if not isinstance(prompt, str) or not prompt.strip():
+    if not isinstance(prompt, str):
+        raise UserError("err.prompt_text", value=repr(str(prompt)[:20]))
+    if not prompt.strip():
         raise UserError("err.prompt_empty")
     if len(prompt) > limits.max_prompt_chars:
         raise UserError("err.prompt_chars", n=len(prompt), max=limits.max_prompt_chars)
@@ -204,7 +211,7 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
     if top_p <= 0.0:
         raise UserError("err.top_p_zero")
     max_new_tokens = as_number(Msg("field.max_new"), max_new_tokens, int, 1, limits.max_new_tokens)
-    seed = as_number(Msg("field.seed"), seed, int, 0, 2**63 - 1)
+    seed = as_number(Msg("field.seed"), seed, int, 0, SEED_MAX)
     lenience = as_number(Msg("field.lenience"), lenience, float, 0.0, 1.0)
     if lenience <= 0.0:
         raise UserError("err.lenience_zero")
@@ -217,8 +224,10 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
         raise UserError(str(err)) from None
     if chat is not None and not isinstance(chat, bool):
         raise UserError("err.chat_value", value=repr(str(chat)[:20]))
+    if run_baseline is not None and not isinstance(run_baseline, bool):  # the string "false" would be true
+        raise UserError("err.baseline_value", value=repr(str(run_baseline)[:20]))
     return Request(pair_key(pair_name, draft_id, target_id, limits, head_id), prompt, sampling, spec,
-                   bool(run_baseline), chat)
+                   run_baseline is not False, chat)
 
 
 def user_error(err: ModelLoadError | StrategyUnavailable) -> UserError:

@@ -19,15 +19,34 @@ from .weights import ModelLoadError
 DTypeArg = torch.dtype | str | None  # a dtype as callers may give it: a torch.dtype, a name, or None (automatic)
 
 
-def pick_device(requested: str | None = None) -> torch.device:
+def pick_device(requested: str | torch.device | None = None) -> torch.device:
+    """The device asked for (or SPECDEMO_DEVICE's), checked; else CUDA, MPS or the CPU, the first that is here."""
     requested = requested or os.environ.get("SPECDEMO_DEVICE") or None
     if requested:
-        return torch.device(requested)
+        return check_device(str(requested))
     if torch.cuda.is_available():
         return torch.device("cuda")
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def check_device(name: str) -> torch.device:
+    """`name` as a device of this machine, or a ModelLoadError that says why not (a misspelt name, or a GPU that is
+    not here), instead of torch's traceback at the first tensor."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ModelLoadError("err.device", device=repr(name[:40])) from None
+    if device.type == "cuda":
+        here = torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()
+    elif device.type == "mps":
+        here = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    else:
+        here = device.type == "cpu"
+    if not here:
+        raise ModelLoadError("err.device_missing", device=str(device))
+    return device
 
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
@@ -204,6 +223,10 @@ def default_max_params_m(device: torch.device | None = None) -> int:
     per_param = 2 if device.type in ("cuda", "mps") else 4
     pairs = max(1, env_int("SPECDEMO_MAX_PAIRS", 2))
     return int(model_budget_bytes(device) / (per_param * 2 * pairs) / 1e6)
+
+
+MAX_TREE_NODES = 64  # the most nodes any tree may have, SPECDEMO_MAX_TREE included: a static cache keeps room for
+#                      this many rows and the token before them after its window (models/static.py)
 
 
 def default_max_tree(device: torch.device | None = None) -> int:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .devices import upload_ids
+from .devices import MAX_TREE_NODES, upload_ids
 from .eagle import EagleHead
 from .head_graphs import HeadSlot
 from .lm import cache_argument, float32_head, head_logits
@@ -44,7 +44,7 @@ log = logging.getLogger("specdemo")
 
 # the forward widths captured: a step, a chain's K + 1 (K <= 12 by default: 16), a tree's nodes + 1 (a GPU's default
 # largest tree is 64 nodes: 65). A wider forward (a prompt) runs eagerly over the same cache.
-WIDTHS = (1, 2, 4, 8, 16, 32, 65)
+WIDTHS = (1, 2, 4, 8, 16, 32, MAX_TREE_NODES + 1)
 DRAFT_WIDTHS = (1, 2)  # a draft model's forwards: one token, or two after an all-accepted round (its prompt: eager)
 
 
@@ -407,7 +407,7 @@ def prepare(pair, asked: str | None = None, widths: tuple[int, ...] = WIDTHS, ma
     if mode != "eager" and any(float32_head(m) is None for m in models.values()):
         mode, why = "eager", "a model computes its own logits (soft-capped or scaled): eager forwards"
     if mode != "eager":
-        pad = max(widths)
+        pad = max(*widths, MAX_TREE_NODES + 1)  # a round's rows after the window's last token: a tree's, or K + 1
         free = torch.cuda.mem_get_info(pair.device)[0] if pair.device.type == "cuda" else None
         window, pair.window_cap, short = plan_window(pair.context_window, max_request, list(models.values()), pad, free)
         if short:
