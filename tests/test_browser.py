@@ -118,10 +118,15 @@ def test_hostile_prompt_renders_as_inert_text(page):
 
 
 def test_step_through_advances_one_round_at_a_time(page):
+    """After Generate, the step-through opens on the live run before its first round, not on the recorded run the
+    page opened with (it kept that one's prompt and count until a step key was pressed)."""
     set_prompt(page, "JULIET:\n")
     page.click("#sd-generate")
     page.wait_for_function("document.querySelector('#sd-stats').innerText.includes('done')", timeout=120000)
     page.get_by_role("tab", name="Step through").click()
+    n_rounds = page.locator("#sd-film .sd-row").count()
+    assert caption(page) == f"Before round 1: only the prompt. {n_rounds} rounds follow.", (caption(page), n_rounds)
+    assert page.inner_text("#sd-step-tokens").startswith("JULIET")
     page.click("#sd-next-round")
     page.wait_for_function("document.querySelector('#sd-step-caption').innerText.includes('Round 1 of')")
     page.click("#sd-next-round")
@@ -249,6 +254,48 @@ def test_keyboard_steps_through_the_rounds(page):
     wait_caption(page, "Round 3 of")
     page.wait_for_timeout(1500)
     assert "Round 3 of" in page.inner_text("#sd-step-caption")
+    # a speaker who overshoots the last round: the extra presses change nothing and hold nothing up (each used to
+    # wait 1.5 s for a view that never changed, so Home landed seconds later)
+    n = int(re.search(r"Round 3 of (\d+)", caption(page)).group(1))
+    for _ in range(n - 3):
+        page.keyboard.press("ArrowRight")
+    wait_caption(page, f"Round {n} of {n}")
+    page.evaluate("""() => { const send = window.sdStepTrigger; window.sdSent = [];
+      window.sdStepTrigger = (name, data) => { window.sdSent.push(data.step); return send(name, data); }; }""")
+    for _ in range(4):
+        page.keyboard.press("ArrowRight")
+    page.keyboard.press("Home")
+    wait_caption(page, "Before round 1")
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("ArrowRight")
+    wait_caption(page, "Round 1 of")
+    assert page.evaluate("window.sdSent") == [0, 1], "only the steps that move were sent"
+
+
+def test_a_negative_seed_runs_as_the_seed_the_note_says(page):
+    """The note under a number box says where a value out of range was put: the run must take that value, not be
+    refused ("Value -5 is less than minimum value 0", gradio's English, on a page in any language)."""
+    open_settings(page)
+    box = page.locator("#sd-seed input[type=number]")
+    box.fill("-5")
+    box.press("Enter")
+    assert "set to 0" in page.inner_text("#sd-seed .sd-clamp-note")
+    generate(page, "JULIET:\n")
+    assert not page.locator("[data-testid=toast-body]").count(), page.inner_text("body")[:300]
+
+
+def test_a_chart_redrawn_in_a_hidden_tab_fits_its_box_when_shown(page):
+    """plotly draws a chart whose box has no width (its tab hidden) at its default 700 px; shown again, it must fit
+    its box (page_js.RESIZE_JS), or it is half empty in a wide box and cut off in a narrow one."""
+    page.get_by_role("tab", name="Charts").click()
+    page.locator("#sd-times .js-plotly-plot").wait_for()
+    page.get_by_role("tab", name="Film strip").click()
+    generate(page, "JULIET:\n")  # the charts are redrawn while their tab is hidden
+    page.get_by_role("tab", name="Charts").click()
+    page.wait_for_timeout(600)
+    fits = page.evaluate("""[...document.querySelectorAll('.tabitem .js-plotly-plot')].filter((e) => e.offsetWidth)
+      .map((e) => [e.offsetWidth, e._fullLayout.width])""")
+    assert len(fits) >= 3 and all(abs(box - drawn) <= 2 for box, drawn in fits), fits
 
 
 def font_px(page, selector: str) -> float:

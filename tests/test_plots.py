@@ -15,6 +15,7 @@ import pytest
 
 from specdemo import SamplingConfig, SpecConfig, baseline_generate, speculative_generate
 from specdemo.app import plots
+from specdemo.i18n import tr
 
 EVIL = '<b>bold</b><br><a href="https://example.com/x">link</a>'
 RAW = ("<b>", "<br>", "<a ")
@@ -162,5 +163,150 @@ def test_chromium_draws_the_token_as_text(runs, tmp_path):
             assert page.locator("svg a").count() == 0
             assert page.locator("tspan[style*='bold']").count() == 0
             assert page.locator("tspan.line").count() == 0
+            # the inspector's probability axis names no p above 1
+            assert max(float(t) for t in texts("#fig0 .ytick text")) <= 1
+            # a race line's hover: the run's name as text, its tokens and its seconds, not a raw (x, y) tuple
+            page.evaluate("Plotly.Fx.hover('fig2', [{curveNumber: 1, pointNumber: 2}])")
+            page.wait_for_function("document.querySelectorAll('#fig2 .hoverlayer text').length > 0")
+            assert texts("#fig2 .hoverlayer text") == [EVIL + "fixed = 3: 4 tokens at 0.10 s"]
         finally:
             browser.close()
+
+
+# ----------------------------------------------------------------------------------------- the UI review's charts
+# Real runs of the embedded Shakespeare pair (its EAGLE head too), sampled, so that drafts fall outside the inspector's
+# top lists: the tree's lists are the target's top 8, the chains' the target's and the draft's top 2.
+
+
+@pytest.fixture(scope="module")
+def shakespeare(pair) -> dict:
+    def run(strategy: str, temperature: float, top: int, **shape):
+        return speculative_generate(pair, "ROMEO:\n", SamplingConfig(temperature), SpecConfig(
+            strategy=strategy, k=4, max_new_tokens=32, seed=0, top_candidates=top, **shape))
+
+    out = {"tree": run("tree", 0.8, 8, tree_topk=3, tree_depth=4, tree_budget=10),  # bushy: more nodes than depth
+           "fixed": run("fixed", 1.0, 2), "eagle": run("eagle", 1.0, 2)}
+    out["target"] = baseline_generate(pair, "ROMEO:\n", SamplingConfig(0.8), 16, seed=0)
+    return out
+
+
+def drafted(trace):
+    """(round, drafted position) for every position a round drafted."""
+    return [(r, d) for r in trace.rounds for d in r.drafts]
+
+
+@pytest.mark.parametrize("strategy", ["tree", "fixed", "eagle"])
+def test_the_inspector_always_draws_the_drafted_token_with_its_p_and_q_under_the_arrow(shakespeare, strategy):
+    """The review's round 3 of a tree: the head drafted '-', to which the target gave p = 8e-14, so '-' was not
+    among the target's top tokens and the chart had no bar and no arrow for it. A chain's draft, sampled from q,
+    can be missing from both top lists the same way."""
+    pairs = drafted(shakespeare[strategy])
+    assert any(all(c.token_id != d.token_id for c in d.top) for _, d in pairs)  # the case the review found
+    for rnd, d in pairs:
+        fig = plots.inspector(rnd, d.position)
+        [arrow] = fig.layout.annotations
+        assert arrow.text == "drafted"
+        i = list(fig.data[0].x).index(arrow.x)
+        assert html.unescape(arrow.x).startswith(repr(d.text)[1:-1] or "(empty)")
+        assert (fig.data[0].y[i], fig.data[1].y[i]) == (d.p, d.q)  # its p, and its q (a tree's: the head's p)
+        assert arrow.y == max(b.y[i] for b in fig.data)  # the arrow points at its bars, the highest of them
+        assert fig.data[1].name == ("head p: the head's probability of each child" if rnd.tree else "q draft")
+
+
+def inspected(trace, lang=None):
+    return [(r, pos, plots.inspector(r, pos, lang=lang)) for r in trace.rounds
+            for pos in range(1, len(r.drafts) + 1 + bool(r.bonus_top))]
+
+
+def titles_of(trace, lang):
+    return [(r, pos, f.layout.title.text) for r, pos, f in inspected(trace, lang)]
+
+
+@pytest.mark.parametrize("strategy", ["tree", "fixed", "eagle"])
+def test_the_inspectors_probability_axis_never_names_a_p_above_one(shakespeare, strategy):
+    """The review saw the axis run to 1.2: it ends a little above the highest bar, with no tick above 1."""
+    figs = inspected(shakespeare[strategy])
+    assert any(max(max(b.y) for b in f.data) > 0.8 for _, _, f in figs)  # bars near 1, where 1.2 showed
+    for _, _, fig in figs:
+        bottom, top = fig.layout.yaxis.range
+        assert bottom == 0 and fig.layout.yaxis.autorange is False
+        assert top >= max(max(b.y) for b in fig.data)
+        assert top <= 1 or (fig.layout.yaxis.tickmode == "array" and max(fig.layout.yaxis.tickvals) == 1), top
+
+
+@pytest.mark.parametrize("lang,depth,position", [("en", "tree depth", "position"), ("zh-CN", "树深", "个位置")])
+def test_the_inspector_title_names_a_trees_depth_and_a_chains_position(shakespeare, lang, depth, position):
+    """A tree does not use K: its positions are the depths of its path, and the title says so."""
+    for strategy in ("tree", "fixed"):
+        titles = titles_of(shakespeare[strategy], lang)
+        drafted_titles = [t for r, pos, t in titles if pos <= len(r.drafts)]
+        assert drafted_titles and all((depth if strategy == "tree" else position) in t for t in drafted_titles)
+        assert not any((position if strategy == "tree" else depth) in t for _, _, t in titles)
+    past_leaf = [t for r, pos, t in titles_of(shakespeare["tree"], lang) if pos > len(r.drafts) and r.tree]
+    assert past_leaf and all(depth.split()[-1] in t for t in past_leaf), past_leaf
+
+
+@pytest.mark.parametrize("lang", ["en", "zh-CN"])
+def test_the_strategy_race_says_how_to_start_it_before_it_runs(lang):
+    empty = plots.strategy_race({}, lang)
+    [note] = empty.layout.annotations
+    assert tr("race.run", lang) in note.text and note.xref == "paper"
+    assert not plots.strategy_race({"a": [(0.1, 1)]}, lang).layout.annotations
+
+
+@pytest.mark.parametrize("lang", ["en", "zh-CN"])
+def test_race_lines_hover_with_the_runs_name_its_tokens_and_its_seconds(shakespeare, lang):
+    """The review's hover read '(0.5591802, 20)'; the Chromium test above reads the drawn hover."""
+    figs = [plots.race(shakespeare["fixed"], shakespeare["target"], lang), plots.strategy_race({"a": [(0.1, 1)]}, lang)]
+    lines = [t for f in figs for t in f.data]
+    assert len(lines) == 3
+    for line in lines:
+        assert all(part in line.hovertemplate for part in ("%{fullData.name}", "%{y:d}", "%{x:.2f}"))
+        assert line.hoverlabel.namelength == 0  # the name is in the text: no second box repeating it
+    assert (tr("chart.race_y", lang) in lines[0].hovertemplate) == (lang == "en")  # "tokens" / "个 token"
+
+
+def test_acceptance_by_position_draws_only_the_drafted_depths_of_a_tree_with_legible_counts(shakespeare):
+    """The review: a tree's chart ran to position 15 (k counts a tree's nodes) with tiny "n=0" labels."""
+    tree = shakespeare["tree"]
+    deepest = max(len(r.drafts) for r in tree.rounds)
+    assert max(r.k for r in tree.rounds) > deepest
+    for presenting in (False, True):
+        fig = plots.present(plots.acceptance_by_position(tree, "en"), presenting)
+        assert list(fig.data[0].x) == list(range(1, deepest + 1))
+        counts = [a for a in fig.layout.annotations if a.text.startswith("n=")]
+        assert [int(a.text[2:]) for a in counts] == [plots.acceptance(tree.rounds, x)["judged"] for x in fig.data[0].x]
+        assert all(int(a.text[2:]) > 0 for a in counts)  # every drafted depth was judged
+        tick = fig.layout.xaxis.tickfont.size or fig.layout.font.size
+        assert all((a.font.size or fig.layout.font.size) >= tick for a in counts)
+        assert fig.layout.xaxis.title.text == "depth in the tree"
+    chain = plots.acceptance_by_position(shakespeare["fixed"], "en")
+    assert list(chain.data[0].x) == [1, 2, 3, 4] and chain.layout.xaxis.title.text == "draft position"
+
+
+@pytest.mark.parametrize("lang,words", [("en", "does not apply"), ("zh-CN", "不适用")])
+def test_the_theory_chart_of_a_tree_is_a_note_without_a_k_axis(shakespeare, lang, words):
+    """The review: an empty plot with a K axis from 0 to 1 for a tree run. With or without the baseline, the tree's
+    chart is a note (in the page's language) and draws no axis; a chain's still draws its K axis."""
+    tree, base = shakespeare["tree"], shakespeare["target"]
+    for fig in (plots.speedup_vs_theory(tree, base, lang=lang), plots.speedup_vs_theory(tree, None, lang=lang)):
+        [note] = fig.layout.annotations
+        assert words in note.text and not fig.data
+        for axis in (fig.layout.xaxis, fig.layout.yaxis):
+            assert axis.showticklabels is False and axis.showgrid is False and not axis.title.text
+    chain = plots.speedup_vs_theory(shakespeare["fixed"], base, lang=lang)
+    assert chain.data and chain.layout.xaxis.showticklabels is not False
+
+
+@pytest.mark.parametrize("lang", ["en", "zh-CN"])
+def test_the_distribution_title_names_the_token_the_text_names(lang):
+    """The tab's text says 'token 2 of the reply' where the strategy drafts nothing at first (dist.later); the
+    title said 'First token'. It names the same position, and says nothing false where the caller gives none."""
+    args = (["a", "b"], [0.5, 0.5], [0.4, 0.6], None, 100, lang)
+    for pos in (1, 2, 7):
+        title = plots.distribution(*args, position=pos).layout.title.text
+        said = tr("dist.later", lang, pos=pos, who="", before="")
+        shared = {"en": f"oken {pos} of the reply", "zh-CN": f"回复第 {pos} 个 token"}[lang]
+        assert shared in title and shared in said, (title, said)
+    unnamed = plots.distribution(*args).layout.title.text
+    assert "First token" not in unnamed and "第一个" not in unnamed and "100" in unnamed

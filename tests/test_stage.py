@@ -53,8 +53,10 @@ def test_every_refusal_leaves_the_buttons_as_they_were(stage, caplog, capfd):
             assert stage.locator(".toast-body").count() == 1, f"{button}: the refusal is said once"
             stage.locator(".toast-close").first.click()
             stage.wait_for_selector(".toast-body", state="detached")
-            # no red "Error" pill over the stats: the stats show what they showed
+            # no red "Error" pill over the stats, nor over an experiment's chart: they show what they showed
             assert stage.locator("#sd-stats .error").count() == 0 and "Error" not in stage.inner_text("#sd-stats")
+            stage.wait_for_timeout(300)  # the refusal's `.failure` listeners have landed
+            assert stage.locator(".tabitem .error:visible").count() == 0, f"{button}: an Error pill stayed"
         stage.wait_for_timeout(300)
         assert buttons_idle(stage), button
     refusals = [r.getMessage() for r in caplog.records if r.getMessage().startswith("refused")]
@@ -182,6 +184,10 @@ def check_clamp_note(stage) -> None:
     assert note.bounding_box()["height"] < 60, "one line beside the control"
     set_number(stage, "sd-temperature", 0.7)
     assert note.count() == 0, "a value that fits takes the note away"
+    # a number box (not a slider) is put back inside too: gradio kept -5, which the server then refused in English
+    set_number(stage, "sd-seed", -5)
+    assert low in stage.locator("#sd-seed .sd-clamp-note").inner_text()
+    assert stage.input_value("#sd-seed input[type=number]") == "0"
 
 
 # ------------------------------------------------------------------------------------ the four kinds (item 5)

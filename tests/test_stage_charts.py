@@ -64,9 +64,16 @@ def race_entries() -> list[dict]:
 
 
 @pytest.mark.parametrize("lang", LANGS)
+def test_the_strategy_race_names_k_as_k(lang):
+    """The race's EAGLE chain reads "EAGLE head, K = 4", not "EAGLE head = 4"; fixed K reads "fixed K = 4"."""
+    names = {e["strategy"]: views.race_label(e, lang) for e in race_entries()}
+    assert names["eagle"].endswith(", K = 4") and names["fixed"].endswith(" = 4") and "= 4" not in names["tree"]
+
+
+@pytest.mark.parametrize("lang", LANGS)
 def test_the_strategy_race_draws_each_strategy_in_its_look(lang):
     """The race's lines are named by views.race_label ("EAGLE tree (top-k 4, ...)" starts with "EAGLE", like "EAGLE
-    head = 4"): each is drawn in its own strategy's look, and no two lines look alike (the chain and the tree were
+    head, K = 4"): each is drawn in its own strategy's look, and no two lines look alike (the chain and the tree were
     one blue)."""
     entries = race_entries()
     lines = {tr("race.target_only", lang): [(0.1, 1)]} | {views.race_label(e, lang): [(0.05, 2)] for e in entries}

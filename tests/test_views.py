@@ -205,6 +205,18 @@ def test_a_finished_run_opens_on_its_first_tree_round(pair):
         chain, None, {"spec": chain, "base": None, "cursor": 0})["insp_reason"]
 
 
+def test_the_position_slider_is_as_long_as_the_round_it_opens(pair):
+    """A chain round's positions run to K + 1 (the bonus), a tree round's to its path + 1; the slider ran to 17
+    whatever the round, so most of its stops opened nothing."""
+    for spec in (SpecConfig(k=3, max_new_tokens=12), SpecConfig(strategy="tree", max_new_tokens=12)):
+        trace = speculative_generate(pair, "ROMEO:\n", SamplingConfig(0.8), spec)
+        state = {"spec": trace, "base": None, "cursor": 0}
+        for rnd in trace.rounds:
+            slider = views.opened_round(state, rnd.index + 1)["pos_sl"]
+            want = rnd.n_accepted + 1 if rnd.tree else rnd.k + 1
+            assert slider["maximum"] == max(2, want) and 1 <= slider["value"] <= want, (spec.strategy, rnd.index)
+
+
 def test_generate_shows_the_speedup_only_once_the_baseline_is_done(pair):
     """Generate's stream (handlers.generate_ui, the real Shakespeare pair, drafting trees): while the baseline runs,
     the stats show its two cards pending and no speed-up; the last update shows the figure, and opens the inspector

@@ -2,8 +2,9 @@
 their buttons, streamed like a run (handlers.py) but each into its own outputs and state.
 
 Each handler validates the page's inputs (validation.py), runs the experiment from runs.py and draws every result
-with views.py. Each first clears its outputs and state, so that an experiment that ends before its first result
-(Stop, the time limit, an error) leaves nothing older on the page, nor in the state a language switch redraws.
+with views.py. Bad input is refused before anything changes on the page; once the inputs pass, the handler clears
+its outputs and state, so that an experiment that ends before its first result (Stop, the time limit, a load
+error) leaves nothing older on the page, nor in the state a language switch redraws.
 """
 
 from __future__ import annotations
@@ -22,15 +23,21 @@ SWEEP_OUTPUTS = ("sweep_plot", "sweep_md", "sweep_state")
 RACE_OUTPUTS = ("race_plot", "race_md", "race_state")
 DIST_OUTPUTS = ("dist_plot", "dist_md", "dist_state")
 
+
+def shown(outputs: tuple[str, ...]) -> tuple[str, ...]:
+    """An experiment's outputs that the page draws (not its state)."""
+    return tuple(n for n in outputs if not n.endswith("_state"))
+
 TIME_LIMIT_KEY = {"sweep_state": "warn.sweep_time_limit", "race_state": "warn.race_time_limit",
                   "dist_state": "warn.time_limit"}
 
 
 def experiment(events, view, state_name: str, lang, limits: Limits):
     """Stream an experiment from runs.py: nothing between rounds (a place where Stop ends it), its view and state
-    after each result, and a warning if the time limit ended it. Each experiment's handler first clears its
-    outputs and state (before it even checks its inputs), so that an experiment that ends before its first result
-    (Stop, the time limit, an error) leaves no earlier result on the page, nor in the state a redraw reads."""
+    after each result, and a warning if the time limit ended it. Each experiment's handler first checks its inputs
+    (a refusal changes nothing), then clears its outputs and state, so that an experiment that ends before its
+    first result (Stop, the time limit, a load error) leaves no earlier result on the page, nor in the state a
+    redraw reads."""
     for item in events:
         if item is None:
             yield {}
@@ -47,12 +54,12 @@ def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p
                chat=None, lang=None, presenter=False, head_id=""):
     """Run K = k_from..k_to on the same prompt and seed; plot measured and predicted speedup, recommend a K.
     Streams SWEEP_OUTPUTS; the state lets a language switch redraw the result."""
-    yield views.sweep_view(None, lang, presenter) | {"sweep_state": None}  # see `experiment`
     limits = Limits.from_env()
     k_from = as_number(Msg("field.k_from"), k_from, int, 1, limits.max_k)
     k_to = as_number(Msg("field.k_to"), k_to, int, k_from, limits.max_k)
     req = validate(pair_name, draft_id, target_id, prompt, k_from, temperature, top_k, top_p, max_new_tokens, seed,
                    True, 1.0, limits, chat, head_id=head_id)
+    yield views.sweep_view(None, lang, presenter) | {"sweep_state": None}  # see `experiment`
     events = runs.k_sweep(get_pair(req.pair), req, limits, k_from, k_to)
     yield from experiment(events, lambda s: views.sweep_view(s, lang, presenter), "sweep_state", lang, limits)
 
@@ -65,10 +72,10 @@ def strategy_race_ui(pair_name, draft_id, target_id, prompt, k, temperature, top
     """Target-only decoding, then every strategy, on the same prompt and seed, one after another (each timed alone),
     with the page's K, lookup n-gram size and tree sizes (0: the head's own). Streams RACE_OUTPUTS: the
     tokens-over-time chart and a table after every run."""
-    yield views.race_view(None, lang, presenter) | {"race_state": None}  # see `experiment`
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
                    True, 1.0, limits, chat, "fixed", ngram, tree_topk, tree_depth, tree_budget, head_id=head_id)
+    yield views.race_view(None, lang, presenter) | {"race_state": None}  # see `experiment`
     events = runs.strategy_race(get_pair(req.pair), req, limits)
     yield from experiment(events, lambda r: views.race_view(r, lang, presenter), "race_state", lang, limits)
 
@@ -82,10 +89,10 @@ def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, 
     sizes), as the engine draws and verifies it, and compare their histogram with the exact p
     (runs.first_token_distribution). Streams DIST_OUTPUTS; like the other experiments it first clears them (see
     `experiment`)."""
-    yield views.dist_view(None) | {"dist_state": None}
     limits = Limits.from_env()
     n = as_number(Msg("field.samples"), n_samples, int, 10, limits.max_samples)
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, 1, seed, False, lenience,
                    limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget, head_id=head_id)
+    yield views.dist_view(None) | {"dist_state": None}  # see `experiment`
     events = runs.first_token_distribution(get_pair(req.pair, req.spec.strategy), req, n, limits)
     yield from experiment(events, lambda d: views.dist_view(d, lang, presenter), "dist_state", lang, limits)

@@ -44,7 +44,7 @@ STEP_TAB = "step"  # the Step through tab's id (ui.py), which a step key selects
 
 # The outputs each event may update, by name (ui.py's components of the same names, in this order).
 RUN_OUTPUTS = ("tokens", "stats", "film", *views.CHARTS, "trace_json", "state", "round_sl", "pos_sl", "insp_plot",
-               "insp_reason")
+               "insp_reason", "step_tokens", "step_caption")
 INSPECT_OUTPUTS = ("pos_sl", "insp_plot", "insp_reason")
 STEP_OUTPUTS = ("state", "step_tokens", "step_caption")
 PAIR_OUTPUTS = ("pair_status", "custom_box", "examples", "chat", "pair_state", "k", "temperature", "max_new",
@@ -111,10 +111,10 @@ def run_state(spec, base) -> dict:
 
 def on_screen(spec, base, first: bool, lang=None, presenter=False) -> dict:
     """The run as far as it went, everywhere the page keeps it apart from the text: the state that clicks, the
-    step-through, the trace download and redraws read (every update), and with the first update the inspector on
-    round 1 and no trace, so that nothing shows the previous run after a Stop or an error."""
+    trace download and redraws read, and the step-through before its first round (every update), and with the first
+    update the inspector on round 1 and no trace, so that nothing shows the previous run after a Stop or an error."""
     state = run_state(spec, base)
-    out = {"state": state, "round_sl": views.round_slider(state, reset=first)}
+    out = {"state": state, "round_sl": views.round_slider(state, reset=first)} | views.step_view(state, lang)
     if first:
         out |= {"trace_json": None} | views.opened_round(state, 1, lang, presenter)
     return out
@@ -163,7 +163,7 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
     if spec.stop_reason == runs.TIME_LIMIT:
         gr.Warning(tr("warn.time_limit", lang, s=limits.time_limit_s))
     state = run_state(spec, base)
-    yield (views.finished(spec, base, state, lang, presenter)
+    yield (views.finished(spec, base, state, lang, presenter) | views.step_view(state, lang)
            | {"state": state, "trace_json": views.trace_payload(spec, base)})
 
 

@@ -30,6 +30,8 @@ element.addEventListener('click', (e) => {
 # One step is in flight at a time, from a key or a step button: a quick press waits until the view of the press
 # before it has landed (or 1.5 s, for a step that changes nothing on screen), since two views sent at once could
 # land in either order and leave the earlier one on screen (docs/decisions.md, "step keys in the order pressed").
+# A step that cannot move (next on the last round; previous or first before round 1, as views.step_view marks the
+# cursor) is dropped while the step-through is open: it would change nothing, and the keys after it waited 1.5 s.
 KEYS_JS = """
 window.sdStepTrigger = trigger;
 if (!window.sdKeysBound) {
@@ -40,7 +42,14 @@ if (!window.sdKeysBound) {
   const waiting = [];
   let inFlight = null, before = null;  // the timer that stops waiting for a view that changes nothing; the caption
   const caption = () => document.querySelector('#sd-step-caption [data-testid="markdown"]')?.textContent ?? '';
+  const stuck = (step) => {
+    const at = document.querySelector('#sd-step-tokens .sd-step-at');
+    if (!at || !at.closest('#sd-step-tokens').offsetParent) return false;  // closed: the step opens its tab
+    const cursor = Number(at.dataset.cursor);
+    return step === 1 ? cursor >= Number(at.dataset.rounds) : cursor === 0;
+  };
   const next = () => {
+    while (inFlight === null && waiting.length && stuck(waiting[0])) waiting.shift();
     if (inFlight !== null || !waiting.length) return;
     inFlight = setTimeout(landed, 1500);
     before = caption();
@@ -72,9 +81,11 @@ if (!window.sdKeysBound) {
 }
 """
 
-# A number typed outside a control's range: gradio puts it back inside without a word (a temperature of -1 becomes
-# 0, of 99 becomes 2). This says so in one line under the control, in the page's language, until the next value
-# that fits. Bound once on the whole page, so that it holds for every slider and number box, folded ones included.
+# A number typed outside a control's range: gradio puts a slider's back inside without a word (a temperature of -1
+# becomes 0, of 99 becomes 2), and keeps a number box's, which the server then refuses in its own English words
+# ("Value -3 is less than minimum value 0"). This puts either back inside (an input event, as typing sends) and says
+# so in one line under the control, in the page's language, until the next value that fits. Bound once on the whole
+# page, so that it holds for every slider and number box, folded ones included.
 CLAMP_JS = """
 if (!window.sdClampBound) {
   window.sdClampBound = true;
@@ -94,9 +105,34 @@ if (!window.sdClampBound) {
       note.setAttribute('role', 'status');
       block.appendChild(note);
     }
-    const say = SAY[document.body.dataset.sdLang] || SAY.en;
-    note.textContent = say[key].replace('{value}', box.value).replace('{bound}', key === 'low' ? box.min : box.max);
+    const say = SAY[document.body.dataset.sdLang] || SAY.en, bound = key === 'low' ? box.min : box.max;
+    note.textContent = say[key].replace('{value}', box.value).replace('{bound}', bound);
+    box.value = bound;
+    box.dispatchEvent(new Event('input', {bubbles: true}));
   }, true);
+}
+"""
+
+# A chart drawn while its tab was hidden takes plotly's default width (700 px), since its box had none: in a wider
+# box it leaves half the box empty, in a narrower one it is cut off. Each tab's panel is watched, and when one is
+# shown, the page gets a resize event, on which plotly fits every chart to its box (gradio draws them responsive).
+# A tab's panel is made on its first visit, so new panels are watched as they come.
+RESIZE_JS = """
+if (!window.sdTabResizeBound) {
+  window.sdTabResizeBound = true;
+  let queued = false;
+  const resize = () => {
+    if (queued) return;
+    queued = true;
+    requestAnimationFrame(() => { queued = false; window.dispatchEvent(new Event('resize')); });
+  };
+  const seen = new WeakSet();
+  const shown = new ResizeObserver((entries) => { if (entries.some((e) => e.contentRect.width > 0)) resize(); });
+  const watch = () => document.querySelectorAll('.tabitem').forEach((el) => {
+    if (!seen.has(el)) { seen.add(el); shown.observe(el); }
+  });
+  watch();
+  new MutationObserver(watch).observe(document.body, {childList: true, subtree: true});
 }
 """
 

@@ -16,7 +16,7 @@ import html
 
 import plotly.graph_objects as go
 
-from specdemo.engine.events import Round, Trace, acceptance
+from specdemo.engine.events import Candidate, DraftPosition, Round, Trace, acceptance
 from specdemo.engine.theory import best_k, measure, predicted_speedup
 from specdemo.i18n import tr
 
@@ -78,12 +78,22 @@ def _fig(title: str, x: str, y: str) -> go.Figure:
     return fig
 
 
+def _note(fig: go.Figure, text: str) -> go.Figure:
+    """An empty chart's one line of text, in its middle: what is missing, or why nothing is drawn."""
+    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    return fig
+
+
+PRESENT_FONT = 17  # presenter mode's type: the tick labels and annotations (the n= counts), and any bar text
+
+
 def present(fig: go.Figure, on: bool) -> go.Figure:
     """Presenter mode: larger type and taller charts, for a 1280x720 projector. Off returns the figure as it is."""
     if on:
-        fig.update_layout(font=dict(size=17), title_font_size=24, height=max(fig.layout.height or 300, 300) + 50,
-                          margin=dict(l=70, r=20, t=60, b=10), legend=dict(font_size=16))
-        fig.update_traces(selector=dict(type="bar"), textfont_size=16)
+        fig.update_layout(font=dict(size=PRESENT_FONT), title_font_size=24,
+                          height=max(fig.layout.height or 300, 300) + 50, margin=dict(l=70, r=20, t=60, b=10),
+                          legend=dict(font_size=16))
+        fig.update_traces(selector=dict(type="bar"), textfont_size=PRESENT_FONT)
     return fig
 
 
@@ -95,6 +105,17 @@ def plain(text: str) -> str:
 def _token_label(text: str, lang: str | None) -> str:
     """A token as a tick label: its repr (newlines and control characters visible), escaped for plotly."""
     return plain(repr(text)[1:-1]) or tr("chart.empty_token", lang)
+
+
+def race_hover(lang: str | None) -> str:
+    """A race line's hover: the run's name, its tokens so far (a whole number) and the seconds (2 decimals). The name
+    comes from the trace (fullData.name, already escaped by `plain`), so no label is pasted into the template."""
+    return tr("chart.race_hover", lang, name="%{fullData.name}", tokens="%{y:d}", s="%{x:.2f}")
+
+
+def _race_line(fig: go.Figure, xs: list, ys: list, name: str, strategy: str, lang: str | None, **kw) -> None:
+    fig.add_scatter(x=xs, y=ys, name=name, line=dict(strategy_line(strategy), shape="hv"),
+                    hovertemplate=race_hover(lang), hoverlabel=dict(namelength=0), **kw)
 
 
 def race(spec: Trace | None, base: Trace | None, lang: str | None = None) -> go.Figure:
@@ -109,12 +130,11 @@ def race(spec: Trace | None, base: Trace | None, lang: str | None = None) -> go.
             n += len(r.output)
             xs.append(r.elapsed_s)
             ys.append(n)
-        fig.add_scatter(x=xs, y=ys, mode="lines+markers", name=tr("chart.speculative", lang),
-                        line=dict(strategy_line(run_strategy(spec)), shape="hv"), marker=dict(size=5))
+        _race_line(fig, xs, ys, tr("chart.speculative", lang), run_strategy(spec), lang, mode="lines+markers",
+                   marker=dict(size=5))
     if base is not None and base.steps:
-        fig.add_scatter(x=[0.0] + [s.elapsed_s for s in base.steps], y=list(range(len(base.steps) + 1)),
-                        mode="lines", name=tr("chart.target_only", lang),
-                        line=dict(strategy_line("target"), shape="hv"))
+        _race_line(fig, [0.0] + [s.elapsed_s for s in base.steps], list(range(len(base.steps) + 1)),
+                   tr("chart.target_only", lang), "target", lang, mode="lines")
     return _axes_from_zero(fig)
 
 
@@ -124,9 +144,11 @@ def strategy_race(runs: dict[str, list[tuple[float, int]]], lang: str | None = N
     fig = _fig(tr("chart.strategy_race", lang), tr("chart.race_x", lang), tr("chart.race_y", lang))
     for i, (label, points) in enumerate(runs.items()):
         strategy = label_strategy(label, lang) if i else "target"
-        fig.add_scatter(x=[0.0] + [p[0] for p in points], y=[0] + [p[1] for p in points], mode="lines",
-                        name=plain(label), line=dict(strategy_line(strategy), shape="hv"))
+        _race_line(fig, [0.0] + [p[0] for p in points], [0] + [p[1] for p in points], plain(label), strategy, lang,
+                   mode="lines")
     fig.update_layout(height=380)  # six runs' legend takes up to three rows from the figure's foot at 1280x720
+    if not runs:  # before the race has run: say how to start it, as the inspector does before a round is opened
+        _note(fig, tr("chart.strategy_race_empty", lang, button=tr("race.run", lang)))
     return _axes_from_zero(fig)
 
 
@@ -197,11 +219,16 @@ def accepted_length_histogram(spec: Trace | None, lang: str | None = None) -> go
     return _axes_from_zero(fig)
 
 
+POSITION_KEY = {False: "chart.draft_position", True: "chart.draft_depth"}  # a chain's draft position, a tree's depth
+
+
 def acceptance_by_position(spec: Trace | None, lang: str | None = None) -> go.Figure:
-    """P(accept | judged) at each draft position 1..K, with the overlap sum min(p, q) beside it."""
-    fig = _fig(tr("chart.by_pos", lang), tr("chart.draft_position", lang), tr("chart.rate", lang))
+    """P(accept | judged) at each draft position 1..K, with the overlap sum min(p, q) beside it. Only the positions
+    some round drafted: a tree's k counts its nodes, but its drafts are the path's depths (and the refused child)."""
+    tree = spec is not None and any(r.tree for r in spec.rounds)
+    fig = _fig(tr("chart.by_pos", lang), tr(POSITION_KEY[tree], lang), tr("chart.rate", lang))
     if spec is not None and spec.rounds:
-        k = max(r.k for r in spec.rounds)
+        k = max((d.position for r in spec.rounds for d in r.drafts), default=0)
         acc, ovl, n = [], [], []
         for pos in range(1, k + 1):
             a = acceptance(spec.rounds, pos)
@@ -209,27 +236,41 @@ def acceptance_by_position(spec: Trace | None, lang: str | None = None) -> go.Fi
             acc.append(a["alpha_empirical"] if a["judged"] else None)
             ovl.append(a["alpha_overlap"] if a["judged"] else None)
         xs = list(range(1, k + 1))
-        fig.add_bar(x=xs, y=acc, name=tr("chart.accepted_judged", lang), marker_color=PALETTE["accepted"],
-                    text=[f"n={c}" for c in n], textposition="outside")
+        fig.add_bar(x=xs, y=acc, name=tr("chart.accepted_judged", lang), marker_color=PALETTE["accepted"])
         fig.add_scatter(x=xs, y=ovl, name=tr("chart.overlap", lang), mode="lines+markers",
                         line=dict(color=PALETTE["draft"], dash="dash"))
+        # how many were judged, over each bar: annotations in the layout's font (the tick labels' size, presenter
+        # mode's too; a bar's own text shrinks to the bar), on white, above the overlap line that may cross them
+        for x, y, c in zip(xs, acc, n, strict=True):
+            fig.add_annotation(x=x, y=y or 0, text=f"n={c}", showarrow=False, yanchor="bottom", yshift=2,
+                               bgcolor="rgba(255, 255, 255, 0.85)")
         fig.update_yaxes(range=[0, 1.15])
         fig.update_xaxes(dtick=1)
     return _axes_from_zero(fig)
 
 
+NO_K = ("tree",)  # the strategies whose rounds are not K drafts in a row: the theory chart's K axis means nothing
+
+
+def _no_axes(fig: go.Figure) -> go.Figure:
+    """A chart that has only a note: no axis titles, ticks or grid (a K axis from 0 to 1 would read as data)."""
+    for update in (fig.update_xaxes, fig.update_yaxes):
+        update(title_text="", showticklabels=False, showgrid=False, zeroline=False, showline=False)
+    return fig
+
+
 def speedup_vs_theory(spec: Trace | None, base: Trace | None, k_max: int = 12, lang: str | None = None) -> go.Figure:
     fig = _fig(tr("chart.theory", lang), tr("chart.k_axis", lang), tr("chart.speedup_axis", lang))
-    if spec is None or not spec.rounds or base is None or not base.steps:
-        fig.add_annotation(text=tr("chart.theory_needs_baseline", lang), showarrow=False,
-                           x=0.5, y=0.5, xref="paper", yref="paper")
-        return _axes_from_zero(fig)
-    if spec.settings.get("strategy") == "tree":  # a tree's round is not K drafts in a row: no E/(cK+1) for it
+    ran, timed = spec is not None and bool(spec.rounds), base is not None and bool(base.steps)
+    if ran and spec.settings.get("strategy") in NO_K:  # a tree's round is not K drafts in a row: no E/(cK+1) for it
         m = spec.metrics()
-        fig.add_annotation(text=tr("chart.theory_tree", lang, per_call=f"{m['mean_accepted_length']:.2f}",
-                                   speedup=f"{m['tokens_per_s'] / base.metrics()['tokens_per_s']:.2f}"),
-                           showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-        return _axes_from_zero(fig)
+        per_call = f"{m['mean_accepted_length']:.2f}"
+        note = (tr("chart.theory_tree", lang, per_call=per_call,
+                   speedup=f"{m['tokens_per_s'] / base.metrics()['tokens_per_s']:.2f}") if timed
+                else tr("chart.theory_tree_no_base", lang, per_call=per_call))
+        return _axes_from_zero(_no_axes(_note(fig, note)))
+    if not ran or not timed:
+        return _axes_from_zero(_note(fig, tr("chart.theory_needs_baseline", lang)))
     model = measure(spec.rounds, base.steps, spec.settings["k"])
     a, c, v = model["alpha_empirical"], model["c"], model["verify_cost"]
     ks = list(range(1, k_max + 1))
@@ -250,52 +291,82 @@ def speedup_vs_theory(spec: Trace | None, base: Trace | None, k_max: int = 12, l
 
 # rounds that drafted nothing: the target chose the token from its own p (not a bonus after K accepted drafts)
 PLAIN_TITLE_KEY = {"prefill": "chart.inspector_prefill", "fallback": "chart.inspector_fallback"}
+# a chain's positions are 1..K, and K + 1 is the target's bonus; a tree's are the depths of its kept path
+DRAFT_TITLE_KEY = {False: "chart.inspector_draft", True: "chart.inspector_draft_tree"}
+BONUS_TITLE_KEY = {False: "chart.inspector_bonus", True: "chart.inspector_bonus_tree"}
+TICKS_TO_ONE = [0, 0.2, 0.4, 0.6, 0.8, 1]
+
+
+def inspector_title(rnd: Round, position: int, lang: str | None = None) -> str:
+    """What the inspector shows: the drafted token at a chain's position or a tree's depth, or the target's own p."""
+    if position <= len(rnd.drafts):
+        d = rnd.drafts[position - 1]
+        return tr(DRAFT_TITLE_KEY[bool(rnd.tree)], lang, round=rnd.index + 1, pos=position, x=plain(repr(d.text)))
+    if rnd.k == 0 and rnd.source in PLAIN_TITLE_KEY:
+        return tr(PLAIN_TITLE_KEY[rnd.source], lang, round=rnd.index + 1)
+    return tr(BONUS_TITLE_KEY[bool(rnd.tree)], lang, round=rnd.index + 1, pos=position)
+
+
+def drafted_candidates(rnd: Round, d: DraftPosition, top: int) -> list[Candidate]:
+    """The top candidates at a drafted position, with the drafted token among them whatever its p and q: the top
+    lists (the target's, and a chain's draft's) can miss it, a sampled draft or a tree's child to which the target
+    gave almost nothing. In a tree, q is the head's p of the children of the path's node one depth up (the
+    drafted child's is d.q); sorted by max(p, q), as the engine sorts a chain's list."""
+    cands = list(d.top[:top])
+    if rnd.tree:
+        parent = next((nd.id for nd in rnd.tree if nd.on_path and nd.depth == d.position - 1), -1)
+        head_p = {nd.token_id: nd.head_p for nd in rnd.tree if nd.parent == parent}
+        cands = [dataclasses.replace(c, q=head_p.get(c.token_id, 0.0)) for c in cands]
+    if all(c.token_id != d.token_id for c in cands):
+        cands.append(Candidate(d.token_id, d.text, d.p, d.q))
+    return sorted(cands, key=lambda c: -max(c.p, c.q))
+
+
+def _probability_axis(fig: go.Figure, heights: list[float], marked: float | None) -> None:
+    """From 0 to a little above the highest bar, with room above the marked bar for the "drafted" arrow and its
+    word; where that room runs past 1, no tick is drawn above 1, since no probability is."""
+    top = max(max(heights, default=0.0) * 1.05, (marked or 0.0) * 1.35) or 1.0
+    fig.update_yaxes(range=[0, top], autorange=False)
+    if top > 1:
+        fig.update_yaxes(tickmode="array", tickvals=TICKS_TO_ONE)
 
 
 def inspector(rnd: Round, position: int, top: int = 10, lang: str | None = None) -> go.Figure:
-    """Top tokens at one position of a round: p (target), q (draft) and the normalised residual max(0, p - q)."""
-    if position <= len(rnd.drafts):
-        d = rnd.drafts[position - 1]
-        cands, chosen, overlap = d.top, d.text, d.overlap
-        title = tr("chart.inspector_draft", lang, round=rnd.index + 1, pos=position, x=plain(repr(d.text)))
+    """Top tokens at one position of a round: p (target), q (draft) and the normalised residual max(0, p - q); at a
+    drafted position the drafted token too, with its p and q (a tree: the head's p), under a "drafted" arrow."""
+    drafted = rnd.drafts[position - 1] if position <= len(rnd.drafts) else None
+    q_name, overlap = tr("chart.q_draft", lang), None
+    if drafted is None:
+        cands = rnd.bonus_top[:top]
+    elif rnd.tree:  # q is the head's p of the node's children; the walk has no residual: a miss is the target's draw
+        cands, q_name = drafted_candidates(rnd, drafted, top), tr("chart.q_tree", lang)
     else:
-        cands, chosen, overlap = rnd.bonus_top, None, None
-        if rnd.k == 0 and rnd.source in PLAIN_TITLE_KEY:
-            title = tr(PLAIN_TITLE_KEY[rnd.source], lang, round=rnd.index + 1)
-        else:
-            title = tr("chart.inspector_bonus", lang, round=rnd.index + 1, pos=position)
-    cands = cands[:top]
-    q_name = tr("chart.q_draft", lang)
-    if rnd.tree and position <= len(rnd.drafts):  # a tree: q is the head's p of the node's children (drawn as q = 1)
-        parent = next((nd.id for nd in rnd.tree if nd.on_path and nd.depth == position - 1), -1)
-        head_p = {nd.token_id: nd.head_p for nd in rnd.tree if nd.parent == parent}
-        cands = [dataclasses.replace(c, q=head_p.get(c.token_id, 0.0)) for c in cands]
-        q_name, overlap = tr("chart.q_tree", lang), None  # the walk has no residual: a miss is the target's draw
-    fig = _fig(title, tr("chart.token", lang), tr("chart.probability", lang))
+        cands, overlap = drafted_candidates(rnd, drafted, top), drafted.overlap
+    fig = _fig(inspector_title(rnd, position, lang), tr("chart.token", lang), tr("chart.probability", lang))
     labels = [_token_label(c.text, lang) for c in cands]
     # identical texts (different ids) would share a bar; make them distinct
     labels = [f"{lbl} #{c.token_id}" if labels.count(lbl) > 1 else lbl for lbl, c in zip(labels, cands, strict=True)]
-    fig.add_bar(x=labels, y=[c.p for c in cands], name=tr("chart.p_target", lang), marker_color=PALETTE["target"])
-    fig.add_bar(x=labels, y=[c.q for c in cands], name=q_name, marker_color=PALETTE["draft"],
-                marker_pattern_shape="/")
+    p, q = [c.p for c in cands], [c.q for c in cands]
+    fig.add_bar(x=labels, y=p, name=tr("chart.p_target", lang), marker_color=PALETTE["target"])
+    fig.add_bar(x=labels, y=q, name=q_name, marker_color=PALETTE["draft"], marker_pattern_shape="/")
+    res = []
     if overlap is not None and overlap < 1 - 1e-6:
         res = [max(0.0, c.p - c.q) / (1 - overlap) for c in cands]
         fig.add_bar(x=labels, y=res, name=tr("chart.residual", lang), marker_color=PALETTE["residual"],
                     marker_pattern_shape=".")
-    if chosen is not None:
-        label = _token_label(chosen, lang)
-        if label in labels:
-            top_y = max(max(c.p, c.q) for c in cands)
-            fig.add_annotation(x=label, y=top_y, text=tr("chart.drafted", lang), showarrow=True, arrowhead=2)
+    marked = None
+    if drafted is not None:
+        i = next(i for i, c in enumerate(cands) if c.token_id == drafted.token_id)
+        marked = max(p[i], q[i], *res[i:i + 1])
+        fig.add_annotation(x=labels[i], y=marked, text=tr("chart.drafted", lang), showarrow=True, arrowhead=2)
+    _probability_axis(fig, p + q + res, marked)
     fig.update_layout(barmode="group", height=340)
     return fig
 
 
 def inspector_empty(lang: str | None = None) -> go.Figure:
     fig = _fig(tr("chart.inspector", lang), tr("chart.token", lang), tr("chart.probability", lang))
-    fig.add_annotation(text=tr("chart.inspector_empty", lang), showarrow=False, x=0.5, y=0.5,
-                       xref="paper", yref="paper")
-    return _axes_from_zero(fig)
+    return _axes_from_zero(_note(fig, tr("chart.inspector_empty", lang)))
 
 
 def k_sweep(results: list[dict], alpha: float | None, c: float | None, lang: str | None = None) -> go.Figure:
@@ -315,9 +386,13 @@ def k_sweep(results: list[dict], alpha: float | None, c: float | None, lang: str
 
 
 def distribution(tokens: list[str], target_p: list[float], freq: list[float], reference: list[float] | None,
-                 n: int, lang: str | None = None) -> go.Figure:
-    """Top tokens of the first position: the target's exact p, the speculative samples' frequencies and q."""
-    fig = _fig(tr("chart.dist", lang, n=n), tr("chart.token", lang), tr("chart.probability", lang))
+                 n: int, lang: str | None = None, position: int | None = None) -> go.Figure:
+    """Top tokens of the checked position: the target's exact p, the speculative samples' frequencies and q. The
+    title names the position as the tab's text does (views.dist_text): token `position` of the reply, which is not
+    the first where the strategy drafts nothing at first (runs.first_token_distribution); "the checked token" where
+    the caller does not say."""
+    title = (tr("chart.dist", lang, n=n) if position is None else tr("chart.dist_at", lang, n=n, pos=position))
+    fig = _fig(title, tr("chart.token", lang), tr("chart.probability", lang))
     labels = [_token_label(t, lang) for t in tokens]
     labels = [f"{lbl} #{i}" if labels.count(lbl) > 1 else lbl for i, lbl in enumerate(labels)]
     fig.add_bar(x=labels, y=target_p, name=tr("chart.dist_p", lang), marker_color=PALETTE["target"])

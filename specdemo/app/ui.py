@@ -24,7 +24,8 @@ from specdemo.config import DEFAULT_PRESET, NGRAM_RANGE, PRESETS, TREE_DEPTH_RAN
 from specdemo.limits import Limits
 
 from . import experiments, handlers, plots, recorded, render, style, tree_view, views
-from .page_js import CLAMP_JS, CLICK_JS, DETECT_JS, DOWNLOAD_JS, FILM_CLICK_JS, KEYS_JS, LOCALE_JS, SUBMIT_JS, VIEW_JS
+from .page_js import (CLAMP_JS, CLICK_JS, DETECT_JS, DOWNLOAD_JS, FILM_CLICK_JS, KEYS_JS, LOCALE_JS, RESIZE_JS, SUBMIT_JS,
+                      VIEW_JS)
 
 GENERATE_INPUTS = ("pair", "draft", "target", "prompt", "k", "temperature", "top_k", "top_p", "max_new", "seed",
                    "baseline", "lenience", "chat", "strategy")  # then lang, presenter, ngram and TREE_INPUTS
@@ -151,7 +152,7 @@ def results(u, limits: Limits, first: dict, n_rounds: int) -> None:
     u.stats = gr.HTML(first["stats"], elem_id="sd-stats")  # above the text, so a growing reply never moves it
     u.tokens = gr.HTML(first["tokens"], elem_id="sd-token-view", js_on_load=CLICK_JS, max_height=400,
                        autoscroll=True)
-    u.keys = gr.HTML(render.keys_hint(), elem_id="sd-keys", js_on_load=KEYS_JS + CLAMP_JS)
+    u.keys = gr.HTML(render.keys_hint(), elem_id="sd-keys", js_on_load=KEYS_JS + CLAMP_JS + RESIZE_JS)
     with gr.Row(elem_id="sd-charts-row"):
         u.race = gr.Plot(first["race"], elem_id="sd-race", show_label=False)
         u.acc_round = gr.Plot(first["acc_round"], elem_id="sd-acc-round", show_label=False)
@@ -189,8 +190,8 @@ def film_tab(u, limits: Limits, first: dict, n_rounds: int) -> None:
         u.round_sl = gr.Slider(1, max(2, n_rounds), value=first["round_sl"], step=1, label=L("ui.round"),
                                interactive=n_rounds > 1)
         # a chain keeps at most K + 1 tokens a round, a tree at most its depth + 1
-        u.pos_sl = gr.Slider(1, max(limits.max_k, TREE_DEPTH_RANGE[1]) + 1, value=first["pos_sl"], step=1,
-                             label=L("ui.position"))
+        pos = first["pos_sl"]  # views.opened_round: the position and the round's length
+        u.pos_sl = gr.Slider(1, pos["maximum"], value=pos["value"], step=1, label=L("ui.position"))
     u.insp_plot = gr.Plot(first["insp_plot"], elem_id="sd-inspector", show_label=False)
     u.insp_reason = gr.HTML(first["insp_reason"], elem_id="sd-reason")
 
@@ -240,15 +241,19 @@ def wire_runs(u, wire, view: list) -> None:
     c = u.c
     buttons = dict(queue=False, api_visibility="private", show_progress="hidden")
 
-    def model_run(trigger, fn, outputs, **kwargs):
+    def model_run(trigger, fn, outputs, marked=(), **kwargs):
         """A model run that `trigger` (a click) starts: the buttons say that a run is going, the run, and then they
-        say that none is, however it ended (handlers.run_over)."""
+        say that none is, however it ended (handlers.run_over). After a refusal, the outputs `marked` (those whose
+        gradio tracker shows) are named again, unchanged, which takes gradio's red "Error" pill off them: the
+        refusal's toast says what was wrong, and the page stays as it was."""
         started = trigger(**wire(handlers.run_started, handlers.BUTTON_OUTPUTS), **buttons)
         run = started.then(**wire(fn, outputs), concurrency_id="models", **kwargs)
         over = dict(**wire(handlers.run_over, handlers.BUTTON_OUTPUTS + ("stats",)), inputs=[u.state, u.lang],
                     **buttons)
         run.then(**over)
         run.failure(**over)
+        if marked:
+            run.failure(**wire(lambda: {name: gr.update() for name in marked}, marked), **buttons)
         return run
 
     inputs = ([c[name] for name in GENERATE_INPUTS] + view + [c["ngram"]] + [c[name] for name in TREE_INPUTS]
@@ -269,15 +274,17 @@ def wire_runs(u, wire, view: list) -> None:
                          [c["ngram"], u.tree_box], api_visibility="private", queue=False, show_progress="hidden")
 
     common = [c["pair"], c["draft"], c["target"], c["prompt"]]
-    sweep = model_run(u.sweep_btn.click, experiments.k_sweep_ui, experiments.SWEEP_OUTPUTS, api_name="k_sweep",
+    sweep = model_run(u.sweep_btn.click, experiments.k_sweep_ui, experiments.SWEEP_OUTPUTS,
+                      experiments.shown(experiments.SWEEP_OUTPUTS), api_name="k_sweep",
                       inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"], u.k_from,
                                        u.k_to, c["chat"]] + view + [u.head_state])
     dist = model_run(u.dist_btn.click, experiments.distribution_ui, experiments.DIST_OUTPUTS,
-                     api_name="distribution_check",
+                     experiments.shown(experiments.DIST_OUTPUTS), api_name="distribution_check",
                      inputs=common + [c["temperature"], c["top_k"], c["top_p"], c["lenience"], u.n_samples, c["seed"],
                                       c["chat"]] + view + [c["strategy"], c["k"], c["ngram"]]
                      + [c[n] for n in TREE_INPUTS] + [u.head_state])
-    race = model_run(u.race_btn.click, experiments.strategy_race_ui, experiments.RACE_OUTPUTS, api_name="strategy_race",
+    race = model_run(u.race_btn.click, experiments.strategy_race_ui, experiments.RACE_OUTPUTS,
+                     experiments.shown(experiments.RACE_OUTPUTS), api_name="strategy_race",
                      inputs=common + [c["k"], c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"],
                                       c["chat"]] + view + [c["ngram"]] + [c[n] for n in TREE_INPUTS] + [u.head_state])
     u.stop_btn.click(**wire(handlers.run_ended, handlers.BUTTON_OUTPUTS), cancels=[gen, sweep, dist, race], **buttons)

@@ -173,9 +173,11 @@ def inspector(state, round_no, position, lang=None, presenter=False) -> dict:
 
 
 def opened_round(state, round_no, lang=None, presenter=False) -> dict:
-    """A round opened at its most telling position: the position slider and the inspector."""
-    pos = default_position(state, round_no)
-    return {"pos_sl": pos} | inspector(state, round_no, pos, lang, presenter)
+    """A round opened at its most telling position: the position slider, as long as the round (a chain's K + 1, a
+    tree's path + 1), and the inspector."""
+    pos, rounds = default_position(state, round_no), rounds_of(state)
+    top = last_position(rounds[min(max(int(round_no or 1), 1), len(rounds)) - 1]) if rounds else 2
+    return {"pos_sl": gr.update(value=pos, maximum=max(2, top))} | inspector(state, round_no, pos, lang, presenter)
 
 
 def step_view(state, lang=None) -> dict:
@@ -184,7 +186,8 @@ def step_view(state, lang=None) -> dict:
     cursor = state.get("cursor", 0) if rounds else 0
     prompt = shown_prompt(state["spec"]) if rounds else ""
     tree = tree_view.tree_html(rounds[cursor - 1], lang, root_text(rounds, cursor - 1)) if cursor else ""
-    return {"step_tokens": tree + render.tokens_html(prompt, rounds, upto=cursor, lang=lang) if rounds
+    at = f'<span class="sd-step-at" data-cursor="{cursor}" data-rounds="{len(rounds)}" hidden></span>'  # for KEYS_JS
+    return {"step_tokens": at + tree + render.tokens_html(prompt, rounds, upto=cursor, lang=lang) if rounds
             else render.tokens_html("", []), "step_caption": render.step_caption(rounds, cursor, lang)}
 
 
@@ -236,7 +239,7 @@ def same_text(same, lang=None) -> str:
 
 
 def race_label(entry: dict, lang=None) -> str:
-    suffix = f" = {entry['k']}" if entry["strategy"] in ("fixed", "eagle") else ""
+    suffix = {"fixed": f" = {entry['k']}", "eagle": f", K = {entry['k']}"}.get(entry["strategy"], "")
     if entry["strategy"] == "lookup" and entry.get("ngram"):
         suffix = f" n = {entry['ngram']}"
     if entry["strategy"] == "tree" and entry.get("tree"):  # the tree's sizes: (top-k, depth, budget)
@@ -288,7 +291,8 @@ def dist_view(dist: dict | None, lang=None, presenter=False) -> dict:
     """The distribution check's chart and summary; with no result, both cleared."""
     if not dist:
         return {"dist_plot": None, "dist_md": ""}
-    fig = plots.distribution(dist["tokens"], dist["p"], dist["freq"], dist["q"], dist["n"], lang)
+    fig = plots.distribution(dist["tokens"], dist["p"], dist["freq"], dist["q"], dist["n"], lang,
+                             position=dist.get("position"))
     return {"dist_plot": plots.present(fig, presenter), "dist_md": dist_text(dist, lang)}
 
 
