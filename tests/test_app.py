@@ -173,6 +173,22 @@ def test_bad_input_gets_a_clear_message_and_the_next_request_works(client, kwarg
     assert gen(client, max_new_tokens=4)["speculative"]["metrics"]["new_tokens"] == 4
 
 
+def test_a_refusal_on_the_page_quotes_what_was_typed_as_text():
+    """gradio's toast draws its message as HTML (sanitised, so tags still render): a refusal that quotes a typed
+    value escapes it for the page's handlers, and leaves it as it is in the API's JSON answer."""
+    import gradio as gr
+
+    from specdemo.app import handlers
+
+    typed = "<b>x</b>"
+    with pytest.raises(gr.Error) as page:
+        list(handlers.generate_ui(typed, "", "", "ROMEO:\n", 4, 0.8, 0, 1.0, 8, 0, False, 1.0, lang="en"))
+    assert "&lt;b&gt;x&lt;/b&gt;" in page.value.message and "<b>" not in page.value.message
+    with pytest.raises(gr.Error) as api:
+        handlers.generate_api(pair=typed)
+    assert typed in api.value.message
+
+
 def test_chat_switch_in_the_api(client, pair):
     """chat=None takes the pair's default (raw for the Shakespeare pair); chat=False is the same run, recorded."""
     default, raw = gen(client, max_new_tokens=8, seed=3), gen(client, max_new_tokens=8, seed=3, chat=False)

@@ -205,6 +205,23 @@ def test_a_finished_run_opens_on_its_first_tree_round(pair):
         chain, None, {"spec": chain, "base": None, "cursor": 0})["insp_reason"]
 
 
+def test_a_token_the_target_chose_alone_is_not_drawn_as_a_bonus(pair):
+    """A round that drafted nothing (prompt lookup with nothing to copy; an EAGLE run's prefill) ends in the
+    target's draw from its own p. The trace labels it "bonus", but it cost a target call: the page draws it plain
+    ("own"), not in the amber that means "the target's free extra token"; a true bonus stays amber."""
+    trace = speculative_generate(pair, "abc", SamplingConfig(0.0), SpecConfig(strategy="lookup", max_new_tokens=8))
+    alone = [r for r in trace.rounds if r.k == 0]
+    assert alone and all([t.label for t in r.tokens] == ["bonus"] for r in alone)
+    page = render.tokens_html("abc", trace.rounds) + render.filmstrip_html(trace.rounds)
+    for r in alone:
+        assert re.search(rf'class="sd-tok sd-own[^"]*" title="[^"]*"[^>]* data-round="{r.index}"', page), r.index
+    assert f'data-round="{alone[0].index}"' in page and "sd-own" in render.filmstrip_html(alone)
+    chain = speculative_generate(pair, "ROMEO:\n", SamplingConfig(0.0), SpecConfig(k=2, max_new_tokens=24))
+    bonus = [r for r in chain.rounds if r.k and r.n_accepted == r.k]
+    assert bonus and "sd-own" not in render.tokens_html("", chain.rounds)
+    assert render.tokens_html("", chain.rounds).count('class="sd-tok sd-bonus') >= len(bonus)
+
+
 def test_the_position_slider_is_as_long_as_the_round_it_opens(pair):
     """A chain round's positions run to K + 1 (the bonus), a tree round's to its path + 1; the slider ran to 17
     whatever the round, so most of its stops opened nothing."""

@@ -11,6 +11,7 @@ what is on screen at every yield, so that Stop or an error never leaves the insp
 from __future__ import annotations
 
 import dataclasses
+import html
 import logging
 import time
 
@@ -63,6 +64,7 @@ def user_errors(fn):
 
     expected = (UserError, PromptError, ConfigError, ModelLoadError, torch.cuda.OutOfMemoryError)
     signature = inspect.signature(fn)
+    on_page = "lang" in signature.parameters  # a page's handler (an API's answer is JSON: its text stays as it is)
 
     def convert(err: Exception, args, kwargs) -> gr.Error:
         """The refusal as the visitor reads it, and one line in the server's log (in English): a refusal is planned,
@@ -74,7 +76,10 @@ def user_errors(fn):
         except TypeError:
             lang = None
         log.info("refused (%s): %s", fn.__name__, error_text(err, None))
-        return gr.Error(error_text(err, lang), print_exception=False)
+        text = error_text(err, lang)
+        if on_page:  # gradio's toast draws its message as HTML, and some messages quote what was typed
+            text = html.escape(text, quote=False)
+        return gr.Error(text, print_exception=False)
 
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)

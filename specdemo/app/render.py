@@ -93,6 +93,14 @@ def token_title(label: str, p, q, r, accept_prob, lang: str | None = None, own: 
     return "\n".join(lines)
 
 
+def kind(rnd: Round, label: str) -> str:
+    """How a token of `rnd` is drawn: as its label, except the one token of a round that drafted nothing (a
+    prefill, a lookup fallback), which the target chose from its own p, as plain decoding does. Its label is
+    "bonus" (the draw after all of zero drafts were kept), but it was not free: it is drawn plain ("own"), not in
+    the bonus's amber."""
+    return "own" if rnd.k == 0 and label == "bonus" else label
+
+
 PIECE = "\u00b7"  # what a kept piece of a character shows (CSS .sd-piece draws it in spans; tree_html writes it)
 
 
@@ -142,9 +150,9 @@ def tokens_html(prompt: str, rounds: list[Round] | None = None, steps: list[Step
             title = where + token_title(t.label, t.p, t.q, t.r, t.accept_prob, lang, own=rnd.k == 0)
             title += "" if t.text else "\n" + tr("tip.piece", lang)
             attrs = f' data-round="{rnd.index}"'
-            story.append(span(t.text, t.label, title, attrs, " sd-eos" if t is eos else ""))
+            story.append(span(t.text, kind(rnd, t.label), title, attrs, " sd-eos" if t is eos else ""))
             if t.label != "rejected" and t is not eos:
-                chips[len(chips)] = (t.label, title, attrs)
+                chips[len(chips)] = (kind(rnd, t.label), title, attrs)
                 kept.append((t.text, len(chips) - 1))
     for s in steps or []:
         story.append(span(s.token.text, "accepted",
@@ -183,7 +191,7 @@ def filmstrip_html(rounds: list[Round], selected: int | None = None, lang: str |
         added = [t for t in rnd.tokens if t.label in ("resampled", "bonus")]
         if added:
             t = added[0]
-            cells.append(" \u2192 " + span(visible(t.text), t.label,
+            cells.append(" \u2192 " + span(visible(t.text), kind(rnd, t.label),
                                            token_title(t.label, t.p, None, None, None, lang, own=rnd.k == 0)))
         verdict = tr("film.kept", lang, n=rnd.n_accepted, k=rnd.k) + (" +1" if added else "")
         if rnd.tree:  # a draft tree: its size, and the depth of the target's path through it
