@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from specdemo.config import DEFAULT_PRESET, PRESETS
+from specdemo.config import PRESETS
 from specdemo.i18n import Msg, Translatable
 
 
@@ -121,7 +121,7 @@ def load_error(model_id: str, role: str, err: Exception, label: str | None = Non
         hint = hub_miss_hint()
     name = label or (display_id(model_id) if local else model_id)
     return ModelLoadError("err.load", role=role_name(role), model=repr(name), hint=hint, error=type(err).__name__,
-                          preset=repr(DEFAULT_PRESET))
+                          preset=repr("shakespeare"))  # the pair that ships in the repository
 
 
 # ------------------------------------------------------------------------------------ the checked cache
