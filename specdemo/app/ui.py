@@ -200,6 +200,7 @@ def experiment_tabs(u, limits: Limits) -> None:
     """The K sweep, the strategy race and the distribution check: each its own button, chart and table."""
     L = i18n.label
     with gr.Tab(L("tab.sweep"), id="sweep") as u.tab_sweep:
+        gr.Markdown(L("sweep.intro"))
         with gr.Row():
             u.k_from = gr.Slider(1, limits.max_k, value=1, step=1, label=L("ui.k_from"))
             u.k_to = gr.Slider(1, limits.max_k, value=min(8, limits.max_k), step=1, label=L("ui.k_to"))
