@@ -416,24 +416,19 @@ def test_a_tree_round_is_drawn_on_the_page_and_stepped_through_in_presenter_mode
     context.close()
 
 
-def test_the_inspector_reaches_the_end_of_a_deep_tree_round(pair, app_url):
+def test_the_inspector_reaches_the_end_of_a_deep_tree_round(pair):
     """A tree's path can keep depth + 1 tokens (17 at the deepest allowed tree), beyond a chain's K + 1 (13): the
-    served page's position slider reaches that far, and so the last position of a real deep round."""
-    import urllib.request
-
-    from specdemo.config import TREE_DEPTH_RANGE
-
+    position slider, as long as the round it opens (views.opened_round), reaches the last position of a real deep
+    round, and the inspector draws it."""
     trace = speculative_generate(pair, "ROMEO:\n", SamplingConfig(0.0),
                                  SpecConfig(strategy="tree", max_new_tokens=64, seed=0, tree_topk=1, tree_depth=16,
                                             tree_budget=16))
-    deepest = max(views.last_position(r) for r in trace.rounds if r.tree)
+    deep = max((r for r in trace.rounds if r.tree), key=views.last_position)
+    deepest = views.last_position(deep)
     assert deepest > 5, deepest  # the walk went deep somewhere
-    config = json.loads(urllib.request.urlopen(f"{app_url}/config", timeout=30).read())
-    label = lambda c: json.dumps(c["props"].get("label"), ensure_ascii=False)  # noqa: E731 (plain or i18n)
-    sliders = [c["props"] for c in config["components"]
-               if c.get("type") == "slider" and ("ui.position" in label(c) or "Position in the round" in label(c))]
-    assert len(sliders) == 1, sliders
-    assert sliders[0]["maximum"] >= max(TREE_DEPTH_RANGE[1] + 1, deepest, Limits().max_k + 1), sliders[0]
+    state = {"spec": trace, "base": None, "cursor": 0}
+    assert views.opened_round(state, deep.index + 1)["pos_sl"]["maximum"] == deepest
+    assert views.inspector(state, deep.index + 1, deepest)["insp_plot"] is not None
 
 
 @pytest.mark.parametrize("lang", ["en", "zh-CN"])

@@ -16,7 +16,8 @@ TOKENS = """
   background: var(--block-background-fill, #fff); border: 1px solid var(--border-color-primary, #ddd);
   overflow-wrap: anywhere; }
 .sd-tokens { white-space: pre-wrap; word-break: break-word; font-family: MONO; }
-.sd-prompt { color: var(--body-text-color-subdued, #666); }
+.sd-prompt { color: #6B7280; }  /* set apart from the reply, and read from the back of a room: 4.8:1 on white */
+.dark .sd-prompt { color: var(--body-text-color-subdued); }
 .sd-tok { border-radius: 3px; padding: 1px 0; cursor: help; color: #111; }
 /* the four kinds (render.KIND_STYLE, measured by tests/test_stage.py): the three that share the reply have fills
    3:1 apart in contrast (pale, mid, dark), so that they read apart in grey on a washed-out projector; each keeps its
@@ -64,12 +65,12 @@ PAGE = """
 #sd-lang > [data-testid="block-info"], #sd-view > [data-testid="block-info"] { margin: 0; }
 /* the token view scrolls inside gradio's container: the frame is the container's, so it stays while the text
    scrolls under it */
-#sd-token-view .html-container { max-height: max(220px, min(420px, calc(100vh - 380px))) !important;
+#sd-token-view .html-container { max-height: max(220px, min(420px, calc(100vh - 398px))) !important;
   border: 1px solid var(--border-color-primary, #ddd); border-radius: 8px; padding: 0; margin: 0 12px;
   background: var(--block-background-fill, #fff); }
 #sd-token-view .sd-text { border: none; border-radius: 0; background: none; }
 body:has(#sd-notice) #sd-token-view .html-container {  /* the sentence on a missing default pair takes room */
-  max-height: max(200px, min(420px, calc(100vh - 440px))) !important; }
+  max-height: max(200px, min(420px, calc(100vh - 458px))) !important; }
 /* a long pair name ends before the dropdown's arrow (drawn over the input's right end) */
 #sd-pair input { padding-right: 26px; text-overflow: ellipsis; }
 /* an accordion's label wraps instead of running out of its box */
@@ -90,7 +91,13 @@ body:has(#sd-notice) #sd-token-view .html-container {  /* the sentence on a miss
 .sd-card span { display: block; font-size: 13px; line-height: 1.25; color: #555; }
 .sd-pending b, .sd-stopped b { color: #767676; }
 #sd-stats .html-container.pending { opacity: 1; }  /* the live numbers stay readable while the run streams */
-.sd-line { height: 36px; margin-top: 5px; font-size: 13px; line-height: 18px; overflow: hidden; }
+/* the 18 px that the stats' line took (.sd-line) given back around the token view, so that the keys hint under it
+   stays above the fold at 1280x720 */
+#sd-stats .html-container { padding-bottom: 0; }
+#sd-keys .html-container { padding-top: 0; }
+/* three lines: the recorded run's note (render.recorded_note) takes three at 1280 wide in Chinese (158 characters in
+   760 px) and nearly fills two in English; the token view above the fold gives up the 18 px */
+.sd-line { height: 54px; margin-top: 5px; font-size: 13px; line-height: 18px; overflow: hidden; }
 .sd-line .sd-recorded { display: block; height: 100%; box-sizing: border-box; }
 .sd-bar { position: relative; height: 26px; margin-top: 5px; border-radius: 6px; background: #0072B21f;
   overflow: hidden; }
@@ -115,7 +122,10 @@ body:has(#sd-notice) #sd-token-view .html-container {  /* the sentence on a miss
 .sd-lossy { color: #D55E00; font-weight: 700; }
 .sd-recorded { font-size: 13px; border-left: 4px solid #0072B2; background: #0072B214; padding: 0 8px;
   border-radius: 4px; cursor: help; }
-.sd-keys { font-size: 13px; color: var(--body-text-color-subdued, #666); margin: 2px 0 6px; }
+/* the keys hint is read from the back of a room: #4B5563 is 7.2:1 on the page's #F9FAFB (gradio's subdued grey,
+   #9CA3AF, was 2.4:1); a dark theme keeps its own subdued colour */
+.sd-keys { font-size: 13px; color: #4B5563; margin: 2px 0 6px; }
+.dark .sd-keys { color: var(--body-text-color-subdued); }
 .sd-keys kbd { font-family: ui-monospace, monospace; font-size: 12px; border: 1px solid #8888; border-bottom-width: 2px;
   border-radius: 4px; padding: 0 5px; background: var(--block-background-fill, #fff); }
 """
@@ -132,7 +142,8 @@ PRESENTER = """
 .sd-present .sd-cards { grid-auto-rows: 116px; height: 116px; }
 .sd-present .sd-card b { font-size: 30px; }
 .sd-present .sd-card span { font-size: 16px; }
-.sd-present .sd-line { height: 52px; font-size: 16px; line-height: 24px; }
+.sd-present .sd-line { height: 52px; font-size: 16px; line-height: 24px; }  /* two lines of the note at 1280 */
+@media (max-width: 1199px) { .sd-present .sd-line { height: 76px; } }  /* three below (zh: 1923 px of text) */
 .sd-present .sd-bar { height: 34px; margin-top: 9px; }
 .sd-present .sd-bar > span { line-height: 34px; }
 .sd-present .sd-film { font-size: 18px; }

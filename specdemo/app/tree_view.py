@@ -12,15 +12,24 @@ from specdemo.engine.captions import round_caption, said, tree_end
 from specdemo.engine.events import Round, Token
 from specdemo.i18n import tr
 
-from .render import PIECE, esc, fmt, kept_texts
+from .render import KIND_STYLE, PIECE, esc, fmt, kept_texts
 
 TREE_CSS = """
 .sd-tree { margin: 6px 0; }
-.sd-tree-title { font-size: 13px; color: var(--body-text-color-subdued, #666); margin-bottom: 2px; }
+.sd-tree-title { font-size: 13px; color: #4B5563; margin-bottom: 2px; }  /* 7.2:1, as style.py's keys hint */
+.dark .sd-tree-title { color: var(--body-text-color-subdued); }
 .sd-tree-legend { display: flex; flex-wrap: wrap; gap: 4px 12px; font-size: 12px; margin-bottom: 4px; }
 .sd-tree-sw { display: inline-block; width: 1.6em; height: 0.9em; border-radius: 3px; vertical-align: middle;
   margin-right: 4px; text-align: center; font: 700 0.9em/0.9em sans-serif; color: #D55E00; }
 .sd-tree-scroll { overflow: auto; max-height: 480px; }
+/* a scrollbar drawn always, so that a tree taller than its box says so where the system's scrollbars only show while
+   scrolling (macOS, phones): a styled ::-webkit-scrollbar is never an overlay in Chromium and Safari; Firefox takes
+   the standard properties. The thumb is 3.8:1 on its track */
+.sd-tree-scroll::-webkit-scrollbar { width: 12px; height: 12px; }
+.sd-tree-scroll::-webkit-scrollbar-track { background: #E5E7EB; border-radius: 6px; }
+.sd-tree-scroll::-webkit-scrollbar-thumb { background: #6B7280; border-radius: 6px; border: 2px solid #E5E7EB; }
+.sd-tree-scroll::-webkit-scrollbar-corner { background: transparent; }
+@supports not selector(::-webkit-scrollbar) { .sd-tree-scroll { scrollbar-color: #6B7280 #E5E7EB; } }
 .sd-tree svg { display: block; width: 100%; height: auto; max-width: var(--w); min-width: min(var(--w), 560px); }
 .sd-tree svg text { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 14px; fill: #111;
   white-space: pre; }
@@ -39,18 +48,35 @@ TREE_CSS = """
 .sd-tree-unused rect { fill: #777; stroke: #888; }
 .sd-tree-root rect { fill: #fff; stroke: #555; stroke-width: 2; }
 .sd-tree-root .sd-tok-text { font-weight: 700; }
-.sd-tree-resampled rect { fill: #0072B2; fill-opacity: 0.3; stroke: #0072B2; stroke-width: 3; }
-.sd-tree-bonus rect { fill: #E69F00; fill-opacity: 0.4; stroke: #9a6a00; stroke-width: 2.5; stroke-dasharray: 2 2; }
-.sd-tree-bonus .sd-tok-text { font-weight: 700; }
+/* the token that ended the round in the reply's colours for its kind (render.KIND_STYLE, style.TOKENS): the
+   correction white on navy, the bonus bold black on amber with a dotted dark outline; each text 4.5:1 or more on
+   its fill, each fill 3:1 or more on the page (docs/decisions.md, the four kinds on a projector) */
+.sd-tree-resampled rect { fill: RES_FILL; stroke: RES_FILL; stroke-width: 3; }
+.sd-tree svg .sd-tree-resampled .sd-tok-text { fill: RES_TEXT; }
+.sd-tree-bonus rect { fill: BON_FILL; stroke: BON_MARK; stroke-width: 2.5; stroke-dasharray: 2 2; }
+.sd-tree svg .sd-tree-bonus .sd-tok-text { fill: BON_TEXT; font-weight: 700; }
 .sd-edge { fill: none; stroke: #aaa; stroke-width: 1.5; }
 .sd-edge-path { stroke: #009E73; stroke-width: 3.5; }
 .sd-edge-refused { stroke: #D55E00; stroke-dasharray: 5 3; }
 .sd-edge-unused { opacity: 0.4; }
-.sd-edge-end { stroke: #0072B2; stroke-width: 3; }
+.sd-edge-end { stroke: RES_FILL; stroke-width: 3; }
+.sd-edge-end.sd-edge-bonus { stroke: BON_FILL; }
 .sd-present .sd-tree-title, .sd-present .sd-tree-legend { font-size: 17px; }
 .sd-present .sd-tree svg { max-width: calc(var(--w) * 1.6); }
 .sd-present .sd-tree-scroll { max-height: 60vh; }
+/* presenter mode's step screen holds the tree in a 34 vh box (style.PRESENTER): a tall tree is drawn smaller, down to
+   4/3 of its own size (its text 18.7 px, a chip's 16 px), so that more of it shows; what is left scrolls. --ar is the
+   drawing's width over its height (tree_html) */
+.sd-present #sd-step-tokens .sd-tree svg { max-width: min(calc(var(--w) * 1.6),
+  max(calc(var(--w) * 4 / 3), calc(34vh * var(--ar)))); }
+/* a chip keeps the size its words were measured at (12 px in the drawing's own pixels, scaled with it): presenter
+   mode's 16 px floor for HTML text cut "↵ 2 newlines" to "↵ 2 ne…". !important: gradio prefixes each selector in
+   that rule's :is() with its container's three classes, which outweighs any plain selector here */
+.sd-present .sd-tree .sd-chip { font-size: 12px !important; }
 """
+for _kind, _style in KIND_STYLE.items():
+    for _part, _colour in _style.items():
+        TREE_CSS = TREE_CSS.replace(f"{_kind[:3].upper()}_{_part.upper()}", _colour)
 
 TREE_COL, TREE_NODE_W, TREE_NODE_H, TREE_ROW, TREE_PAD = 124, 110, 26, 34, 6  # the drawing's grid, in SVG pixels
 # a node's second tooltip line, by what the walk did with it (the root's and the end's own lines say it all)
@@ -62,8 +88,9 @@ TREE_LEGEND_KEY = {"path": "tree.path", "refused": "tree.refused", "unused": "tr
 TREE_SWATCH = {"path": "background: #009E73b0; border: 2px solid #009E73",
                "refused": "background: #D55E0060; border: 2px dashed #D55E00",
                "unused": "background: #7773; border: 1px solid #8886",
-               "resampled": "background: #0072B24d; border: 2px solid #0072B2",
-               "bonus": "background: #E69F0066; border: 2px dotted #9a6a00",
+               "resampled": f"background: {KIND_STYLE['resampled']['fill']}; "
+                            f"border: 2px solid {KIND_STYLE['resampled']['fill']}",
+               "bonus": f"background: {KIND_STYLE['bonus']['fill']}; border: 2px dotted {KIND_STYLE['bonus']['mark']}",
                "shade": "background: linear-gradient(90deg, #009E7320, #009E73d0)"}
 TREE_CHARS = 11  # the characters a node shows (its tooltip has the whole token)
 
@@ -169,7 +196,8 @@ def tree_html(rnd: Round, lang: str | None = None, root: str | None = None) -> s
     layout = tree_layout(rnd)
     parts = tree_edges(layout) + [tree_node(layout, nid, lang, root) for nid in layout.xy]  # nodes over edges
     svg = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {layout.width} {layout.height}" '
-           f'width="{layout.width}" height="{layout.height}" style="--w: {layout.width}px" role="img" '
+           f'width="{layout.width}" height="{layout.height}" '
+           f'style="--w: {layout.width}px; --ar: {layout.width / layout.height:.3f}" role="img" '
            f'aria-label="{esc(round_caption(rnd, lang))}">{"".join(parts)}</svg>')
     return (f'<div class="sd-tree" data-round="{rnd.index}"><div class="sd-tree-title">{esc(tr("tree.title", lang))}'
             f"</div>{tree_legend(lang)}<div class=\"sd-tree-scroll\">{svg}</div></div>")
@@ -214,7 +242,8 @@ def tree_edges(layout: TreeLayout) -> list[str]:
         x1, y1 = layout.xy[parent][0] + TREE_NODE_W, layout.xy[parent][1] + TREE_NODE_H / 2
         for kid in children:
             x2, y2 = layout.xy[kid][0], layout.xy[kid][1] + TREE_NODE_H / 2
-            kind = {"path": "path", "refused": "refused", "unused": "unused"}.get(layout.kind[kid], "end")
+            kind = {"path": "path", "refused": "refused", "unused": "unused"}.get(layout.kind[kid],
+                                                                                  f"end sd-edge-{layout.kind[kid]}")
             xm = (x1 + x2) / 2
             parts.append(f'<path class="sd-edge sd-edge-{kind}" d="M{x1:.0f},{y1:.0f} C{xm:.0f},{y1:.0f} '
                          f'{xm:.0f},{y2:.0f} {x2:.0f},{y2:.0f}"/>')
