@@ -23,13 +23,13 @@ SWEEP_OUTPUTS = ("sweep_plot", "sweep_md", "sweep_state")
 RACE_OUTPUTS = ("race_plot", "race_md", "race_state")
 DIST_OUTPUTS = ("dist_plot", "dist_md", "dist_state")
 
+TIME_LIMIT_KEY = {"sweep_state": "warn.sweep_time_limit", "race_state": "warn.race_time_limit",
+                  "dist_state": "warn.time_limit"}
+
 
 def shown(outputs: tuple[str, ...]) -> tuple[str, ...]:
     """An experiment's outputs that the page draws (not its state)."""
     return tuple(n for n in outputs if not n.endswith("_state"))
-
-TIME_LIMIT_KEY = {"sweep_state": "warn.sweep_time_limit", "race_state": "warn.race_time_limit",
-                  "dist_state": "warn.time_limit"}
 
 
 def experiment(events, view, state_name: str, lang, limits: Limits):
