@@ -100,7 +100,7 @@ def test_strategy_race_times_every_strategy_and_keeps_the_text_at_t0(client, pai
     from specdemo.engine.tree_drafter import run_tree_shape
 
     topk, depth, budget = run_tree_shape(SpecConfig(strategy="tree"), SamplingConfig(0.0), pair)  # the head's own shape at T = 0
-    names = ["target only", "fixed K = 3", "adaptive", "prompt lookup n = 3", "EAGLE head = 3",
+    names = ["target only", "fixed K = 3", "adaptive", "prompt lookup n = 3", "EAGLE head, K = 3",
              f"EAGLE tree (top-k {topk}, depth {depth}, {budget} nodes)"]
     assert [r.split("|")[1].strip() for r in rows] == names
     verdicts = [r.split("|")[-2].strip() for r in rows[1:]]
