@@ -222,6 +222,18 @@ def test_a_token_the_target_chose_alone_is_not_drawn_as_a_bonus(pair):
     assert render.tokens_html("", chain.rounds).count('class="sd-tok sd-bonus') >= len(bonus)
 
 
+@pytest.mark.parametrize("lang,word", [("en", "so far"), ("zh-CN", "目前完成了")])
+def test_a_k_sweep_cut_short_says_how_far_it_got(lang, word):
+    """A sweep that Stop or the time limit ended shows the Ks it finished; its text says that it is part of the
+    range asked for (a table of K = 1..7 for 1..8 read as a whole sweep), and a whole sweep does not."""
+    rows = [{"k": k, "tokens_per_s": 10.0 + k, "speedup": 1 + k / 10, "alpha": 0.6} for k in range(1, 8)]
+    sweep = {"results": rows, "alpha": 0.6, "c": 0.1, "base_tps": 10.0, "kb": 4, "sb": 1.5, "k_range": (1, 8)}
+    cut = views.sweep_text(sweep, lang)
+    assert word in cut and "7" in cut.split("\n")[0] and "8" in cut.split("\n")[0]
+    whole = views.sweep_text(sweep | {"k_range": (1, 7)}, lang)
+    assert word not in whole
+
+
 def test_the_position_slider_is_as_long_as_the_round_it_opens(pair):
     """A chain round's positions run to K + 1 (the bonus), a tree round's to its path + 1; the slider ran to 17
     whatever the round, so most of its stops opened nothing."""

@@ -147,7 +147,7 @@ def k_sweep(pair: ModelPair, req: Request, limits: Limits, k_from: int, k_to: in
         pooled = measure(all_rounds, base)  # alpha and c over every K swept so far
         kb, sb = best_k(pooled["alpha_empirical"], pooled["c"], limits.max_k)
         yield {"results": list(results), "alpha": pooled["alpha_empirical"], "c": pooled["c"], "base_tps": base_tps,
-               "kb": kb, "sb": sb}
+               "kb": kb, "sb": sb, "k_range": (k_from, k_to)}
 
 
 def strategy_race(pair: ModelPair, req: Request, limits: Limits) -> Iterator:

@@ -200,6 +200,10 @@ def sweep_text(sweep: dict, lang=None) -> str:
         f"| {r['k']} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r['alpha']:.2f} |" for r in results)
     summary = tr("sweep.summary", lang, base=f"{sweep['base_tps']:.1f}", k=best["k"], speedup=f"{best['speedup']:.2f}",
                  alpha=f"{sweep['alpha']:.2f}", c=f"{sweep['c']:.3f}", kb=sweep["kb"], sb=f"{sweep['sb']:.2f}")
+    first, last = sweep.get("k_range", (results[0]["k"], results[-1]["k"]))
+    if len(results) < last - first + 1:  # still running, or Stop (or the time limit) ended it here
+        done = tr("sweep.so_far", lang, n=len(results), total=last - first + 1, first=first, last=last)
+        summary = f"{done} {summary}"
     return f"{summary}\n\n{table}"
 
 
