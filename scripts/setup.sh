@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make .venv and install specdemo into it. `--dev` adds the test tools, Debian's chromium for browser tests and a
+# Make .venv and install specdemo's requirements into it (specdemo itself runs from the repository's root). `--dev` adds the test tools, Debian's chromium for browser tests and a
 # CJK font (fonts-noto-cjk) for the Chinese page.
 #
 # torch: on a machine without an NVIDIA GPU this installs the CPU build (a few hundred MB) from the PyTorch CPU
