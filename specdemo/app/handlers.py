@@ -193,6 +193,7 @@ def coalesced(stream):
 
 
 BUTTON_OUTPUTS = (*views.RUN_BUTTONS, "stop_btn")
+OVER_OUTPUTS = (*BUTTON_OUTPUTS, "stats", "tokens", "film", "step_tokens", "step_caption")  # run_over's
 
 
 def run_started() -> dict:
@@ -205,13 +206,13 @@ def run_ended() -> dict:
 
 def run_over(state, lang=None) -> dict:
     """After a model run, however it ended (ui.model_run wires this to both `.then` and `.failure`): the buttons as
-    before the run, and where Stop cut a Generate short, the stats say so (views.stopped_stats). gradio runs these
+    before the run, and where Stop cut a Generate short, the stats say so (views.stopped_view). gradio runs these
     only once the cancelled stream has closed, so no late update of the run can put "pending" back; Stop's own
     click cancels without awaiting the cancel, so it only sets the buttons. gradio runs a `.then` only after an
     event that succeeded or was cancelled, not after one that raised (gradio 6.31's frontend dispatches only the
     `.failure` listeners then): hence both. Naming the stats among the outputs also replaces gradio's red "Error"
     pill there with this event's finished state."""
-    return views.run_buttons(False) | views.stopped_stats(state, lang)
+    return views.run_buttons(False) | views.stopped_view(state, lang)
 
 
 def refuse_busy(busy: bool, lang=None) -> None:

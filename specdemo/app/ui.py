@@ -249,7 +249,7 @@ def wire_runs(u, wire, view: list) -> None:
         refusal's toast says what was wrong, and the page stays as it was."""
         started = trigger(**wire(handlers.run_started, handlers.BUTTON_OUTPUTS), **buttons)
         run = started.then(**wire(fn, outputs), concurrency_id="models", **kwargs)
-        over = dict(**wire(handlers.run_over, handlers.BUTTON_OUTPUTS + ("stats",)), inputs=[u.state, u.lang],
+        over = dict(**wire(handlers.run_over, handlers.OVER_OUTPUTS), inputs=[u.state, u.lang],
                     **buttons)
         run.then(**over)
         run.failure(**over)

@@ -112,15 +112,17 @@ def run_buttons(running: bool) -> dict:
         "stop_btn": gr.Button(interactive=running)}
 
 
-def stopped_stats(state, lang=None) -> dict:
-    """The stats after Stop, from the run as far as the page last showed it (the session's state): a run stopped in
-    its baseline says so on the baseline's two cards, one stopped while drafting says so under its cards. A run
-    that had ended (or none) leaves them as they are."""
+def stopped_view(state, lang=None) -> dict:
+    """The page after Stop, from the run as far as the session's state holds it: a run stopped in its baseline says
+    so on the baseline's two cards; one stopped while drafting says so under its cards, and its text, film strip and
+    step-through are drawn again from the state, which may hold rounds whose update the cancel kept from the page
+    (the step keys read the state, and counted rounds the film strip did not show). A run that had ended (or none)
+    leaves the page as it is."""
     spec, base = (state.get("spec"), state.get("base")) if state else (None, None)
     if spec is None or spec.settings.get("recorded") is not None:
         return {}
     if spec.stop_reason is None:
-        return {"stats": render.stats_html(spec, None, tr("status.stopped", lang), lang)}
+        return run_view(spec, None, tr("status.stopped", lang), lang) | step_view(state, lang)
     if base is not None and base.stop_reason is None:
         return {"stats": render.stats_html(spec, None, tr("status.stopped", lang), lang, stopped=True)}
     return {}
