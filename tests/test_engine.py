@@ -446,8 +446,7 @@ def test_drafters_read_nothing_back_but_their_stop_rules_confidence(pair32, monk
 def test_on_a_gpu_drafters_sync_only_for_their_stop_rule(strategy):
     """On CUDA, torch's sync debug mode reports every synchronizing call, from C++ too: proposing syncs nowhere,
     except once per drafted token for adaptive's stop rule (and lookup's one copy of the prompt in round one)."""
-    import warnings
-
+    from specdemo.bench.round_ops import CudaSyncs
     from specdemo.engine.strategy import make_drafter
     from specdemo.models import load_pair
 
@@ -458,17 +457,11 @@ def test_on_a_gpu_drafters_sync_only_for_their_stop_rule(strategy):
     propose, per_call, where = drafter.propose, [], []
 
     def watched(*args, **kwargs):
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                out = propose(*args, **kwargs)
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-        syncs = [w for w in caught if "synchronizing" in str(w.message)]
-        per_call.append(len(syncs))
+        with CudaSyncs(gpu.device) as syncs:
+            out = propose(*args, **kwargs)
+        per_call.append(len(syncs.where))
         # the Python line that made each sync: a failure names them (the first call's one sync on the H200, 2026-11-27)
-        where.append([f"{w.filename}:{w.lineno}" for w in syncs])
+        where.append(syncs.where)
         return out
 
     drafter.propose = watched

@@ -168,7 +168,7 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
     if spec.stop_reason == runs.TIME_LIMIT:
         gr.Warning(tr("warn.time_limit", lang, s=limits.time_limit_s))
     state = run_state(spec, base)
-    yield (views.finished(spec, base, state, lang, presenter) | views.step_view(state, lang)
+    yield (views.finished(spec, base, state, lang, presenter)
            | {"state": state, "trace_json": views.trace_payload(spec, base)})
 
 

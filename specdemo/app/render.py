@@ -40,6 +40,17 @@ KIND_STYLE = {
     "bonus": {"fill": "#AE7400", "text": "#000000", "mark": "#4A3100"},
     "rejected": {"fill": "#FBE3D6", "text": "#7A2E00", "mark": "#D55E00"},
 }
+
+
+def kind_colours(css: str) -> str:
+    """`css` with each kind's colours filled in: ACC_FILL, RES_TEXT, BON_MARK, ... (the kind's first three letters
+    and the part, KIND_STYLE), so that the text's tokens and the tree's nodes wear the same ones."""
+    for kind, style in KIND_STYLE.items():
+        for part, colour in style.items():
+            css = css.replace(f"{kind[:3].upper()}_{part.upper()}", colour)
+    return css
+
+
 LABELS = ("accepted", "rejected", "resampled", "bonus")
 # catalogue keys per label, written out so that tests/test_i18n.py sees every key the code uses
 LABEL_KEY = {"accepted": "label.accepted", "rejected": "label.rejected", "resampled": "label.resampled",

@@ -7,7 +7,7 @@ import json
 
 from specdemo.i18n import CHOICES, DEFAULT, tr
 
-from .render import KIND_STYLE
+from .render import kind_colours
 
 MONO = "ui-monospace, SFMono-Regular, Menlo, monospace"
 
@@ -53,9 +53,7 @@ body:not(.sd-story) .sd-tokens .sd-eos { display: none; }  /* the end-of-text to
 .sd-md-h { font-weight: 700; }
 .sd-md-h1 { font-size: 1.3em; } .sd-md-h2 { font-size: 1.2em; } .sd-md-h3 { font-size: 1.1em; }
 """.replace("MONO", MONO)
-for _kind, _style in KIND_STYLE.items():
-    for _part, _colour in _style.items():
-        TOKENS = TOKENS.replace(f"{_kind[:3].upper()}_{_part.upper()}", _colour)
+TOKENS = kind_colours(TOKENS)
 
 PAGE = """
 /* the first screen (1280x720): a compact header, and a token view that ends above the fold */

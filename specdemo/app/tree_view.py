@@ -12,7 +12,7 @@ from specdemo.engine.captions import round_caption, said, tree_end
 from specdemo.engine.events import Round, Token
 from specdemo.i18n import tr
 
-from .render import KIND_STYLE, PIECE, esc, fmt, kept_texts
+from .render import KIND_STYLE, PIECE, esc, fmt, kept_texts, kind_colours
 
 TREE_CSS = """
 .sd-tree { margin: 6px 0; }
@@ -74,9 +74,7 @@ TREE_CSS = """
    that rule's :is() with its container's three classes, which outweighs any plain selector here */
 .sd-present .sd-tree .sd-chip { font-size: 12px !important; }
 """
-for _kind, _style in KIND_STYLE.items():
-    for _part, _colour in _style.items():
-        TREE_CSS = TREE_CSS.replace(f"{_kind[:3].upper()}_{_part.upper()}", _colour)
+TREE_CSS = kind_colours(TREE_CSS)
 
 TREE_COL, TREE_NODE_W, TREE_NODE_H, TREE_ROW, TREE_PAD = 124, 110, 26, 34, 6  # the drawing's grid, in SVG pixels
 # a node's second tooltip line, by what the walk did with it (the root's and the end's own lines say it all)

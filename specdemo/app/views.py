@@ -85,12 +85,12 @@ def first_shown_round(state) -> int:
 
 
 def finished(spec: Trace | None, base: Trace | None, state, lang=None, presenter=False) -> dict:
-    """A finished run everywhere: the text, stats and film strip, its charts, and the inspector on the round it
-    opens on (first_shown_round), marked in the film strip."""
+    """A finished run everywhere: the text, stats and film strip, its charts, the inspector on the round it opens on
+    (first_shown_round), marked in the film strip, and the step-through before its first round."""
     n = first_shown_round(state)
     return (run_view(spec, base, lang=lang, selected=n if rounds_of(state) else None)
             | charts(spec, base, lang, presenter) | opened_round(state, n, lang, presenter)
-            | {"round_sl": round_slider(state, value=n)})
+            | step_view(state, lang) | {"round_sl": round_slider(state, value=n)})
 
 
 def opening(state, lang=None, presenter=False) -> dict:
@@ -98,8 +98,7 @@ def opening(state, lang=None, presenter=False) -> dict:
     finished run, or the empty views where there is none. ui.py takes these as the components' values (round_sl:
     the round slider's value)."""
     spec, base = (state["spec"], state["base"]) if state else (None, None)
-    return (finished(spec, base, state, lang, presenter) | step_view(state, lang)
-            | {"round_sl": first_shown_round(state)})
+    return finished(spec, base, state, lang, presenter) | {"round_sl": first_shown_round(state)}
 
 
 RUN_BUTTONS = ("go_btn", "sweep_btn", "dist_btn", "race_btn")  # what starts a model run; Stop ends any of them
@@ -135,12 +134,17 @@ def rounds_of(state) -> list:
     return state["spec"].rounds if state and state.get("spec") else []
 
 
+def round_index(rounds: list, round_no) -> int:
+    """The index in `rounds` (not empty) of round `round_no` (1-based, as the slider says), clamped to the run."""
+    return min(max(int(round_no or 1), 1), len(rounds)) - 1
+
+
 def default_position(state, round_no) -> int:
     """Open a round at its most telling position: the rejection if there was one, else the bonus."""
     rounds = rounds_of(state)
     if not rounds:
         return 1
-    rnd = rounds[min(max(int(round_no or 1), 1), len(rounds)) - 1]
+    rnd = rounds[round_index(rounds, round_no)]
     rejected = [d.position for d in rnd.drafts if d.checked and not d.accepted]
     return rejected[0] if rejected else last_position(rnd)
 
@@ -163,7 +167,7 @@ def inspector(state, round_no, position, lang=None, presenter=False) -> dict:
     if not rounds:
         return {"insp_plot": plots.present(plots.inspector_empty(lang), presenter),
                 "insp_reason": f'<div class="sd-caption">{render.trh("reason.generate_first", lang)}</div>'}
-    idx = min(max(int(round_no or 1), 1), len(rounds)) - 1
+    idx = round_index(rounds, round_no)
     rnd = rounds[idx]
     last = last_position(rnd)
     pos = min(max(int(position or 1), 1), last)
@@ -178,7 +182,7 @@ def opened_round(state, round_no, lang=None, presenter=False) -> dict:
     """A round opened at its most telling position: the position slider, as long as the round (a chain's K + 1, a
     tree's path + 1), and the inspector."""
     pos, rounds = default_position(state, round_no), rounds_of(state)
-    top = last_position(rounds[min(max(int(round_no or 1), 1), len(rounds)) - 1]) if rounds else 2
+    top = last_position(rounds[round_index(rounds, round_no)]) if rounds else 2
     return {"pos_sl": gr.update(value=pos, maximum=max(2, top))} | inspector(state, round_no, pos, lang, presenter)
 
 

@@ -26,7 +26,7 @@ import warnings
 import torch
 
 from specdemo.models import devices, static
-from specdemo.models.stand_in import FROM_HOST, OWN_CODE
+from specdemo.models.stand_in import OWN_CODE, from_host_values
 from specdemo.models.static_parts import CAPTURED, Tally
 
 HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "nonzero", "cpu", "numpy")
@@ -67,7 +67,7 @@ class Uploads(torch.overrides.TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func in FROM_HOST and not isinstance(args[0] if args else kwargs.get("data"), torch.Tensor):
+        if from_host_values(func, args, kwargs):
             own = [f for f in traceback.extract_stack()[:-1] if f.filename.startswith(OWN_CODE)]
             if own and own[-1].filename != os.path.abspath(devices.__file__):
                 self.where.append(f"{os.path.relpath(own[-1].filename, os.path.dirname(OWN_CODE[0]))}:{own[-1].lineno}")

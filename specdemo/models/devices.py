@@ -26,9 +26,13 @@ def pick_device(requested: str | torch.device | None = None) -> torch.device:
         return check_device(str(requested))
     if torch.cuda.is_available():
         return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+    if mps_here():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def mps_here() -> bool:
+    return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
 
 
 def check_device(name: str) -> torch.device:
@@ -41,7 +45,7 @@ def check_device(name: str) -> torch.device:
     if device.type == "cuda":
         here = torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()
     elif device.type == "mps":
-        here = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+        here = mps_here()
     else:
         here = device.type == "cpu"
     if not here:

@@ -73,6 +73,13 @@ def _caller() -> str:
     return f"{'/'.join(frame.filename.split(os.sep)[-2:])}:{frame.lineno}: {frame.line}"
 
 
+def from_host_values(func, args: tuple, kwargs: dict) -> bool:
+    """Whether a call makes a tensor from Python or NumPy values (`torch.tensor([1, 2])`, not `torch.tensor(t)`):
+    on a GPU, a copy from pageable host memory, which waits for the GPU."""
+    return func in FROM_HOST and not isinstance(args[0] if args else kwargs.get("data", kwargs.get("obj")),
+                                                torch.Tensor)
+
+
 def _made_on_host(func, args: tuple, kwargs: dict) -> str | None:
     """Why a call would leave a tensor on the host, where a GPU's graph needs it on the device; None if it would not.
     On the stand-in every tensor is on the CPU, so a factory without `device=` (on a GPU: a host tensor that the
@@ -80,7 +87,7 @@ def _made_on_host(func, args: tuple, kwargs: dict) -> str | None:
     pageable host memory, which syncs the stream and fails the capture) and `.cpu()` (a read) would pass unseen."""
     if func in FACTORIES and kwargs.get("device") is None and kwargs.get("out") is None:
         return "makes a tensor on the host (no device=)"
-    if func in FROM_HOST and not isinstance(args[0] if args else kwargs.get("data", kwargs.get("obj")), torch.Tensor):
+    if from_host_values(func, args, kwargs):
         return "copies host data in (a tensor made from Python values: keep a Python number, or make it on the device)"
     if func is torch.Tensor.cpu or (func is torch.Tensor.to and any(  # a device named in the code: every tensor is
             isinstance(a, str) and a.startswith("cpu") for a in (*args[1:], kwargs.get("device")))):  # on the CPU here
@@ -356,8 +363,9 @@ class ReplayStandIn:
         # outside the pool
         self.made = Made(self, [x for (place, _), x in zip(self.program.outputs, self.outputs, strict=True)
                                 if place is not None and _storage(x) not in self.program.outside_storages])
-        for _ in range(warmups - 1):  # cuda_graph's warm-ups run eagerly, before the capture: no pool replays
-            self._run()
+        with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
+            for _ in range(warmups - 1):  # cuda_graph's warm-ups run eagerly, before the capture: no pool replays
+                self._run()
         self.pool = pool
         if pool is not None:
             pool.join(self.made)
@@ -371,8 +379,8 @@ class ReplayStandIn:
             self.made.spoilt = False
 
     def _run(self) -> None:
-        with torch.inference_mode(), torch.profiler.record_function(CAPTURED):
-            for mine, new in zip(self.outputs, pytree.tree_leaves(self.program()), strict=True):
-                if mine is not new:
-                    mine.copy_(new)
-
+        """The recorded operators once, their results copied into `out` (inside the caller's inference mode and
+        CAPTURED range)."""
+        for mine, new in zip(self.outputs, pytree.tree_leaves(self.program()), strict=True):
+            if mine is not new:
+                mine.copy_(new)
