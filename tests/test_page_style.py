@@ -237,18 +237,19 @@ def test_a_tall_tree_in_presenter_mode_scrolls_with_a_scrollbar_that_shows(deskt
 
 
 # ------------------------------------------------------------------------------------ no timer over the stats
-WATCH_TIMER_JS = """() => { window.sdTimers = []; new MutationObserver(() => {
-  for (const e of document.querySelectorAll('#sd-stats .progress-text, #sd-stats .eta-bar'))
+OWN_VIEWS = ("#sd-stats", "#sd-token-view", "#sd-film", "#sd-step-tokens", "#sd-step-caption")
+WATCH_TIMER_JS = """(views) => { window.sdTimers = []; new MutationObserver(() => {
+  for (const e of document.querySelectorAll(views.map((v) => v + ' .progress-text, ' + v + ' .eta-bar').join(', ')))
     if (e.offsetParent !== null && e.textContent.trim()) window.sdTimers.push(e.textContent.trim()); })
-  .observe(document.querySelector('#sd-stats'), {subtree: true, childList: true, characterData: true,
-                                                attributes: true}); }"""
+  .observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true}); }"""
 
 
 def test_no_timer_is_drawn_over_the_stats_while_a_run_streams(browser, app_url):
-    """The stats say what a run is doing; gradio's own "processing | 0.1s" over them flickered at a run's start and
-    end (seen in a review's screenshot)."""
+    """The stats, text, film strip and step-through say what a run is doing; gradio's own "processing | 0.1s" over
+    them flickered at a run's start and end (seen in a review's screenshot, and over the text once run_over drew it
+    after Stop)."""
     context, page = open_page(browser, app_url, "en-US", 1280, 720)
-    page.evaluate(WATCH_TIMER_JS)
+    page.evaluate(WATCH_TIMER_JS, list(OWN_VIEWS))
     for prompt in ("ROMEO:\n", "JULIET:\n"):  # the second run has an ETA to show, from the first
         page.locator("#sd-prompt textarea").fill(prompt)
         page.click("#sd-generate")

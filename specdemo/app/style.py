@@ -89,10 +89,12 @@ body:has(#sd-notice) #sd-token-view .html-container {  /* the sentence on a miss
 .sd-card span { display: block; font-size: 13px; line-height: 1.25; color: #555; }
 .sd-pending b, .sd-stopped b { color: #767676; }
 #sd-stats .html-container.pending { opacity: 1; }  /* the live numbers stay readable while the run streams */
-/* gradio's timer ("queue: 1/1", "processing | 0.1s"), which it draws over the stats although Generate asks for no
-   tracker (show_progress="hidden"; the stats name the tracker only for an error's mark): the stats say what the run
-   is doing, and a flickering "0.1s" is noise on a projector */
-#sd-stats .progress-text, #sd-stats .eta-bar { display: none; }
+/* gradio's timer ("queue: 1/1", "processing | 0.1s"), which gradio 6.31 draws over an event's outputs although
+   Generate and run_over ask for no tracker (show_progress="hidden"; the stats name the tracker only for an error's
+   mark): a run's stats, text, film strip and step-through say what the run is doing, and a flickering "0.0s" is
+   noise on a projector */
+:is(#sd-stats, #sd-token-view, #sd-film, #sd-step-tokens, #sd-step-caption) :is(.progress-text, .eta-bar) {
+  display: none; }
 /* the 18 px that the stats' line took (.sd-line) given back around the token view, so that the keys hint under it
    stays above the fold at 1280x720 */
 #sd-stats .html-container { padding-bottom: 0; }
