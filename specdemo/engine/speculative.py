@@ -196,7 +196,12 @@ def roll_back(target: CachedLM, drafter: Drafter, seq: torch.Tensor, proposal: P
     else:
         target.keep_rows(fed_from, kept_rows)
     if drafter.wants_features and features is not None:
-        features = features[: kept - fed_from] if tree is None else features[kept_rows]
+        if tree is None:
+            features = features[: kept - fed_from]
+        elif kept_rows == list(range(len(kept_rows))):  # the kept path leads the tree's rows: a view
+            features = features[: len(kept_rows)]
+        else:  # a list index would copy the rows' numbers in from pageable memory, which waits for a GPU
+            features = features.index_select(0, upload_ids(kept_rows, features.device))
     else:
         features = None
     drafter.observe(RoundOutcome(judged.n_acc, proposal.k, seq.numel(), features, fed_from, tuple(new_ids)))

@@ -51,6 +51,7 @@ COPIES = {aten.copy_.default, aten.index_put.default, aten.index_put_.default, a
 FACTORIES = {torch.zeros, torch.ones, torch.empty, torch.full, torch.arange, torch.eye, torch.linspace, torch.logspace,
              torch.scalar_tensor, torch.empty_strided, torch.tril_indices, torch.triu_indices}  # placed by device=
 FROM_HOST = {torch.tensor, torch.as_tensor, torch.asarray}  # copy Python or NumPy values in
+INDEXING = {torch.Tensor.__getitem__, torch.Tensor.__setitem__}  # an index that holds a list copies it in
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OWN_CODE = tuple(os.path.join(_ROOT, d) + os.sep for d in ("specdemo", "tests", "scripts"))  # not a library's
 
@@ -74,8 +75,13 @@ def _caller() -> str:
 
 
 def from_host_values(func, args: tuple, kwargs: dict) -> bool:
-    """Whether a call makes a tensor from Python or NumPy values (`torch.tensor([1, 2])`, not `torch.tensor(t)`):
-    on a GPU, a copy from pageable host memory, which waits for the GPU."""
+    """Whether a call makes a tensor from Python or NumPy values (`torch.tensor([1, 2])`, not `torch.tensor(t)`;
+    an index that holds a list, `t[[0, 2]]`, which torch turns into an index tensor on t's device): on a GPU, a
+    copy from pageable host memory, which waits for the GPU."""
+    if func in INDEXING:
+        index = args[1] if len(args) > 1 else None
+        return any(isinstance(i, list) or type(i).__name__ == "ndarray"
+                   for i in (index if isinstance(index, tuple) else (index,)))
     return func in FROM_HOST and not isinstance(args[0] if args else kwargs.get("data", kwargs.get("obj")),
                                                 torch.Tensor)
 
