@@ -84,6 +84,10 @@ TREE_LOOKUP_MAX = 16  # tree_lookup: the most copied tokens grafted onto a tree
 TREE_CHILDREN = ("auto", "top", "sampled")  # tree: the head's top-k children, or children sampled from it (T > 0)
 
 
+LENIENCE_TREE = ("lenience applies to the chain strategies (fixed, adaptive, lookup, eagle): a tree's walk draws the "
+                 "target's own token at each node and has no acceptance test to relax; set lenience to 1 for a tree")
+
+
 @dataclass(frozen=True)
 class SpecConfig:
     """One speculative run: the drafting strategy, K, the token budget, the seed and the lenience b.
@@ -103,7 +107,8 @@ class SpecConfig:
     lookup (what followed the latest earlier occurrence of the last 3, 2 or 1 tokens; tree.graft); not for sampled
     children, nor for a top-k 1 chain.
     lenience b in (0, 1] draws the acceptance uniform from U[0, b); b = 1 is the exact algorithm, b < 1 accepts more
-    drafts and is lossy (the output no longer follows the target's distribution). top_candidates: how many top
+    drafts and is lossy (the output no longer follows the target's distribution). A chain's only: a tree's walk draws the
+    target's token at each node, with no acceptance uniform to relax, so `tree` refuses b < 1. top_candidates: how many top
     tokens per position the Round events carry for the inspector (0 = none: the bench, the CLI and the API skip it).
     """
 
@@ -138,6 +143,8 @@ class SpecConfig:
             raise ConfigError(f"max new tokens must be at least 1, got {self.max_new_tokens}")
         if not (0.0 < self.lenience <= 1.0):
             raise ConfigError(f"lenience must be in (0, 1], got {self.lenience}")
+        if self.strategy == "tree" and self.lenience < 1.0:  # the walk draws from p: no acceptance uniform to relax
+            raise ConfigError(LENIENCE_TREE)
         if self.top_candidates < 0:
             raise ConfigError(f"top_candidates must be >= 0, got {self.top_candidates}")
         for name, (lo, hi) in (("tree_topk", TREE_TOPK_RANGE), ("tree_depth", TREE_DEPTH_RANGE)):

@@ -150,6 +150,8 @@ BAD_INPUTS = [
      "Only the embedded pairs have an EAGLE head"),
     (dict(pair="gpt2", strategy="eagle"), "cannot draft with the EAGLE head: none was trained for it"),
     (dict(strategy="lookup", ngram=0), "Lookup n-gram size must be between 1 and 8"),
+    # a tree once ran exact while the page called it lossy: its walk has no acceptance uniform to relax
+    (dict(strategy="tree", lenience=0.5), "Lenience works on the chain strategies only"),
     (dict(pair="custom", draft="/no/such/model", target="/no/such/other"), "repo ids of the form owner/name"),
     (dict(pair="gpt2"), "(hub cannot be reached|not in the local cache).*The embedded pair 'shakespeare' works offline"),
     (dict(chat=True), "no chat template"),

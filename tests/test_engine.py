@@ -197,6 +197,17 @@ def test_lenience_marks_the_run_lossy_and_accepts_more(pair):
     assert lenient.metrics()["acceptance_rate"] > exact.metrics()["acceptance_rate"]
 
 
+def test_a_tree_refuses_lenience_rather_than_run_exact_under_a_lossy_label():
+    """The tree's walk draws the target's own token at each node: there is no acceptance uniform that b could
+    shrink, so a tree with b < 1 ran exact while its rounds (and the page) said lossy. It is refused, in one sentence;
+    the chain strategies take it."""
+    with pytest.raises(ConfigError, match="chain strategies"):
+        SpecConfig(strategy="tree", lenience=0.5)
+    assert SpecConfig(strategy="tree", lenience=1.0).lossy is False
+    for strategy in ("fixed", "adaptive", "lookup", "eagle"):
+        assert SpecConfig(strategy=strategy, lenience=0.5).lossy
+
+
 def test_bad_prompts_raise_clear_errors(pair):
     with pytest.raises(PromptError, match="empty"):
         speculative_generate(pair, "   ", GREEDY, SpecConfig())

@@ -215,6 +215,8 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
     lenience = as_number(Msg("field.lenience"), lenience, float, 0.0, 1.0)
     if lenience <= 0.0:
         raise UserError("err.lenience_zero")
+    if strategy == "tree" and lenience < 1.0:
+        raise UserError("err.lenience_tree")
     try:
         sampling = SamplingConfig(temperature, top_k, top_p)
         spec = SpecConfig(k=k, max_new_tokens=max_new_tokens, seed=seed, lenience=lenience, strategy=strategy,
