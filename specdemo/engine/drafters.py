@@ -70,7 +70,8 @@ class Proposal:
     tokens: torch.Tensor  # [k] long
     q: torch.Tensor  # [k, V] float32: the distributions the tokens were drawn from (one-hot for copied tokens)
     source: str  # "draft" (the draft model), "eagle" (the feature head), "lookup" (copied from the sequence),
-    #              "fallback" (lookup found nothing), "prefill" (eagle's first round: no target features yet)
+    #              "tree" (the head's draft tree), "fallback" (lookup found nothing), "prefill" (eagle's first round:
+    #              no target features yet)
     copied_from: int | None = None  # lookup: index in prompt + output of the first copied token
     ngram: int | None = None  # lookup: the size of the n-gram that matched
     unsure: tuple[float, float] | None = None  # eagle: its confidence stop ended the round early, at (the head's

@@ -117,7 +117,8 @@ class Round:
     stop_reason: str | None = None  # "eos" or "max_new_tokens" if the run ended in this round
     bonus_top: list[Candidate] = field(default_factory=list)  # target's top tokens at the bonus position
     source: str = "draft"  # who proposed: "draft" (the draft model), "eagle" (the feature head), "lookup" (copied),
-    #                        "fallback" (nothing to copy), "prefill" (eagle's first round, before any target features)
+    #                        "tree" (the head's draft tree), "fallback" (nothing to copy), "prefill" (eagle's first
+    #                        round, before any target features)
     copied_from: int | None = None  # lookup: index in prompt + output of the first copied token
     ngram: int | None = None  # lookup: the size of the n-gram that matched
     unsure: tuple[float, float] | None = None  # eagle: its confidence stop ended the round early (drafters.Proposal)

@@ -9,8 +9,9 @@ each a function below:
   1. a drafter (drafters.py: the draft model with a fixed or adaptive K, prompt lookup, or the EAGLE head on the
      target's features, as a chain or a tree) proposes x_1..x_K with the distributions q_1..q_K it drew them from
      (K = 0 is a plain target step);
-  2. `verify_forward`: the target scores [not yet cached tokens of seq] + x_1..x_K in ONE forward, giving warped
-     p_1..p_{K+1};
+  2. `verify_forward`: the target scores [not yet cached tokens of seq] + x_1..x_K in ONE forward, giving the
+     float32 logits of positions 1..K+1 (its last hidden states where the verdict is captured), which step 3 warps
+     into p_1..p_{K+1};
   3. `judge`: `verify` accepts the longest prefix with r_t < min(1, p_t(x_t)/q_t(x_t)) and draws the next token from
      the residual norm(max(0, p - q)) at the first rejection, or from p_{K+1} as a bonus if all K were accepted (a
      tree: the walk of walk.py); the verdict crosses to the host in one copy;
@@ -22,9 +23,10 @@ each a function below:
 Per round there is one device-to-host copy (the verdict) and no other host sync: phase times on a GPU come from
 CUDA events, read after that copy, and drafters draft without reading anything back (lookup searches a host copy
 of the sequence), except that a drafter with a stop rule reads its confidence once per position where the rule
-decides (drafters.confidence: adaptive, and eagle with a stop_below), a sync each on a GPU and free on a CPU. On
-captured graphs eagle's stop is decided on the device instead (Proposal.cut), and a chain's verdict is one replay
-(judge_graph.py).
+decides (drafters.confidence: adaptive, and eagle with a stop_below), and a tree grown step by step reads one
+number a depth where it prunes (tree.grow, sampled_tree) and its lookup branch where it grafts one: a sync each on
+a GPU and free on a CPU. On captured graphs eagle's stop is decided on the device instead (Proposal.cut), a tree
+grows in one replay, and a verdict is one replay (judge_graph.py).
 """
 
 from __future__ import annotations
@@ -303,7 +305,7 @@ def speculative_generate(
 def run_settings(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig | None = None) -> dict:
     # public names only (ModelPair.draft_label/target_label): a trace can be shared, and the app returns it
     out = {"pair": pair.name, "draft": pair.draft_label, "target": pair.target_label, "device": str(pair.device),
-           "decoding": pair.decoding,  # eager, static or graphs (models.static): how the forwards ran
+           "decoding": pair.decoding,  # eager, static, graphs or compiled (models.static): how the forwards ran
            "draft_dtype": dtype_name(pair.draft_dtype), "target_dtype": dtype_name(pair.dtype)}
     out |= {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p}
     if spec is not None:

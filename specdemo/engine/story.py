@@ -160,8 +160,8 @@ def tree_sizes(n: int, top_m: int, vocab: int) -> list[int]:
 
 def tree_verdict_from_host(pair: ModelPair, host: list[list[float]], tree: DraftTree, top_m: int, width: int
                            ) -> tuple:
-    """The round's verdict from the host lists of tree_verdict_tensors. Returns (nodes, path rows, next token, p of
-    it, ended at a leaf, top candidates per p row)."""
+    """The round's verdict from the host lists of tree_verdict_tensors. Returns (nodes, path rows, p_go per path row,
+    next token, its p, ended at a leaf, top candidates per p row)."""
     (ids, parents, depths, head_p, p_node, on_path, p_go, q_node, acc_node, (end_row, next_tok, leaf, n), (p_next_host,),
      *top_host) = host
     n = int(n)  # a tree grown in a graph is padded to its budget: its first n nodes are real (DraftTree.size)

@@ -63,7 +63,8 @@ def make_drafter(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, dr
 
 def max_drafts(spec: SpecConfig, limits: Limits | None = None) -> int:
     """The most tokens a round may propose under spec: K, except for adaptive, which picks K itself, up to
-    ADAPTIVE_MAX_K and never above the server's K limit (SPECDEMO_MAX_K)."""
+    ADAPTIVE_MAX_K and never above the server's K limit (SPECDEMO_MAX_K), and a tree, whose bound is the deepest a
+    round may draft (TREE_DEPTH_RANGE[1]), not its number of nodes."""
     if spec.strategy == "tree":  # the tree's depth bounds a round; TreeDrafter takes the smaller of the two
         return TREE_DEPTH_RANGE[1]
     if spec.strategy != "adaptive":

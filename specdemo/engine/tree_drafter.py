@@ -191,8 +191,9 @@ class TreeDrafter(EagleDrafter):
 
     def graft_lookup(self, tokens: torch.Tensor, tree: DraftTree, k_max: int) -> tuple[torch.Tensor, DraftTree]:
         """The tree with what followed the latest earlier occurrence of the last (up to 3) fixed tokens grafted on
-        (tree.graft): at most lookup_k tokens deep and k_max deep, within max_nodes nodes. Reads the tree's tokens
-        on the host: one more device-to-host copy a round (free on a CPU)."""
+        (tree.graft): at most lookup_k tokens deep and k_max deep, within max_nodes nodes. Reads the tree's tokens,
+        parents, depths and head p on the host and copies the grafted tree back: four reads and four uploads a round
+        where it grafts (free on a CPU; a tree with a lookup branch is grown step by step)."""
         found = self.lookup.find(self.lookup.host)
         if found is None:
             return tokens, tree

@@ -6,7 +6,11 @@
 - lm.py: `CachedLM`, a model with its KV cache, rolled back by cropping; packed bf16 linears;
 - loading.py: the only `from_pretrained` calls, the dtype cast, and the LRU of loaded pairs;
 - eagle.py: EAGLE draft heads, which read the target's hidden states;
-- eagle3.py, eagle3_files.py: published EAGLE-3 heads (vLLM's speculators format), and reading and checking one.
+- eagle3.py, eagle3_files.py: published EAGLE-3 heads (vLLM's speculators format), and reading and checking one;
+- static.py, static_parts.py: static KV caches in buckets and the forwards over them, captured as CUDA graphs;
+- head_graphs.py: the EAGLE head's step over a fixed-capacity cache, captured;
+- row_moves.py: a tree round's cache roll-back as one replay;
+- stand_in.py: the graphs' stand-in on a CPU (records once, replays), and its checks for capture hazards.
 
 The engine (specdemo.engine) imports the names below from here.
 """

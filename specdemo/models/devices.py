@@ -147,7 +147,7 @@ def packs_bf16(device: torch.device, dtype: torch.dtype) -> bool:
     at 1 to 32 rows on both kinds (tests/test_models.py checks it on each); at a prompt's 300 rows that holds on
     Zen 4, and is not claimed on AMX (issue 39), so every load packs alike (models.finish_model):
     - with AMX (Xeon, 2026-11-25): a one-token step 41.9 -> 34.4 ms, a 9-token verify 48.8 -> 43.4 ms;
-    - with AVX-512 BF16 and no AMX (AMD EPYC, Zen 4, 2026-11-25, `scripts/pack_ab.py`): a one-token step
+    - with AVX-512 BF16 and no AMX (AMD EPYC, Zen 4, 2026-11-25, `scripts/experiments/pack_ab.py`): a one-token step
       34.9 -> 29.9 ms, a 12-token verify 45.6 -> 37.1 ms.
     Packing float32 weights was slower at one row, so float32 keeps F.linear. SPECDEMO_PACK=0 turns it off."""
     return (device.type == "cpu" and dtype == torch.bfloat16 and cpu_bf16_kind() != "none"

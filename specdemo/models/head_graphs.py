@@ -1,14 +1,15 @@
 """The EAGLE head's chain step captured (issue 45): one head cache per pair of fixed capacity, shared by every run
 the way models/static.py shares the target's (runs take turns a round at a time and swap their positions in and
-out), and the one-position drafting step over it, captured once per cache bucket (static_sizes.buckets_for) as a
-CUDA graph, or recorded by the graphs' stand-in on a CPU (static.ReplayStandIn).
+out), and the one-position drafting step over it, captured once per cache bucket (static_parts.buckets_for) as a
+CUDA graph, or recorded by the graphs' stand-in on a CPU (stand_in.ReplayStandIn).
 
 A step reads the predicted feature g [1, H] and the drafted token x [1] from fixed buffers, embeds x, runs the
 head's layer at the position held in a device scalar (its key and value written there in place, attention over the
 bucket's first slots through a mask that hides every slot after it), and leaves the next feature and its float32
 logits over the draft vocabulary in fixed outputs: the arithmetic of EagleHead.step (models/eagle.py) for one
-position. The drafter (engine/drafters.py, EagleDrafter) replays it between its picks. Only `EagleHead` itself is
-captured here; another head type drafts eagerly.
+position. engine/chain_graph.py captures the whole chain over this cache; the drafter (engine/drafters.py,
+EagleDrafter) replays this step between its picks only where that graph is not available, and in a top-k 1 tree.
+Only `EagleHead` itself is captured here; another head type drafts eagerly.
 """
 
 from __future__ import annotations

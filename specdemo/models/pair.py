@@ -1,6 +1,6 @@
 """The draft/target pair: `ModelPair` (two models that share a tokenizer, with their public labels), the check
 that the two tokenizers agree, the shared vocabulary width (logits can be wider than the tokenizer, e.g. padded
-embeddings), which folders a preset names, and the bytes and text of each token (byte-level and byte-fallback
+embeddings), and the bytes and text of each token (byte-level and byte-fallback
 pieces, decoded incrementally by `TextStream`). It does not load models (loading.py) or run them (lm.py)."""
 
 from __future__ import annotations
@@ -106,12 +106,14 @@ class ModelPair:
     _token_texts: list[str] | None = field(default=None, repr=False)
     _token_bytes: list[bytes] | None = field(default=None, repr=False)
     draft_dtype: torch.dtype | None = None  # None: the same as the target's
-    head: object | None = None  # the EAGLE head (eagle.EagleHead) that drafts from this target's features, if any
+    head: object | None = None  # the EAGLE head that drafts from this target's features, if any (eagle.EagleHead,
+    #                             eagle3.Eagle3Head)
     head_error: Msg | None = None  # why a preset's head is not there (missing, damaged, mismatched)
-    decoding: str = "eager"  # how new_lm's caches run: eager, static or graphs (models.static.prepare)
+    decoding: str = "eager"  # how new_lm's caches run: eager, static, graphs or compiled (static.prepare)
     decoding_note: str = ""  # why, in one line: the log and the page's device line say it
     static_slots: dict = field(default_factory=dict, repr=False)  # role -> static.StaticSlot, where not eager
-    window_cap: int | None = None  # a GPU too small for the static caches of the largest request lowers the window
+    window_cap: int | None = None  # a window below the context's: static caches sized to the longest request, or a
+    #                                 GPU too small for the whole window
 
     def __post_init__(self) -> None:
         if self.draft_dtype is None:

