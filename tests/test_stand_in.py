@@ -284,8 +284,9 @@ def test_no_round_copies_python_values_in_but_through_upload_ids(own_pair, tempe
 @pytest.mark.parametrize("strategy", ["fixed", "lookup", "eagle", "tree"])
 def test_on_cuda_a_captured_round_synchronizes_once(cuda_pair, strategy):  # noqa: F811
     """Issue 45, item 3, as CUDA sees it (torch.cuda.set_sync_debug_mode, which sees C++'s syncs too: a copy from
-    pageable memory, a capture's synchronize): after a first run, whose captures synchronize, every round after the
-    prompt's synchronizes once, at its verdict's read. A failure names the lines."""
+    pageable memory; a capture's device synchronize, which that mode misses, is counted by round_syncs from the
+    graphs made): after a first run, whose captures synchronize, every round after the prompt's synchronizes once,
+    at its verdict's read. A failure names the lines."""
     from specdemo.bench.round_ops import round_syncs
 
     assert cuda_pair.decoding == "graphs", cuda_pair.decoding_note
@@ -315,3 +316,33 @@ def test_the_bench_times_replays_only_where_graphs_are_captured_on_first_use(own
     c = res["settings"]["captures"]
     assert not c["every_prompt_warmed"] and c["warm_up"] == c["timed"] == 0, c
     assert "graphs captured" not in format_strategies(res)
+
+
+def test_a_failed_capture_of_the_heads_read_leaves_the_run_its_own_positions(own_pair, monkeypatch):  # noqa: F811
+    """A capture writes through the head cache's scratch view, after saving the run's positions (HeadSlot.take).
+    When the read's capture failed, the run read eagerly over what the capture had left there: that round's drafts
+    came from another context (found by reading, 2026-11-28). The run after a failed capture must draft as a run
+    whose reads were eager from the start."""
+    from specdemo.models.head_graphs import HeadSlot
+
+    def failing(self, n, b):
+        self.take(self.scratch)
+        self.cache.k.normal_()  # what a capture's warm-ups may leave in the slots
+        self.cache.v.normal_()
+        raise RuntimeError("a capture that failed")
+
+    spec, ids = SpecConfig(k=4, max_new_tokens=24, strategy="eagle"), own_pair.encode("ROMEO:\nWhat light")
+
+    def run(fail: bool):
+        decode_as(own_pair, "replayed")  # a fresh head slot: nothing captured, nothing failed
+        if fail:
+            monkeypatch.setattr(HeadSlot, "_capture_read", failing)
+        else:
+            own_pair.static_slots["head"].read_failed = True  # eager reads, no capture tried
+        rounds = list(speculative_rounds(own_pair, ids, SamplingConfig(0.0), spec))
+        monkeypatch.undo()
+        return [[(t.token_id, t.label) for t in r.tokens] for r in rounds]
+
+    failed, eager = run(True), run(False)
+    assert own_pair.static_slots["head"].read_failed
+    assert failed == eager

@@ -11,7 +11,8 @@ on a GPU with the real graphs. Used by tests/test_static.py and by `gpu_bench.sh
 - `Uploads`: every tensor specdemo's code makes from Python values other than by `devices.upload_ids`; on a GPU each
   is a copy from pageable memory, which waits for the GPU as a read does.
 - `CudaSyncs`: on CUDA, every call that synchronizes the host with the GPU, from Python or C++, as
-  torch.cuda.set_sync_debug_mode reports them (the reads, pageable copies, torch.cuda.synchronize...).
+  torch.cuda.set_sync_debug_mode reports them (the reads, pageable copies, stream syncs; not a device-wide
+  torch.cuda.synchronize, such as a capture's, which `round_syncs` counts from the graphs made).
 """
 
 from __future__ import annotations
@@ -128,14 +129,19 @@ def round_counts(rounds, skip: int = 1) -> list[tuple[int, int, int, int]]:
 
 def round_syncs(rounds, device: torch.device, skip: int = 1) -> list[tuple[list[str], list[str]]]:
     """(CUDA's synchronizing calls, specdemo's uploads from Python values), each as its 'file:line' list, of each
-    round of a speculative_rounds generator after the first `skip`; the first list is empty off CUDA."""
+    round of a speculative_rounds generator after the first `skip`; the first list is empty off CUDA. A graph
+    captured in the round counts there as a sync too: torch.cuda.graph synchronizes the whole device
+    (torch.cuda.synchronize), which the sync debug mode does not report."""
     out = []
     for i in range(10_000):
+        made = Tally.count
         with CudaSyncs(device) as syncs, Uploads() as uploads:
             rnd = next(rounds, None)
         if rnd is None:
             break
         if i >= skip:
+            if syncs.cuda and Tally.count > made:
+                syncs.where.append(f"{Tally.count - made} graph(s) captured (torch.cuda.graph synchronizes the device)")
             out.append((syncs.where, uploads.where))
     return out
 

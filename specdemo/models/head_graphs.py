@@ -185,6 +185,7 @@ class HeadSlot:
                 self.read_failed = True
                 log.warning("the head's read could not be captured (%s: %s); reading eagerly", type(err).__name__,
                             err)
+                self.take(view)  # the capture wrote through the scratch view: the run's positions come back
                 return None
         self.take(view)
         buf_feats, buf_tokens = self.reads_in[n]
