@@ -107,9 +107,10 @@ class SpecConfig:
     lookup (what followed the latest earlier occurrence of the last 3, 2 or 1 tokens; tree.graft); not for sampled
     children, nor for a top-k 1 chain.
     lenience b in (0, 1] draws the acceptance uniform from U[0, b); b = 1 is the exact algorithm, b < 1 accepts more
-    drafts and is lossy (the output no longer follows the target's distribution). A chain's only: a tree's walk draws the
-    target's token at each node, with no acceptance uniform to relax, so `tree` refuses b < 1. top_candidates: how many top
-    tokens per position the Round events carry for the inspector (0 = none: the bench, the CLI and the API skip it).
+    drafts and is lossy (the output no longer follows the target's distribution). A chain's only: a tree's walk
+    draws the target's token at each node, with no acceptance uniform to relax, so `tree` refuses b < 1.
+    top_candidates: how many top tokens per position the Round events carry for the inspector (0 = none: the bench,
+    the CLI and the API skip it).
     """
 
     k: int = 4

@@ -4,8 +4,8 @@ Owns `explain_divergence`: given a speculative run and the target-only run at T 
 token and recomputes the target's logits of the two tokens there in both computations, the one-token steps of
 target-only decoding and the (K+1)-token verify forwards of the speculative run, recomputed with eager forwards of
 the same inputs (a tree round's path as a chain; on a static or captured pair not the run's own kernels, so the gap
-there is close to the run's, not always the same bits). In bf16 the two
-sum in different orders; where the target's two best logits lie within that rounding, either may come out on top.
+there is close to the run's, not always the same bits). In bf16 the two sum in different orders; where the
+target's two best logits lie within that rounding, either may come out on top.
 `divergence_steps` does the same one forward at a time (a generator), so that a server can take its device lock
 per forward, as its runs do (runs.explained). It does not decide what to show (render.py and the handlers do).
 """

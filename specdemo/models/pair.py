@@ -1,7 +1,7 @@
 """The draft/target pair: `ModelPair` (two models that share a tokenizer, with their public labels), the check
 that the two tokenizers agree, the shared vocabulary width (logits can be wider than the tokenizer, e.g. padded
-embeddings), and the bytes and text of each token (byte-level and byte-fallback
-pieces, decoded incrementally by `TextStream`). It does not load models (loading.py) or run them (lm.py)."""
+embeddings), and the bytes and text of each token (byte-level and byte-fallback pieces, decoded incrementally by
+`TextStream`). It does not load models (loading.py) or run them (lm.py)."""
 
 from __future__ import annotations
 
