@@ -20,11 +20,13 @@ class Limits:
     max_k: int = 12  # SPECDEMO_MAX_K
     max_tree: int = 0  # SPECDEMO_MAX_TREE: the most nodes a draft tree may have (0: devices.default_max_tree)
     max_samples: int = 5000  # SPECDEMO_MAX_SAMPLES (distribution check)
-    time_limit_s: int = 120  # SPECDEMO_TIME_LIMIT_S (per request)
+    time_limit_s: int = 120  # SPECDEMO_TIME_LIMIT_S (per request; ZEROGPU_TIME_LIMIT_S on a ZeroGPU Space)
     allow_custom: bool = True  # SPECDEMO_ALLOW_CUSTOM (custom hub ids)
     allow_local: bool = False  # SPECDEMO_ALLOW_LOCAL (custom ids may also be folders on the server's disk)
     max_params_m: int = 500  # SPECDEMO_MAX_PARAMS_M (millions of parameters per custom model)
     MIN_CUSTOM_M = 124  # below a cap of gpt2's size, custom ids are off unless SPECDEMO_ALLOW_CUSTOM=1
+    ZEROGPU_TIME_LIMIT_S = 60  # unset on ZeroGPU: each request asks for it (+ zerogpu.GPU_MARGIN_S) of a visitor's
+    #                            daily GPU quota before it runs, so 150 s a click would refuse visitors with little left
 
     @classmethod
     def from_env(cls) -> Limits:
@@ -40,7 +42,8 @@ class Limits:
             max_k=env_int("SPECDEMO_MAX_K", cls.max_k),
             max_tree=min(env_int("SPECDEMO_MAX_TREE", 0) or devices.default_max_tree(), devices.MAX_TREE_NODES),
             max_samples=env_int("SPECDEMO_MAX_SAMPLES", cls.max_samples),
-            time_limit_s=env_int("SPECDEMO_TIME_LIMIT_S", cls.time_limit_s),
+            time_limit_s=env_int("SPECDEMO_TIME_LIMIT_S",
+                                 cls.ZEROGPU_TIME_LIMIT_S if devices.zerogpu_space() else cls.time_limit_s),
             allow_custom=env_int("SPECDEMO_ALLOW_CUSTOM", custom_default) != 0,
             allow_local=env_int("SPECDEMO_ALLOW_LOCAL", 0) != 0,
             max_params_m=cap,

@@ -113,3 +113,17 @@ def test_the_distribution_checks_chi_square_sees_a_lossy_run(pair):
     the test has the power to see a sampler that does not follow p."""
     dist = distribution(pair, "fixed", lenience=0.3)
     assert dist["pvalue"] < 1e-6, dist
+
+
+def test_the_distribution_checks_device_work_takes_the_devices_turn(pair, monkeypatch):
+    """Its generator and its result's counts and draws run on the pair's device: on a shared GPU they take the
+    device lock, as a run's rounds do (a capture by another session meanwhile would fail; found by reading)."""
+    held, result = [], runs.distribution_result
+
+    def watched(pair_, *args):
+        held.append(pair_.lock.locked())
+        return result(pair_, *args)
+
+    monkeypatch.setattr(runs, "distribution_result", watched)
+    assert distribution(pair, "fixed", n=50)["n"] == 50
+    assert held == [True]

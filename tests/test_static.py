@@ -24,7 +24,7 @@ from specdemo.engine.tree import DraftTree, TreeForward, tree_attention
 from specdemo.models import CachedLM, loading
 from specdemo.models.loading import load_pair, load_pair_uncached
 from specdemo.models.static import (CPU_MODE, StaticLM, buckets_for, cache_bytes, choose_mode, fitting_window,
-                                    plan_window, prepare, stand_ins)
+                                    plan_window, prepare, stand_ins, WHY_GRAPHS, WHY_ZEROGPU)
 
 STRATEGIES = ("fixed", "adaptive", "lookup", "eagle", "tree")
 GREEDY = SamplingConfig(temperature=0.0)
@@ -41,6 +41,16 @@ def decode_as(pair, mode: str, widths=(1, 2, 4, 8, 16, 32)) -> None:
 def own_pair():
     """A private float32 Shakespeare pair (the LRU's pairs are shared with other tests: modes are switched here)."""
     return load_pair_uncached("shakespeare", device="cpu", dtype="float32")
+
+
+@pytest.mark.parametrize("value,zerogpu", [("true", True), ("1", True), ("T", True), ("false", False), ("0", False),
+                                           ("", False)])
+def test_zerogpu_is_read_as_the_spaces_package_reads_it(monkeypatch, value, zerogpu):
+    """On ZeroGPU a CUDA pair decodes eagerly (the GPU is lent a call at a time). SPACES_ZERO_GPU=0 or false once
+    also turned a dedicated GPU's graphs off, since any non-empty value counted."""
+    monkeypatch.setenv("SPACES_ZERO_GPU", value)
+    mode, why = choose_mode(torch.device("cuda"), "auto")
+    assert (mode, why) == (("eager", WHY_ZEROGPU) if zerogpu else ("graphs", WHY_GRAPHS))
 
 
 def test_a_cpu_decodes_eagerly_unless_told_and_says_why():

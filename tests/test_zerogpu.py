@@ -27,6 +27,19 @@ def test_not_on_zerogpu_here_and_the_duration_fits_the_request_cap(monkeypatch):
     assert zerogpu._duration(*ARGS) == zerogpu.gpu_seconds()  # spaces calls it with the request's arguments
 
 
+def test_on_zerogpu_a_request_asks_for_a_minute_of_gpu_time_unless_the_operator_says_otherwise(monkeypatch):
+    """spaces checks the seconds a call asks for against the visitor's GPU quota before it runs: the default
+    120 s limit asked 150 s a click. On ZeroGPU it is 60 (90 s asked); SPECDEMO_TIME_LIMIT_S still decides."""
+    monkeypatch.delenv("SPECDEMO_TIME_LIMIT_S", raising=False)
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    assert zerogpu.gpu_seconds() == 60 + zerogpu.GPU_MARGIN_S
+    monkeypatch.setenv("SPACES_ZERO_GPU", "false")
+    assert zerogpu.gpu_seconds() == 120 + zerogpu.GPU_MARGIN_S
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    monkeypatch.setenv("SPECDEMO_TIME_LIMIT_S", "100")
+    assert zerogpu.gpu_seconds() == 100 + zerogpu.GPU_MARGIN_S
+
+
 def test_a_call_through_spaces_gpu_equals_the_undecorated_handler():
     plain = handlers.generate_api
     decorated = zerogpu.gpu(plain)  # the real spaces.GPU(duration=...)

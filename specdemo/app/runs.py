@@ -215,13 +215,16 @@ def first_token_distribution(pair: ModelPair, req: Request, n: int, limits: Limi
     chat = pair.chat if req.chat is None else req.chat
     ids = encode_prompt(pair, req.prompt, 1, chat)
     deadline = time.monotonic() + limits.time_limit_s
-    gen = torch.Generator(device=pair.device).manual_seed(req.spec.seed)
+    with pair.lock:  # device work takes the device's turn (a capture elsewhere meanwhile would fail)
+        gen = torch.Generator(device=pair.device).manual_seed(req.spec.seed)
     found = yield from round_that_drafts(pair, req, ids, gen, deadline, limits)
     if found is None:
         return
     draws = yield from position_trials(pair, req, found, n, gen, deadline)
     if draws is not None:
-        yield distribution_result(pair, req, found, draws, n, gen, len(ids))
+        with pair.lock:
+            result = distribution_result(pair, req, found, draws, n, gen, len(ids))
+        yield result
 
 
 class Drafted(NamedTuple):

@@ -5,7 +5,8 @@ GPU time each call asks for. Elsewhere nothing changes: without the `spaces` pac
 itself, and with it `spaces.GPU` returns the function itself too unless the Space has a ZeroGPU (`SPACES_ZERO_GPU`,
 read by `spaces.config.Config.zero_gpu`; checked in spaces 0.51). It does not pick devices (models/devices.py).
 
-On ZeroGPU, `spaces.GPU` runs each call in a forked worker that holds a GPU slice: arguments and every yielded
+On ZeroGPU, `spaces.GPU` runs each call in a worker process that holds a GPU slice (spaces may reuse an idle
+one): arguments and every yielded
 value are pickled across, and a generator stays a generator, so the UI keeps streaming round by round. The
 duration asked for is the request's time limit (Limits.time_limit_s, where the handlers stop a run) plus a margin
 for loading a pair the worker has not seen and for the first CUDA kernels; the scheduler counts the time used,

@@ -167,6 +167,12 @@ def packed_linear(x: torch.Tensor, packed: torch.Tensor, out_features: int,
     return y.view(*x.shape[:-1], out_features)
 
 
+def zerogpu_space() -> bool:
+    """Whether the Space says it has a ZeroGPU: SPACES_ZERO_GPU read as the spaces package reads it (1, t or true,
+    any case; `spaces.config`, checked in spaces 0.51), so that "0" or "false" mean no."""
+    return os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in ("1", "t", "true")
+
+
 def upload_ids(ids: list[int], device: torch.device) -> torch.Tensor:
     """`ids` as a long tensor on `device`. On CUDA the copy leaves from pinned memory and does not wait: a copy from
     pageable memory (`torch.tensor(ids, device=...)`) synchronizes with the GPU, a second sync in a round whose one

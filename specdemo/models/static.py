@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .devices import MAX_TREE_NODES, upload_ids
+from .devices import MAX_TREE_NODES, upload_ids, zerogpu_space
 from .eagle import EagleHead
 from .head_graphs import HeadSlot
 from .lm import cache_argument, float32_head, head_logits
@@ -329,7 +329,7 @@ CPU_MODE = "eager"  # what `auto` picks on a CPU: decided by measurement (docs/d
 # the reasons choose_mode gives most often, named so that the page can say them in its language (app/views.py)
 WHY_CPU = "a CPU: dynamic KV cache, eager forwards (a static cache measured no faster here)"
 WHY_GRAPHS = "CUDA graphs over a static cache"
-WHY_ZEROGPU = "ZeroGPU runs each GPU task in a fresh process: no graphs to keep (docs/deploy.md)"
+WHY_ZEROGPU = "ZeroGPU lends the GPU one call at a time, in a worker process: no graphs to keep (docs/deploy.md)"
 
 
 def choose_mode(device: torch.device, asked: str, asker: str | None = None) -> tuple[str, str]:
@@ -337,7 +337,7 @@ def choose_mode(device: torch.device, asked: str, asker: str | None = None) -> t
     came from in the reason (SPECDEMO_DECODING), None a caller's own argument."""
     if asked not in MODES:
         raise ValueError(f"{asker or 'decoding'} must be one of {', '.join(MODES)}, got {asked!r}")
-    if device.type == "cuda" and os.environ.get("SPACES_ZERO_GPU"):
+    if device.type == "cuda" and zerogpu_space():
         return "eager", WHY_ZEROGPU
     if asked == "compiled" and device.type == "cuda":
         return "compiled", WHY_GRAPHS
