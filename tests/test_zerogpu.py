@@ -93,3 +93,26 @@ def test_a_forked_worker_gets_unheld_model_locks(pair):
     t.join()
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_on_zerogpu_a_pair_that_cannot_load_outside_a_gpu_call_is_refused_in_one_sentence(monkeypatch):
+    """On ZeroGPU a load in one of gradio's threads, outside a GPU call, meets spaces' guard on CUDA's start, a
+    RuntimeError (read in spaces 0.51; the guard itself needs a CUDA build and a Space, so it is raised here by
+    hand). The visitor once got gradio's bare 'Error' and a selector on the pair that failed; now the sentence says
+    why, and the selector goes back to the loaded pair. Elsewhere such an error is not the visitor's to read."""
+    from specdemo.app import validation
+
+    quiet = {"progress": lambda *a, **k: None}
+    state = handlers.change_pair("shakespeare", "", "", "en", **quiet)["pair_state"]
+
+    def guarded(key):
+        raise RuntimeError("CUDA must not be initialized in the main process on a ZeroGPU Space")
+
+    monkeypatch.setattr(validation, "load_pair", guarded)
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    for lang, words in (("en", "can only run the pair it loaded at start-up"), ("zh-CN", "只能运行启动时加载的模型对")):
+        out = handlers.change_pair("smollm2-135m", "", "", lang, loaded=state, **quiet)
+        assert words in out["pair_status"] and out["pair"]["value"] == "shakespeare", out
+    monkeypatch.setenv("SPACES_ZERO_GPU", "false")
+    with pytest.raises(RuntimeError, match="must not be initialized"):
+        validation.get_pair(("smollm2-135m",))

@@ -31,6 +31,7 @@ from specdemo.engine.strategy import HEAD_STRATEGIES, check_head, has_head  # no
 from specdemo.i18n import Msg, Translatable, tr
 from specdemo.limits import Limits
 from specdemo.models import ModelLoadError, ModelPair, StrategyUnavailable, estimate_parameters, load_config, load_pair
+from specdemo.models.devices import zerogpu_space
 from specdemo.models.weights import load_error, role_name
 
 CUSTOM = "custom"  # the pair selector's value for a custom draft/target pair
@@ -244,6 +245,13 @@ def get_pair(key, strategy: str | None = None) -> ModelPair:
         pair = load_pair(key)
     except ModelLoadError as err:
         raise user_error(err) from None
+    except RuntimeError as err:
+        # On ZeroGPU a load in one of gradio's threads, outside a GPU call, reaches spaces' guard on CUDA's start
+        # (spaces 0.51 lends CUDA to the importing thread and to its GPU calls only): say so in one sentence, so
+        # that the selector goes back to the loaded pair (handlers.change_pair). Loading there is not built yet.
+        if not (zerogpu_space() and "CUDA" in str(err)):
+            raise
+        raise UserError("err.zerogpu_load") from None
     if strategy is not None:
         try:
             check_head(strategy, pair.name, pair)
