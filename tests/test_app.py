@@ -110,7 +110,12 @@ def test_strategy_race_times_every_strategy_and_keeps_the_text_at_t0(client, pai
     assert all(name in drawn for name in names), drawn[:300]
 
 
-def test_stream_endpoint_streams_rounds(client):
+def test_stream_endpoint_streams_rounds(client, monkeypatch):
+    """Every round handed on (UPDATE_INTERVAL_S = 0; the coalescing has tests of its own below): a warm 40-token run
+    takes under a tenth of a second, and coalesced it once sent only its first and last updates (pytest -n 0)."""
+    from specdemo.app import handlers
+
+    monkeypatch.setattr(handlers, "UPDATE_INTERVAL_S", 0)  # the server runs in this process
     job = client.submit("shakespeare", "", "", "JULIET:\n", 4, 0.8, 0, 1.0, 40, 1, False, 1.0, None, "fixed", "en", False, 3,
                         0, 0, 0, api_name="/generate_stream")
     final = job.result()
