@@ -6,29 +6,27 @@ itself, and with it `spaces.GPU` returns the function itself too unless the Spac
 read by `spaces.config.Config.zero_gpu`; checked in spaces 0.51). It does not pick devices (models/devices.py).
 
 On ZeroGPU, `spaces.GPU` runs each call in a worker process that holds a GPU slice (spaces may reuse an idle
-one): arguments and every yielded
-value are pickled across, and a generator stays a generator, so the UI keeps streaming round by round. The
-duration asked for is the request's time limit (Limits.time_limit_s, where the handlers stop a run) plus a margin
-for loading a pair the worker has not seen and for the first CUDA kernels; the scheduler counts the time used,
-and a shorter request waits less in its queue.
+one): arguments and every yielded value are pickled across, and a generator stays a generator, so the UI keeps
+streaming round by round. The duration asked for is the request's time limit (Limits.time_limit_s, where the
+handlers stop a run) plus a margin for loading a pair the worker has not seen and for the first CUDA kernels; the
+scheduler counts the time used, and a shorter request waits less in its queue.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 
 from specdemo.limits import Limits
+from specdemo.models.devices import zerogpu_space
 
 GPU_MARGIN_S = 30  # loading a pair inside the worker, CUDA start-up, the last round past the deadline
 
 
 def on_zerogpu() -> bool:
-    """True on a ZeroGPU Space: the spaces package is installed and says the Space has a ZeroGPU."""
-    try:
-        from spaces.config import Config
-    except ImportError:
-        return False
-    return bool(Config.zero_gpu)
+    """True on a ZeroGPU Space: the spaces package is installed and the Space says it has a ZeroGPU
+    (devices.zerogpu_space, SPACES_ZERO_GPU read as spaces.config reads it: the one reading of it)."""
+    return importlib.util.find_spec("spaces") is not None and zerogpu_space()
 
 
 def gpu_seconds(limits: Limits | None = None) -> int:
