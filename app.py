@@ -7,6 +7,11 @@
 import logging
 import sys
 
+try:  # on a ZeroGPU Space spaces must come before anything that could start CUDA; elsewhere it changes nothing
+    import spaces  # noqa: F401
+except ImportError:
+    pass
+
 from specdemo import SamplingConfig, SpecConfig, speculative_generate
 from specdemo.app.ui import build_demo, launch
 from specdemo.app.zerogpu import on_zerogpu

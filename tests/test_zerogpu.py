@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import inspect
 import os
+import pickle
 import threading
 
 import pytest
+import torch
 
 spaces = pytest.importorskip("spaces")  # in requirements.txt; a missing package skips instead of erroring
 
@@ -95,24 +97,125 @@ def test_a_forked_worker_gets_unheld_model_locks(pair):
     assert os.waitstatus_to_exitcode(status) == 0
 
 
-def test_on_zerogpu_a_pair_that_cannot_load_outside_a_gpu_call_is_refused_in_one_sentence(monkeypatch):
-    """On ZeroGPU a load in one of gradio's threads, outside a GPU call, meets spaces' guard on CUDA's start, a
-    RuntimeError (read in spaces 0.51; the guard itself needs a CUDA build and a Space, so it is raised here by
-    hand). The visitor once got gradio's bare 'Error' and a selector on the pair that failed; now the sentence says
-    why, and the selector goes back to the loaded pair. Elsewhere such an error is not the visitor's to read."""
+def in_a_worker(fn):
+    """spaces' ZeroGPU call as far as it runs here: `fn` runs in a process forked from this one, and its result
+    (or what it raised) comes back pickled, as spaces 0.51.3's worker sends it."""
+
+    def call(*args):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the worker
+            os.close(read)
+            try:
+                torch.set_num_threads(1)  # no OpenMP pool of the parent's in a forked child
+                data = pickle.dumps(("ok", fn(*args), os.getpid()))
+            except BaseException as err:  # noqa: BLE001 (all of it goes back to the caller)
+                data = pickle.dumps(("raised", err, os.getpid()))
+            with os.fdopen(write, "wb") as f:
+                f.write(data)
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as f:
+            kind, value, worker = pickle.loads(f.read())
+        os.waitpid(pid, 0)
+        calls.append(worker)
+        if kind == "raised":
+            raise value
+        return value
+
+    calls = []
+    call.calls = calls
+    return call
+
+
+@pytest.fixture
+def zerogpu_space(monkeypatch):
+    """A ZeroGPU Space as the serving process meets it: a load here meets spaces' guard on CUDA's start (raised by
+    hand: the guard needs a CUDA build of torch and a Space), a load in a worker works, and this process has no
+    pair loaded (its LRU is emptied for the test). Yields the worker call and the loads that met the guard."""
     from specdemo.app import validation
 
-    quiet = {"progress": lambda *a, **k: None}
-    state = handlers.change_pair("shakespeare", "", "", "en", **quiet)["pair_state"]
+    here, real_load, guarded = os.getpid(), validation.load_pair, []
 
-    def guarded(key):
-        raise RuntimeError("CUDA must not be initialized in the main process on a ZeroGPU Space")
+    def load(key):
+        if os.getpid() == here and models.loaded_pair(key) is None:  # a cached pair touches no device
+            guarded.append(key)
+            raise RuntimeError("CUDA must not be initialized in the main process on a ZeroGPU Space")
+        return real_load(key)
 
-    monkeypatch.setattr(validation, "load_pair", guarded)
+    monkeypatch.setattr(validation, "load_pair", load)
+    monkeypatch.setattr(models, "_CACHE", type(models._CACHE)())
+    monkeypatch.setattr(models, "_RESIDENT", {})
+    monkeypatch.setattr(zerogpu, "on_zerogpu", lambda: True)
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
-    for lang, words in (("en", "can only run the pair it loaded at start-up"), ("zh-CN", "只能运行启动时加载的模型对")):
-        out = handlers.change_pair("smollm2-135m", "", "", lang, loaded=state, **quiet)
-        assert words in out["pair_status"] and out["pair"]["value"] == "shakespeare", out
-    monkeypatch.setenv("SPACES_ZERO_GPU", "false")
+    worker = in_a_worker(zerogpu._load_here)
+    monkeypatch.setattr(zerogpu, "load_on_gpu", worker)
+    yield worker, guarded
+
+
+QUIET = {"progress": lambda *a, **k: None}
+LOADED = {"chosen": {"pair": "smollm2-135m"}}  # the page's loaded pair, which a failed change goes back to
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_on_zerogpu_a_pair_change_loads_in_a_gpu_worker_and_the_serving_process_loads_nothing(zerogpu_space):
+    """Before, the serving process loaded the pair itself, met spaces' guard, and the page could only refuse every
+    pair but the start-up one. Now the load runs inside a GPU call: the page shows the pair as loaded there."""
+    worker, guarded = zerogpu_space
+    out = handlers.change_pair("shakespeare", "", "", "en", loaded=LOADED, **QUIET)
+    assert len(worker.calls) == 1 and worker.calls[0] != os.getpid()
+    assert guarded == [] and models.loaded_pair("shakespeare") is None  # loaded in the worker only
+    assert out["pair_state"]["name"] == "shakespeare" and out["pair_state"]["chosen"] == {"pair": "shakespeare"}
+    assert "`shakespeare:target` (13.3M)" in out["pair_status"] and "value" not in out["pair"], out  # no going back
+    assert out["chat"]["interactive"] is False  # the summary's fields reached the page: no chat template here
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_on_zerogpu_a_refusal_in_the_worker_reaches_the_page_in_its_language(zerogpu_space):
+    """A load refused in the worker (here: a preset that needs a GPU's memory, refused on this CPU) comes back as
+    its sentence, in the visitor's language, not as spaces' bare 'ZeroGPU worker error'."""
+    said = {}
+    for lang in ("en", "zh-CN"):
+        out = handlers.change_pair("qwen3-8b-eagle3", "", "", lang, loaded=LOADED, **QUIET)
+        assert out["pair"]["value"] == "smollm2-135m"  # the selector goes back to the loaded pair
+        said[lang] = out["pair_status"]
+    assert "qwen3-8b-eagle3" in said["en"] and said["zh-CN"] != said["en"]  # translated: the key crossed pickled
+    assert zerogpu_space[1] == [] and len(zerogpu_space[0].calls) == 2
+
+
+def test_on_zerogpu_spaces_own_refusal_is_said_and_the_selector_goes_back(zerogpu_space, monkeypatch):
+    """spaces raises gr.Error in the serving process when a visitor's GPU quota is spent or a worker dies."""
+    import gradio as gr
+
+    def spent(key):
+        raise gr.Error("You have exceeded your GPU quota (60s requested vs. 12s left).")
+
+    monkeypatch.setattr(zerogpu, "load_on_gpu", spent)
+    out = handlers.change_pair("shakespeare", "", "", "en", loaded=LOADED, **QUIET)
+    assert "exceeded your GPU quota" in out["pair_status"] and out["pair"]["value"] == "smollm2-135m"
+
+
+def test_on_zerogpu_a_pair_loaded_here_needs_no_gpu_call(zerogpu_space, pair):
+    """The start-up pair is loaded in the serving process (spaces moves it into every worker): a change back to it
+    asks for no GPU time."""
+    from specdemo.models.devices import requested_dtype
+
+    _, draft, target = models.resolve("shakespeare")
+    want = (requested_dtype("draft", None, None), requested_dtype("target", None, None))
+    models._CACHE[models._key(draft, target, "cpu", want, None, None)] = pair
+    out = handlers.change_pair("shakespeare", "", "", "en", loaded=LOADED, **QUIET)
+    assert out["pair_state"]["name"] == "shakespeare" and zerogpu_space[0].calls == [] and zerogpu_space[1] == []
+
+
+def test_a_load_that_still_meets_the_guard_is_refused_in_one_sentence(zerogpu_space):
+    """The fallback: a load in the serving process that reaches spaces' guard (which pair_summary now avoids) gives
+    one sentence, not gradio's bare 'Error'. Elsewhere such an error is not the visitor's to read."""
+    from specdemo.app import validation
+
+    for lang, words in (("en", "could not load the pair outside a GPU call"), ("zh-CN", "无法在 GPU 调用之外加载")):
+        with pytest.raises(validation.UserError) as err:
+            validation.get_pair("shakespeare")
+        assert words in err.value.text(lang)
+    os.environ["SPACES_ZERO_GPU"] = "false"  # restored by the fixture's monkeypatch
     with pytest.raises(RuntimeError, match="must not be initialized"):
-        validation.get_pair(("smollm2-135m",))
+        validation.get_pair("shakespeare")

@@ -30,7 +30,7 @@ from specdemo.models.lm import device_lock
 from . import plots, render, runs, views
 from .session_locks import session_lock
 from .validation import CUSTOM, UserError, error_text, get_pair, has_head, pair_key, validate
-from .zerogpu import gpu
+from .zerogpu import gpu, pair_summary
 
 log = logging.getLogger("specdemo")
 
@@ -356,7 +356,7 @@ def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, head_id=
         return {"pair_status": tr("pair.enter_ids", lang), "custom_box": gr.update(visible=True)}
     progress(0.1, desc=tr("pair.loading", lang, name=pair_name))
     try:
-        pair = get_pair(pair_key(pair_name, draft_id, target_id, Limits.from_env(), head_id))
+        pair = pair_summary(pair_key(pair_name, draft_id, target_id, Limits.from_env(), head_id))
     except UserError as err:
         gr.Warning(err.text(lang))
         out = {"pair_status": tr("pair.failed", lang, error=render.esc(err.text(lang)))}
@@ -368,7 +368,7 @@ def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, head_id=
         return out | {"head": ""} | back | {"pair": gr.update(value=back["pair"], info=line),
                                             "custom_box": gr.update(visible=back["pair"] == CUSTOM)}
     progress(1.0, desc=tr("pair.done", lang))
-    desc = pair.describe() | {"chosen": chosen}
+    desc = pair.desc | {"chosen": chosen}
     chat = {} if keep_settings else {"value": pair.chat}
     out = {"pair_status": views.pair_info(desc, lang), "custom_box": gr.update(visible=custom), "pair_state": desc,
            "pair": gr.update(info=views.pair_line(pair_name, draft_id, target_id)),
@@ -376,7 +376,7 @@ def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, head_id=
     if examples:
         out["examples"] = gr.Dataset(samples=[[e] for e in examples])
     if custom:  # a custom pair drafts with eagle and tree where it was given a head (views.strategy_choices)
-        out["strategy"] = gr.update(choices=views.strategy_choices(pair_name, pair.head is not None))
+        out["strategy"] = gr.update(choices=views.strategy_choices(pair_name, pair.has_head))
     if pair_name in PRESETS and not keep_settings:  # the preset's own page defaults (config.PairPreset)
         out |= views.preset_defaults(pair_name, Limits.from_env())
     return out

@@ -9,7 +9,8 @@ language. It imports no gradio: the CLI, the API and the UI share it, and handle
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 import torch
@@ -118,6 +119,8 @@ class Request:
     spec: SpecConfig
     run_baseline: bool
     chat: bool | None = None  # wrap the prompt with the chat template; None: the pair's default
+    # when it was made (time.monotonic()): a request's time limit counts from here, so it pays for a pair's load too
+    received: float = field(default_factory=time.monotonic, compare=False, repr=False)
 
 
 def pair_key(pair_name: str, draft_id: str | None, target_id: str | None, limits: Limits, head_id: str | None = None
@@ -248,7 +251,8 @@ def get_pair(key, strategy: str | None = None) -> ModelPair:
     except RuntimeError as err:
         # On ZeroGPU a load in one of gradio's threads, outside a GPU call, reaches spaces' guard on CUDA's start
         # (spaces 0.51 lends CUDA to the importing thread and to its GPU calls only): say so in one sentence, so
-        # that the selector goes back to the loaded pair (handlers.change_pair). Loading there is not built yet.
+        # that the selector goes back to the loaded pair (handlers.change_pair). A pair change loads inside a GPU
+        # call there (zerogpu.pair_summary), so this is the fallback for a load that still meets the guard.
         if not (zerogpu_space() and "CUDA" in str(err)):
             raise
         raise UserError("err.zerogpu_load") from None

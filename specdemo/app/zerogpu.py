@@ -8,19 +8,28 @@ read by `spaces.config.Config.zero_gpu`; checked in spaces 0.51). It does not pi
 On ZeroGPU, `spaces.GPU` runs each call in a worker process that holds a GPU slice (spaces may reuse an idle
 one): arguments and every yielded value are pickled across, and a generator stays a generator, so the UI keeps
 streaming round by round. The duration asked for is the request's time limit (Limits.time_limit_s, where the
-handlers stop a run) plus a margin for loading a pair the worker has not seen and for the first CUDA kernels; the
-scheduler counts the time used, and a shorter request waits less in its queue.
+handlers stop a run; it counts from the request's arrival, so a pair that the worker loads first is paid out of
+it) plus a margin for the first CUDA kernels; the scheduler counts the time used, and a shorter request waits
+less in its queue.
+
+It also owns where a pair change loads (`pair_summary`): on ZeroGPU only a GPU call may start CUDA, so a pair that
+the serving process has not loaded loads inside one (read in spaces 0.51.3; not yet tried on a Space).
 """
 
 from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from specdemo.limits import Limits
+from specdemo.models import ModelPair, loaded_pair
 from specdemo.models.devices import zerogpu_space
 
-GPU_MARGIN_S = 30  # loading a pair inside the worker, CUDA start-up, the last round past the deadline
+from .validation import UserError, get_pair
+
+GPU_MARGIN_S = 30  # CUDA start-up and the start-up pair's move into the worker; the last round past the deadline
+LOAD_SECONDS = 60  # GPU seconds a pair change asks for on ZeroGPU (a load inside a worker: `pair_summary`)
 
 
 def on_zerogpu() -> bool:
@@ -40,12 +49,61 @@ def _duration(*args, **kwargs) -> int:
     return gpu_seconds()
 
 
-def gpu(fn: Callable) -> Callable:
+def gpu(fn: Callable, duration: int | None = None) -> Callable:
     """`fn` inside `@spaces.GPU(duration=...)` when the spaces package is importable (a no-op there without a
     ZeroGPU); `fn` itself when it is not. Put it outermost, so that expected errors become gr.Error inside the
-    worker and cross back as messages."""
+    worker and cross back as messages. duration: the seconds asked for; None asks for gpu_seconds()."""
     try:
         import spaces
     except ImportError:
         return fn
-    return spaces.GPU(duration=_duration)(fn)
+    return spaces.GPU(duration=duration or _duration)(fn)
+
+
+@dataclass(frozen=True)
+class PairSummary:
+    """What the page shows of a loaded pair (handlers.change_pair), as plain data: it crosses from a ZeroGPU
+    worker pickled, where a ModelPair, with its models on the worker's GPU, cannot."""
+
+    desc: dict  # ModelPair.describe()
+    chat: bool  # the pair's default mode
+    has_chat_template: bool
+    has_head: bool
+
+    @classmethod
+    def of(cls, pair: ModelPair) -> PairSummary:
+        return cls(pair.describe(), pair.chat, pair.has_chat_template, pair.head is not None)
+
+
+def _load_here(key) -> PairSummary | UserError:
+    """Load `key` in this process and summarise it. A refusal comes back as a value: raised in a worker, it would
+    reach the page as spaces' bare "ZeroGPU worker error" instead of its sentence (a UserError is no gr.Error)."""
+    try:
+        return PairSummary.of(get_pair(key))
+    except UserError as err:
+        return err
+
+
+load_on_gpu = gpu(_load_here, duration=LOAD_SECONDS)
+
+
+def pair_summary(key) -> PairSummary:
+    """Load the pair `key` (validation.get_pair) for a pair change, and summarise it for the page.
+
+    On a ZeroGPU Space the serving process may not start CUDA: spaces 0.51.3 lets it place tensors on the GPU
+    only in the thread that imported the app, before launch, and raises on CUDA's start in gradio's threads. So a
+    pair that this process has not loaded (only the start-up pair is) loads inside a GPU call, in a worker, and
+    the page gets its summary. The worker is the pair change's own (spaces keeps workers per decorated function),
+    so a run's worker loads the pair again on its first run there, out of that run's time limit. A failure is a
+    UserError: the load's own sentence, or spaces' (a visitor out of GPU quota, a worker that died)."""
+    if not on_zerogpu() or loaded_pair(key) is not None:
+        return PairSummary.of(get_pair(key))
+    import gradio as gr
+
+    try:
+        out = load_on_gpu(key)
+    except gr.Error as err:
+        raise UserError(str(err.message)) from None
+    if isinstance(out, UserError):
+        raise out
+    return out

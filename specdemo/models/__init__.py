@@ -26,6 +26,7 @@ from .loading import (
                       load_config,
                       load_pair,
                       load_pair_uncached,
+                      loaded_pair,
                       memory_in_use,
                       pair_bytes,
                       preset_target,
@@ -37,6 +38,6 @@ from .weights import ModelLoadError
 __all__ = [
     "CachedLM", "ModelLoadError", "ModelPair", "PackedLinear", "StrategyUnavailable", "TextStream", "cast_model",
     "check_tokenizers", "context_of", "dtype_name", "estimate_parameters", "finish_model", "gguf_folder",
-    "load_bytes", "load_config", "load_pair", "load_pair_uncached", "memory_in_use", "pack_linears", "pair_bytes",
+    "load_bytes", "load_config", "load_pair", "load_pair_uncached", "loaded_pair", "memory_in_use", "pack_linears", "pair_bytes",
     "preset_target", "resolve",
 ]

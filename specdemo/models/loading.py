@@ -355,6 +355,23 @@ def _reserve(key: tuple, need: int) -> None:
                          budget=f"{budget / 1e9:.2f}")
 
 
+def _key(draft_id: str, target_id: str, device, want: tuple, decoding: str | None, head: str | None) -> tuple:
+    return (draft_id, target_id, str(pick_device(device)), *want, decoding) + ((head.strip(),) if head else ())
+
+
+def loaded_pair(pair: str | tuple[str, ...], device: str | None = None) -> ModelPair | None:
+    """The pair that load_pair(pair, device) would return, where this process holds it loaded; else None. It loads
+    nothing and touches no device: on a ZeroGPU Space the serving process must not start CUDA (app/zerogpu.py)."""
+    try:
+        _, draft_id, target_id = resolve(pair)
+    except ModelLoadError:
+        return None
+    head = pair[2] if isinstance(pair, tuple) and len(pair) > 2 else None
+    want = (requested_dtype("draft", None, None), requested_dtype("target", None, None))
+    with _CACHE_LOCK:
+        return _CACHE.get(_key(draft_id, target_id, device, want, None, head))
+
+
 def load_pair(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None = None, dtype: DTypeArg = None,
               draft_dtype: DTypeArg = None, target_dtype: DTypeArg = None, decoding: str | None = None,
               head: str | None = None) -> ModelPair:
@@ -374,7 +391,7 @@ def load_pair(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None =
     if not head and isinstance(pair, tuple) and len(pair) > 2:
         head = pair[2]
     want = (requested_dtype("draft", draft_dtype, dtype), requested_dtype("target", target_dtype, dtype))
-    key = (draft_id, target_id, str(pick_device(device)), *want, decoding) + ((head.strip(),) if head else ())
+    key = _key(draft_id, target_id, device, want, decoding, head)
     with _CACHE_LOCK:  # held only to look up: a download or a load never stalls other sessions' cached pairs
         if (hit := _cached(key)) is not None:
             return hit
