@@ -140,7 +140,7 @@ def zerogpu_space(monkeypatch):
     def load(key):
         if os.getpid() == here and models.loaded_pair(key) is None:  # a cached pair touches no device
             guarded.append(key)
-            raise RuntimeError("CUDA must not be initialized in the main process on a ZeroGPU Space")
+            raise RuntimeError(GUARD)
         return real_load(key)
 
     monkeypatch.setattr(validation, "load_pair", load)
@@ -153,6 +153,8 @@ def zerogpu_space(monkeypatch):
     yield worker, guarded
 
 
+GUARD = ("Low-level CUDA init (`torch._C._cuda_init`) reached. This means ZeroGPU's PyTorch CUDA emulation mode did "
+         "not intercept a CUDA operation in your code.")  # spaces 0.51.3, zero/torch/patching.py
 QUIET = {"progress": lambda *a, **k: None}
 LOADED = {"chosen": {"pair": "smollm2-135m"}}  # the page's loaded pair, which a failed change goes back to
 
@@ -195,16 +197,34 @@ def test_on_zerogpu_spaces_own_refusal_is_said_and_the_selector_goes_back(zerogp
     assert "exceeded your GPU quota" in out["pair_status"] and out["pair"]["value"] == "smollm2-135m"
 
 
-def test_on_zerogpu_a_pair_loaded_here_needs_no_gpu_call(zerogpu_space, pair):
+def test_on_zerogpu_a_pair_loaded_here_needs_no_gpu_call(zerogpu_space):
     """The start-up pair is loaded in the serving process (spaces moves it into every worker): a change back to it
     asks for no GPU time."""
-    from specdemo.models.devices import requested_dtype
-
-    _, draft, target = models.resolve("shakespeare")
-    want = (requested_dtype("draft", None, None), requested_dtype("target", None, None))
-    models._CACHE[models._key(draft, target, "cpu", want, None, None)] = pair
+    models.load_pair("shakespeare")  # as app.py loads it at start-up (the fixture's guard is on the page's loads)
     out = handlers.change_pair("shakespeare", "", "", "en", loaded=LOADED, **QUIET)
     assert out["pair_state"]["name"] == "shakespeare" and zerogpu_space[0].calls == [] and zerogpu_space[1] == []
+
+
+def test_the_gpu_worker_gives_the_pair_s_memory_back_after_summarising_it(monkeypatch):
+    """The pair change's worker is not the runs' (spaces keeps workers per decorated function) and lives on idle:
+    it unloads what it loaded."""
+    monkeypatch.setattr(models, "_CACHE", type(models._CACHE)())
+    monkeypatch.setattr(models, "_RESIDENT", {})
+    summary = zerogpu._load_here("shakespeare")
+    assert summary.desc["name"] == "shakespeare" and summary.has_head and not summary.has_chat_template
+    assert models.loaded_pair("shakespeare") is None and models._RESIDENT == {}
+
+
+def test_on_zerogpu_a_failed_gpu_call_is_one_sentence_and_the_selector_goes_back(zerogpu_space, monkeypatch):
+    """spaces' scheduler can fail with other errors than gr.Error (a visitor gone while queued, its API's)."""
+    def failed(key):
+        raise RuntimeError("schedule: 502")
+
+    monkeypatch.setattr(zerogpu, "load_on_gpu", failed)
+    for lang, words in (("en", "could not run the call that loads this pair (RuntimeError)"),
+                        ("zh-CN", "无法运行加载该模型对的调用（RuntimeError）")):
+        out = handlers.change_pair("shakespeare", "", "", lang, loaded=LOADED, **QUIET)
+        assert words in out["pair_status"] and out["pair"]["value"] == "smollm2-135m"
 
 
 def test_a_load_that_still_meets_the_guard_is_refused_in_one_sentence(zerogpu_space):
@@ -217,5 +237,20 @@ def test_a_load_that_still_meets_the_guard_is_refused_in_one_sentence(zerogpu_sp
             validation.get_pair("shakespeare")
         assert words in err.value.text(lang)
     os.environ["SPACES_ZERO_GPU"] = "false"  # restored by the fixture's monkeypatch
-    with pytest.raises(RuntimeError, match="must not be initialized"):
+    with pytest.raises(RuntimeError, match="_cuda_init"):
         validation.get_pair("shakespeare")
+
+
+def test_a_load_that_runs_out_of_gpu_memory_says_so(monkeypatch):
+    """Before, any RuntimeError naming CUDA was taken for spaces' guard on ZeroGPU, an out-of-memory one too."""
+    from specdemo.app import validation
+
+    def out_of_memory(key):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(validation, "load_pair", out_of_memory)
+    for zero in ("true", "false"):
+        monkeypatch.setenv("SPACES_ZERO_GPU", zero)
+        with pytest.raises(validation.UserError) as err:
+            validation.get_pair("shakespeare")
+        assert err.value.key == "err.oom"

@@ -52,6 +52,12 @@ def one_at_a_time(pair: ModelPair, events: Iterator, deadline: float) -> Iterato
         yield event
 
 
+def deadline_of(req: Request, limits: Limits) -> float:
+    """When a request's time limit ends: counted from its arrival where it was stamped (on ZeroGPU, where the
+    GPU call pays for a load: Request.received), else from now."""
+    return (time.monotonic() if req.received is None else req.received) + limits.time_limit_s
+
+
 def run_stream(req: Request, pair: ModelPair, limits: Limits) -> Iterator[tuple[Trace, Trace | None, str]]:
     """Run speculative decoding, then (optionally) the baseline, yielding (spec, base, phase) after every event.
 
@@ -59,7 +65,7 @@ def run_stream(req: Request, pair: ModelPair, limits: Limits) -> Iterator[tuple[
     rather than show a 'measured speedup' from a baseline of one step."""
     chat = pair.chat if req.chat is None else req.chat
     ids = encode_prompt(pair, req.prompt, req.spec.max_new_tokens, chat)
-    deadline = req.received + limits.time_limit_s
+    deadline = deadline_of(req, limits)
     spec = Trace("speculative", req.prompt, ids, run_settings(pair, req.sampling, req.spec) | {"chat": chat})
     for rnd in one_at_a_time(pair, speculative_rounds(pair, ids, req.sampling, req.spec), deadline):
         spec.rounds.append(rnd)
@@ -119,7 +125,7 @@ def cut_short(events: list) -> bool:
 def experiment_start(pair: ModelPair, req: Request, limits: Limits):
     """The prompt's ids, the deadline, and a timed target-only run to compare against (None if the time ran out)."""
     ids = encode_prompt(pair, req.prompt, req.spec.max_new_tokens, req.chat)
-    deadline = req.received + limits.time_limit_s
+    deadline = deadline_of(req, limits)
     steps = baseline_steps(pair, ids, req.sampling, req.spec.max_new_tokens, req.spec.seed)
     base = yield from collected(pair, steps, deadline)
     return ids, deadline, (None if cut_short(base) else base)
@@ -214,7 +220,7 @@ def first_token_distribution(pair: ModelPair, req: Request, n: int, limits: Limi
     Exact sampling gives p itself: `chi2` tests the samples against p (pooled where fewer than 5 are expected)."""
     chat = pair.chat if req.chat is None else req.chat
     ids = encode_prompt(pair, req.prompt, 1, chat)
-    deadline = req.received + limits.time_limit_s
+    deadline = deadline_of(req, limits)
     with pair.lock:  # device work takes the device's turn (a capture elsewhere meanwhile would fail)
         gen = torch.Generator(device=pair.device).manual_seed(req.spec.seed)
     found = yield from round_that_drafts(pair, req, ids, gen, deadline, limits)

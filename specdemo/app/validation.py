@@ -36,6 +36,7 @@ from specdemo.models.devices import zerogpu_space
 from specdemo.models.weights import load_error, role_name
 
 CUSTOM = "custom"  # the pair selector's value for a custom draft/target pair
+SPACES_GUARD = "torch._C._cuda_init"  # named by the error spaces raises where CUDA starts outside a GPU call
 
 
 class UserError(Translatable, Exception):
@@ -119,8 +120,9 @@ class Request:
     spec: SpecConfig
     run_baseline: bool
     chat: bool | None = None  # wrap the prompt with the chat template; None: the pair's default
-    # when it was made (time.monotonic()): a request's time limit counts from here, so it pays for a pair's load too
-    received: float = field(default_factory=time.monotonic, compare=False, repr=False)
+    # on ZeroGPU, when it was made (time.monotonic()): its time limit counts from here, so that a run whose worker
+    # loads the pair first pays for the load out of the GPU time it asked for; elsewhere None, from the first round
+    received: float | None = field(default=None, compare=False, repr=False)
 
 
 def pair_key(pair_name: str, draft_id: str | None, target_id: str | None, limits: Limits, head_id: str | None = None
@@ -233,7 +235,7 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
     if run_baseline is not None and not isinstance(run_baseline, bool):  # the string "false" would be true
         raise UserError("err.baseline_value", value=repr(str(run_baseline)[:20]))
     return Request(pair_key(pair_name, draft_id, target_id, limits, head_id), prompt, sampling, spec,
-                   run_baseline is not False, chat)
+                   run_baseline is not False, chat, time.monotonic() if zerogpu_space() else None)
 
 
 def user_error(err: ModelLoadError | StrategyUnavailable) -> UserError:
@@ -248,12 +250,15 @@ def get_pair(key, strategy: str | None = None) -> ModelPair:
         pair = load_pair(key)
     except ModelLoadError as err:
         raise user_error(err) from None
+    except torch.cuda.OutOfMemoryError:
+        raise UserError("err.oom") from None
     except RuntimeError as err:
         # On ZeroGPU a load in one of gradio's threads, outside a GPU call, reaches spaces' guard on CUDA's start
-        # (spaces 0.51 lends CUDA to the importing thread and to its GPU calls only): say so in one sentence, so
-        # that the selector goes back to the loaded pair (handlers.change_pair). A pair change loads inside a GPU
-        # call there (zerogpu.pair_summary), so this is the fallback for a load that still meets the guard.
-        if not (zerogpu_space() and "CUDA" in str(err)):
+        # (spaces 0.51.3 lends CUDA to the importing thread and to its GPU calls only; its message names
+        # torch._C._cuda_init): say so in one sentence, so that the selector goes back to the loaded pair
+        # (handlers.change_pair). A pair change loads inside a GPU call there (zerogpu.pair_summary), so this is
+        # the fallback for a load that still meets the guard.
+        if not (zerogpu_space() and SPACES_GUARD in str(err)):
             raise
         raise UserError("err.zerogpu_load") from None
     if strategy is not None:

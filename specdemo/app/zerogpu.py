@@ -19,17 +19,19 @@ the serving process has not loaded loads inside one (read in spaces 0.51.3; not 
 from __future__ import annotations
 
 import importlib.util
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from specdemo.limits import Limits
-from specdemo.models import ModelPair, loaded_pair
+from specdemo.models import ModelPair, loaded_pair, unload_pair
 from specdemo.models.devices import zerogpu_space
 
 from .validation import UserError, get_pair
 
 GPU_MARGIN_S = 30  # CUDA start-up and the start-up pair's move into the worker; the last round past the deadline
 LOAD_SECONDS = 60  # GPU seconds a pair change asks for on ZeroGPU (a load inside a worker: `pair_summary`)
+log = logging.getLogger("specdemo")
 
 
 def on_zerogpu() -> bool:
@@ -76,12 +78,15 @@ class PairSummary:
 
 
 def _load_here(key) -> PairSummary | UserError:
-    """Load `key` in this process and summarise it. A refusal comes back as a value: raised in a worker, it would
-    reach the page as spaces' bare "ZeroGPU worker error" instead of its sentence (a UserError is no gr.Error)."""
+    """In a GPU worker: load `key`, summarise it, and unload it again, since the runs' workers are others (spaces
+    keeps workers per decorated function) and this one keeps living idle. A refusal comes back as a value: raised,
+    it would reach the page as spaces' bare "ZeroGPU worker error" instead of its sentence (it is no gr.Error)."""
     try:
-        return PairSummary.of(get_pair(key))
+        summary = PairSummary.of(get_pair(key))
     except UserError as err:
         return err
+    unload_pair(key)
+    return summary
 
 
 load_on_gpu = gpu(_load_here, duration=LOAD_SECONDS)
@@ -95,15 +100,19 @@ def pair_summary(key) -> PairSummary:
     pair that this process has not loaded (only the start-up pair is) loads inside a GPU call, in a worker, and
     the page gets its summary. The worker is the pair change's own (spaces keeps workers per decorated function),
     so a run's worker loads the pair again on its first run there, out of that run's time limit. A failure is a
-    UserError: the load's own sentence, or spaces' (a visitor out of GPU quota, a worker that died)."""
+    UserError: the load's own sentence, spaces' (a visitor out of GPU quota, a worker that died), or one that
+    names the scheduler's error."""
     if not on_zerogpu() or loaded_pair(key) is not None:
         return PairSummary.of(get_pair(key))
     import gradio as gr
 
     try:
         out = load_on_gpu(key)
-    except gr.Error as err:
+    except gr.Error as err:  # spaces' own: a visitor's quota spent, a worker that died
         raise UserError(str(err.message)) from None
+    except Exception as err:  # noqa: BLE001 - the scheduler's (a visitor gone while queued, its API): one sentence
+        log.warning("a pair change's GPU call failed: %r", err)
+        raise UserError("err.gpu_call", error=type(err).__name__) from None
     if isinstance(out, UserError):
         raise out
     return out

@@ -27,6 +27,7 @@ from .loading import (
                       load_pair,
                       load_pair_uncached,
                       loaded_pair,
+                      unload_pair,
                       memory_in_use,
                       pair_bytes,
                       preset_target,
@@ -39,5 +40,5 @@ __all__ = [
     "CachedLM", "ModelLoadError", "ModelPair", "PackedLinear", "StrategyUnavailable", "TextStream", "cast_model",
     "check_tokenizers", "context_of", "dtype_name", "estimate_parameters", "finish_model", "gguf_folder",
     "load_bytes", "load_config", "load_pair", "load_pair_uncached", "loaded_pair", "memory_in_use", "pack_linears", "pair_bytes",
-    "preset_target", "resolve",
+    "preset_target", "resolve", "unload_pair",
 ]

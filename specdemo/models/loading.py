@@ -359,17 +359,36 @@ def _key(draft_id: str, target_id: str, device, want: tuple, decoding: str | Non
     return (draft_id, target_id, str(pick_device(device)), *want, decoding) + ((head.strip(),) if head else ())
 
 
-def loaded_pair(pair: str | tuple[str, ...], device: str | None = None) -> ModelPair | None:
-    """The pair that load_pair(pair, device) would return, where this process holds it loaded; else None. It loads
-    nothing and touches no device: on a ZeroGPU Space the serving process must not start CUDA (app/zerogpu.py)."""
+def _key_of(pair: str | tuple[str, ...], device: str | None = None) -> tuple | None:
+    """The LRU's key for load_pair(pair, device); None for a pair that does not resolve."""
     try:
         _, draft_id, target_id = resolve(pair)
     except ModelLoadError:
         return None
     head = pair[2] if isinstance(pair, tuple) and len(pair) > 2 else None
     want = (requested_dtype("draft", None, None), requested_dtype("target", None, None))
+    return _key(draft_id, target_id, device, want, None, head)
+
+
+def loaded_pair(pair: str | tuple[str, ...], device: str | None = None) -> ModelPair | None:
+    """The pair that load_pair(pair, device) would return, where this process holds it loaded; else None. It loads
+    no weights and touches no device (resolving a preset may still prepare its files, on the CPU): on a ZeroGPU
+    Space the serving process must not start CUDA (app/zerogpu.py)."""
+    key = _key_of(pair, device)
     with _CACHE_LOCK:
-        return _CACHE.get(_key(draft_id, target_id, device, want, None, head))
+        return _CACHE.get(key) if key is not None else None
+
+
+def unload_pair(pair: str | tuple[str, ...], device: str | None = None) -> bool:
+    """Take the pair that load_pair(pair, device) loaded out of the LRU and give its memory back once no run holds
+    it; False where it was not loaded."""
+    key = _key_of(pair, device)
+    with _CACHE_LOCK:
+        if key not in _CACHE:
+            return False
+        _evict(key)
+    _free_evicted()
+    return True
 
 
 def load_pair(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None = None, dtype: DTypeArg = None,
