@@ -205,6 +205,29 @@ def test_on_zerogpu_a_pair_loaded_here_needs_no_gpu_call(zerogpu_space):
     assert out["pair_state"]["name"] == "shakespeare" and zerogpu_space[0].calls == [] and zerogpu_space[1] == []
 
 
+def test_on_zerogpu_a_hub_pair_is_fetched_here_before_its_gpu_call(zerogpu_space, monkeypatch):
+    """A hub pair's download (16 GB for an 8B preset) runs in the serving process, on the CPU: the GPU call's
+    metered seconds only load it from disk. There is no hub here, so the fetch is recorded, not made."""
+    import huggingface_hub
+
+    from specdemo.models import eagle3_files, weights
+
+    events, here = [], os.getpid()
+    for module in (weights, zerogpu):
+        monkeypatch.setattr(module, "offline_for", lambda model_id: False)  # a Space reaches the hub
+    monkeypatch.setattr(eagle3_files, "hub_reachable", lambda: True)
+    monkeypatch.setattr(eagle3_files, "hub_offline", lambda: False)  # conftest.py switches the hub off
+    monkeypatch.setattr(zerogpu, "preset_unavailable", lambda key: None)  # a ZeroGPU slice holds an 8B pair
+    monkeypatch.setattr(huggingface_hub, "snapshot_download",
+                        lambda repo, **kw: events.append(("fetch", repo, os.getpid())) or "/nowhere")
+    monkeypatch.setattr(zerogpu, "load_on_gpu", lambda key: events.append(("gpu", key)) or
+                        zerogpu.UserError("err.gpu_call", error="stopped here"))
+    out = handlers.change_pair("qwen3-8b-eagle3", "", "", "en", loaded=LOADED, **QUIET)
+    assert events == [("fetch", "Qwen/Qwen3-0.6B", here), ("fetch", "Qwen/Qwen3-8B", here),
+                      ("fetch", "RedHatAI/Qwen3-8B-speculator.eagle3", here), ("gpu", "qwen3-8b-eagle3")]
+    assert "stopped here" in out["pair_status"]
+
+
 def test_the_gpu_worker_gives_the_pair_s_memory_back_after_summarising_it(monkeypatch):
     """The pair change's worker is not the runs' (spaces keeps workers per decorated function) and lives on idle:
     it unloads what it loaded."""

@@ -22,12 +22,17 @@ import importlib.util
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from specdemo.limits import Limits
-from specdemo.models import ModelPair, loaded_pair, unload_pair
+from specdemo.config import PRESETS
+from specdemo.models import ModelLoadError, ModelPair, loaded_pair, resolve, unload_pair
+from specdemo.models.loading import preset_unavailable
 from specdemo.models.devices import zerogpu_space
+from specdemo.models.eagle3_files import head_folder
+from specdemo.models.weights import is_local, offline_for, prefetch
 
-from .validation import UserError, get_pair
+from .validation import UserError, get_pair, user_error
 
 GPU_MARGIN_S = 30  # CUDA start-up and the start-up pair's move into the worker; the last round past the deadline
 LOAD_SECONDS = 60  # GPU seconds a pair change asks for on ZeroGPU (a load inside a worker: `pair_summary`)
@@ -92,13 +97,30 @@ def _load_here(key) -> PairSummary | UserError:
 load_on_gpu = gpu(_load_here, duration=LOAD_SECONDS)
 
 
+def prefetch_pair(key) -> None:
+    """Fetch the hub files of a pair's two models and of its published head into the hub cache, on the CPU, so
+    that the load inside a GPU call reads them from disk instead of spending the call's metered seconds on the
+    network. A failure is left for that load to say in its sentence."""
+    if preset_unavailable(key) is not None:  # the load refuses it at once: nothing to fetch for it
+        return
+    name, draft_id, target_id = resolve(key)
+    head = key[2] if isinstance(key, tuple) and len(key) > 2 else getattr(PRESETS.get(name), "eagle3_head", None)
+    for model_id in (draft_id, target_id):
+        prefetch(model_id)
+    if head and not is_local(head) and not Path(head).expanduser().is_dir() and not offline_for(head):
+        try:
+            head_folder(head)
+        except ModelLoadError:
+            pass
+
+
 def pair_summary(key) -> PairSummary:
     """Load the pair `key` (validation.get_pair) for a pair change, and summarise it for the page.
 
     On a ZeroGPU Space the serving process may not start CUDA: spaces 0.51.3 lets it place tensors on the GPU
     only in the thread that imported the app, before launch, and raises on CUDA's start in gradio's threads. So a
     pair that this process has not loaded (only the start-up pair is) loads inside a GPU call, in a worker, and
-    the page gets its summary. The worker is the pair change's own (spaces keeps workers per decorated function),
+    the page gets its summary; its hub files are fetched here first. The worker is the pair change's own (spaces keeps workers per decorated function),
     so a run's worker loads the pair again on its first run there, out of that run's time limit. A failure is a
     UserError: the load's own sentence, spaces' (a visitor out of GPU quota, a worker that died), or one that
     names the scheduler's error."""
@@ -106,6 +128,10 @@ def pair_summary(key) -> PairSummary:
         return PairSummary.of(get_pair(key))
     import gradio as gr
 
+    try:
+        prefetch_pair(key)  # a hub pair's download, here on the CPU, not out of the call's metered seconds
+    except ModelLoadError as err:
+        raise user_error(err) from None
     try:
         out = load_on_gpu(key)
     except gr.Error as err:  # spaces' own: a visitor's quota spent, a worker that died

@@ -102,6 +102,25 @@ def offline_for(model_id: str) -> bool:
     return is_local(model_id) or hub_offline() or not hub_reachable()
 
 
+# what from_pretrained reads of a hub model: configs, the safetensors weights (not a repository's second,
+# consolidated copy), the tokenizer's files
+HUB_MODEL_FILES = ["*.json", "model*.safetensors", "tokenizer*", "*.model", "*.tiktoken", "merges.txt", "vocab.txt"]
+
+
+def prefetch(model_id: str) -> None:
+    """Fetch a hub model's files (HUB_MODEL_FILES) into the hub cache, where from_pretrained then finds them;
+    nothing for a local id, or where the hub is off or out of reach. A failure (a missing or gated repository) is
+    left for the load, which says it in its sentence (load_error)."""
+    if offline_for(model_id):
+        return
+    from huggingface_hub import snapshot_download
+
+    try:
+        snapshot_download(model_id, allow_patterns=HUB_MODEL_FILES)
+    except Exception:  # noqa: BLE001, S110 - the load that follows reports it
+        pass
+
+
 def hub_miss_hint() -> Msg:
     """Why a hub id could not be fetched, judged from the hub's reachability only (never from the local disk)."""
     if hub_offline() or not hub_reachable():
