@@ -24,12 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdemo.limits import Limits
 from specdemo.config import PRESETS
+from specdemo.limits import Limits
 from specdemo.models import ModelLoadError, ModelPair, loaded_pair, resolve, unload_pair
-from specdemo.models.loading import preset_unavailable
 from specdemo.models.devices import zerogpu_space
 from specdemo.models.eagle3_files import head_folder
+from specdemo.models.loading import preset_unavailable
 from specdemo.models.weights import is_local, offline_for, prefetch
 
 from .validation import UserError, get_pair, user_error
@@ -120,10 +120,10 @@ def pair_summary(key) -> PairSummary:
     On a ZeroGPU Space the serving process may not start CUDA: spaces 0.51.3 lets it place tensors on the GPU
     only in the thread that imported the app, before launch, and raises on CUDA's start in gradio's threads. So a
     pair that this process has not loaded (only the start-up pair is) loads inside a GPU call, in a worker, and
-    the page gets its summary; its hub files are fetched here first. The worker is the pair change's own (spaces keeps workers per decorated function),
-    so a run's worker loads the pair again on its first run there, out of that run's time limit. A failure is a
-    UserError: the load's own sentence, spaces' (a visitor out of GPU quota, a worker that died), or one that
-    names the scheduler's error."""
+    the page gets its summary; its hub files are fetched here first. The worker is the pair change's own (spaces
+    keeps workers per decorated function), so a run's worker loads the pair again on its first run there, out of
+    that run's time limit. A failure is a UserError: the load's own sentence, spaces' (a visitor out of GPU quota,
+    a worker that died), or one that names the scheduler's error."""
     if not on_zerogpu() or loaded_pair(key) is not None:
         return PairSummary.of(get_pair(key))
     import gradio as gr

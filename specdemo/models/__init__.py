@@ -27,11 +27,11 @@ from .loading import (
                       load_pair,
                       load_pair_uncached,
                       loaded_pair,
-                      unload_pair,
                       memory_in_use,
                       pair_bytes,
                       preset_target,
                       resolve,
+                      unload_pair,
 )
 from .pair import ModelPair, StrategyUnavailable, TextStream, check_tokenizers, context_of
 from .weights import ModelLoadError
@@ -39,6 +39,6 @@ from .weights import ModelLoadError
 __all__ = [
     "CachedLM", "ModelLoadError", "ModelPair", "PackedLinear", "StrategyUnavailable", "TextStream", "cast_model",
     "check_tokenizers", "context_of", "dtype_name", "estimate_parameters", "finish_model", "gguf_folder",
-    "load_bytes", "load_config", "load_pair", "load_pair_uncached", "loaded_pair", "memory_in_use", "pack_linears", "pair_bytes",
-    "preset_target", "resolve", "unload_pair",
+    "load_bytes", "load_config", "load_pair", "load_pair_uncached", "loaded_pair", "memory_in_use", "pack_linears",
+    "pair_bytes", "preset_target", "resolve", "unload_pair",
 ]
