@@ -471,8 +471,8 @@ def test_on_a_gpu_drafters_sync_only_for_their_stop_rule(strategy):
         with CudaSyncs(gpu.device) as syncs:
             out = propose(*args, **kwargs)
         per_call.append(len(syncs.where))
-        # the Python line that made each sync: a failure names them (the first call's one sync on the H200, 2026-11-27)
-        where.append(syncs.where)
+        # each sync's Python stack: a failure names them (the first call's one sync on the H200, 2026-11-27)
+        where.append(syncs.stacks)
         return out
 
     drafter.propose = watched

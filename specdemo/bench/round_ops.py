@@ -76,25 +76,36 @@ class Uploads(torch.overrides.TorchFunctionMode):
 
 
 class CudaSyncs(contextlib.AbstractContextManager):
-    """On CUDA, the synchronizing calls made while it is entered (`where`: 'file:line' of the Python line that made
-    each), by torch.cuda.set_sync_debug_mode("warn"); elsewhere it counts nothing."""
+    """On CUDA, the synchronizing calls made while it is entered, by torch.cuda.set_sync_debug_mode("warn"):
+    `where`, the 'file:line' of the Python line that made each, and `stacks`, each one's Python stack (innermost
+    first, STACK_FRAMES deep), since that line may be inside torch or transformers. Elsewhere it counts nothing."""
+
+    STACK_FRAMES = 8
 
     def __init__(self, device: torch.device):
-        self.cuda, self.where = device.type == "cuda", []
+        self.cuda, self.where, self.stacks = device.type == "cuda", [], []
 
     def __enter__(self):
         if self.cuda:
-            self._caught = warnings.catch_warnings(record=True)
-            self._log = self._caught.__enter__()
+            self._caught = warnings.catch_warnings()
+            self._caught.__enter__()
             warnings.simplefilter("always")
+            warnings.showwarning = self._seen  # called at the warning, in the thread that made the sync
             torch.cuda.set_sync_debug_mode("warn")
         return self
+
+    def _seen(self, message, category, filename, lineno, file=None, line=None) -> None:
+        if "synchronizing" not in str(message):
+            return
+        self.where.append(f"{filename}:{lineno}")
+        frames = [f for f in traceback.extract_stack()[:-1] if not f.filename.endswith("warnings.py")]
+        self.stacks.append(" <- ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}"
+                                       for f in reversed(frames[-self.STACK_FRAMES:])))
 
     def __exit__(self, *exc):
         if self.cuda:
             torch.cuda.set_sync_debug_mode("default")
             self._caught.__exit__(*exc)
-            self.where = [f"{w.filename}:{w.lineno}" for w in self._log if "synchronizing" in str(w.message)]
         return False
 
 
