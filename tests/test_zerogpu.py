@@ -250,7 +250,7 @@ def test_on_zerogpu_a_failed_gpu_call_is_one_sentence_and_the_selector_goes_back
         assert words in out["pair_status"] and out["pair"]["value"] == "smollm2-135m"
 
 
-def test_a_load_that_still_meets_the_guard_is_refused_in_one_sentence(zerogpu_space):
+def test_a_load_that_still_meets_the_guard_is_refused_in_one_sentence(zerogpu_space, monkeypatch):
     """The fallback: a load in the serving process that reaches spaces' guard (which pair_summary now avoids) gives
     one sentence, not gradio's bare 'Error'. Elsewhere such an error is not the visitor's to read."""
     from specdemo.app import validation
@@ -259,7 +259,7 @@ def test_a_load_that_still_meets_the_guard_is_refused_in_one_sentence(zerogpu_sp
         with pytest.raises(validation.UserError) as err:
             validation.get_pair("shakespeare")
         assert words in err.value.text(lang)
-    os.environ["SPACES_ZERO_GPU"] = "false"  # restored by the fixture's monkeypatch
+    monkeypatch.setenv("SPACES_ZERO_GPU", "false")
     with pytest.raises(RuntimeError, match="_cuda_init"):
         validation.get_pair("shakespeare")
 
