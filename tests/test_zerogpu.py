@@ -205,14 +205,15 @@ def test_on_zerogpu_a_pair_loaded_here_needs_no_gpu_call(zerogpu_space):
     assert out["pair_state"]["name"] == "shakespeare" and zerogpu_space[0].calls == [] and zerogpu_space[1] == []
 
 
-def test_on_zerogpu_a_hub_pair_is_fetched_here_before_its_gpu_call(zerogpu_space, monkeypatch):
-    """A hub pair's download (16 GB for an 8B preset) runs in the serving process, on the CPU: the GPU call's
-    metered seconds only load it from disk. There is no hub here, so the fetch is recorded, not made."""
+@pytest.fixture
+def hub_recorded(monkeypatch):
+    """A hub that the fetches reach, recorded instead of made (there is no hub here): yields the fetches."""
     import huggingface_hub
 
     from specdemo.models import eagle3_files, weights
 
-    events, here = [], os.getpid()
+    events = []
+    monkeypatch.setattr(zerogpu, "_FETCHED", set())
     for module in (weights, zerogpu):
         monkeypatch.setattr(module, "offline_for", lambda model_id: False)  # a Space reaches the hub
     monkeypatch.setattr(eagle3_files, "hub_reachable", lambda: True)
@@ -220,12 +221,46 @@ def test_on_zerogpu_a_hub_pair_is_fetched_here_before_its_gpu_call(zerogpu_space
     monkeypatch.setattr(zerogpu, "preset_unavailable", lambda key: None)  # a ZeroGPU slice holds an 8B pair
     monkeypatch.setattr(huggingface_hub, "snapshot_download",
                         lambda repo, **kw: events.append(("fetch", repo, os.getpid())) or "/nowhere")
-    monkeypatch.setattr(zerogpu, "load_on_gpu", lambda key: events.append(("gpu", key)) or
+    yield events
+
+
+QWEN = ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B", "RedHatAI/Qwen3-8B-speculator.eagle3")
+
+
+def test_on_zerogpu_a_hub_pair_is_fetched_here_before_its_gpu_call(zerogpu_space, hub_recorded, monkeypatch):
+    """A hub pair's download (16 GB for an 8B preset) runs in the serving process, on the CPU: the GPU call's
+    metered seconds only load it from disk. There is no hub here, so the fetch is recorded, not made."""
+    here = os.getpid()
+    monkeypatch.setattr(zerogpu, "load_on_gpu", lambda key: hub_recorded.append(("gpu", key)) or
                         zerogpu.UserError("err.gpu_call", error="stopped here"))
     out = handlers.change_pair("qwen3-8b-eagle3", "", "", "en", loaded=LOADED, **QUIET)
-    assert events == [("fetch", "Qwen/Qwen3-0.6B", here), ("fetch", "Qwen/Qwen3-8B", here),
-                      ("fetch", "RedHatAI/Qwen3-8B-speculator.eagle3", here), ("gpu", "qwen3-8b-eagle3")]
+    assert hub_recorded == [*(("fetch", repo, here) for repo in QWEN), ("gpu", "qwen3-8b-eagle3")]
     assert "stopped here" in out["pair_status"]
+
+
+def test_on_zerogpu_a_run_fetches_a_hub_pair_nobody_selected_before_its_gpu_call(hub_recorded, monkeypatch):
+    """A /generate call (or a page's run) naming a pair that this process has not loaded fetched nothing before its
+    GPU call, so the worker's load downloaded it inside the call's metered seconds. Now the handlers' decorator
+    fetches it first; here the worker's load (in this process: spaces.GPU is a no-op off ZeroGPU) then refuses
+    the 8B pair on this CPU, after the fetch."""
+    import gradio as gr
+
+    monkeypatch.setattr(zerogpu, "on_zerogpu", lambda: True)
+    with pytest.raises(gr.Error, match="qwen3-8b-eagle3"):  # the page's Generate: a generator, streamed
+        list(handlers.generate_ui("qwen3-8b-eagle3", "", "", "Hi", 4, 0.6, 0, 1.0, 8, 0, False, 1.0))
+    assert hub_recorded == [("fetch", repo, os.getpid()) for repo in QWEN]
+    hub_recorded.clear()
+    monkeypatch.setattr(zerogpu, "_FETCHED", set())
+    with pytest.raises(gr.Error, match="qwen3-8b-eagle3"):
+        handlers.generate_api(pair="qwen3-8b-eagle3", prompt="Hi")
+    with pytest.raises(gr.Error, match="qwen3-8b-eagle3"):  # fetched once a process: each fetch asks the hub
+        handlers.generate_api(pair="qwen3-8b-eagle3", prompt="Hi again")
+    assert hub_recorded == [("fetch", repo, os.getpid()) for repo in QWEN]
+    monkeypatch.setattr(zerogpu, "_FETCHED", set())
+    monkeypatch.setattr(zerogpu, "on_zerogpu", lambda: False)  # elsewhere the load fetches, as it always did
+    with pytest.raises(gr.Error):
+        handlers.generate_api(pair="qwen3-8b-eagle3", prompt="Hi")
+    assert len(hub_recorded) == 3
 
 
 def test_the_gpu_worker_gives_the_pair_s_memory_back_after_summarising_it(monkeypatch):

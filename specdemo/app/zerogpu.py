@@ -18,7 +18,9 @@ the serving process has not loaded loads inside one (read in spaces 0.51.3; not 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +34,7 @@ from specdemo.models.eagle3_files import head_folder
 from specdemo.models.loading import preset_unavailable
 from specdemo.models.weights import is_local, offline_for, prefetch
 
-from .validation import UserError, get_pair, user_error
+from .validation import UserError, get_pair, pair_key, user_error
 
 GPU_MARGIN_S = 30  # CUDA start-up and the start-up pair's move into the worker; the last round past the deadline
 LOAD_SECONDS = 60  # GPU seconds a pair change asks for on ZeroGPU (a load inside a worker: `pair_summary`)
@@ -58,13 +60,66 @@ def _duration(*args, **kwargs) -> int:
 
 def gpu(fn: Callable, duration: int | None = None) -> Callable:
     """`fn` inside `@spaces.GPU(duration=...)` when the spaces package is importable (a no-op there without a
-    ZeroGPU); `fn` itself when it is not. Put it outermost, so that expected errors become gr.Error inside the
-    worker and cross back as messages. duration: the seconds asked for; None asks for gpu_seconds()."""
+    ZeroGPU), behind `fetching_first`; `fn` itself when it is not. Put it outermost, so that expected errors become
+    gr.Error inside the worker and cross back as messages. duration: the seconds asked for; None asks for
+    gpu_seconds()."""
     try:
         import spaces
     except ImportError:
         return fn
-    return spaces.GPU(duration=duration or _duration)(fn)
+    return fetching_first(fn, spaces.GPU(duration=duration or _duration)(fn))
+
+
+PAIR_ARGS = (("pair_name", "draft_id", "target_id", "head_id"), ("pair", "draft", "target", "head"))  # page, API
+
+
+def requested_pair(signature: inspect.Signature, args, kwargs):
+    """The pair key that a handler's arguments name (the page's or the API's names), or None."""
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:
+        return None
+    bound.apply_defaults()
+    given = bound.arguments
+    for names in PAIR_ARGS:
+        if names[0] in given:
+            name, draft, target, head = (given.get(n) for n in names)
+            try:
+                return pair_key(name, draft, target, Limits.from_env(), head if isinstance(head, str) else "")
+            except UserError:  # the handler's own validation says why
+                return None
+    return None
+
+
+def fetching_first(fn: Callable, decorated: Callable) -> Callable:
+    """`decorated` (fn inside spaces.GPU), which on ZeroGPU first fetches the hub files of the pair that the
+    call's arguments name, here in the serving process, unless it is loaded here: a run or an experiment whose
+    worker loads a pair nobody has selected on the page (an API call) reads it from disk within its GPU time."""
+    signature = inspect.signature(fn)
+
+    def fetch(args, kwargs) -> None:
+        if not on_zerogpu() or (key := requested_pair(signature, args, kwargs)) is None:
+            return
+        try:
+            if loaded_pair(key) is None:
+                prefetch_pair(key)
+        except Exception as err:  # noqa: BLE001 - the load inside the call says why, in its sentence
+            log.info("fetching %r before its GPU call failed: %r", key, err)
+
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def streamed(*args, **kwargs):
+            fetch(args, kwargs)
+            yield from decorated(*args, **kwargs)
+
+        return streamed
+
+    @functools.wraps(fn)
+    def called(*args, **kwargs):
+        fetch(args, kwargs)
+        return decorated(*args, **kwargs)
+
+    return called
 
 
 @dataclass(frozen=True)
@@ -97,21 +152,25 @@ def _load_here(key) -> PairSummary | UserError:
 load_on_gpu = gpu(_load_here, duration=LOAD_SECONDS)
 
 
+_FETCHED: set = set()  # pair keys whose files this process has fetched (each fetch asks the hub again)
+
+
 def prefetch_pair(key) -> None:
     """Fetch the hub files of a pair's two models and of its published head into the hub cache, on the CPU, so
     that the load inside a GPU call reads them from disk instead of spending the call's metered seconds on the
-    network. A failure is left for that load to say in its sentence."""
-    if preset_unavailable(key) is not None:  # the load refuses it at once: nothing to fetch for it
+    network; once a process. A failure is left for that load to say in its sentence."""
+    if key in _FETCHED or preset_unavailable(key) is not None:  # a refused preset: the load refuses it at once
         return
     name, draft_id, target_id = resolve(key)
     head = key[2] if isinstance(key, tuple) and len(key) > 2 else getattr(PRESETS.get(name), "eagle3_head", None)
-    for model_id in (draft_id, target_id):
-        prefetch(model_id)
+    fetched = [prefetch(model_id) for model_id in (draft_id, target_id)]
     if head and not is_local(head) and not Path(head).expanduser().is_dir() and not offline_for(head):
         try:
             head_folder(head)
         except ModelLoadError:
-            pass
+            return
+    if all(fetched):
+        _FETCHED.add(key)
 
 
 def pair_summary(key) -> PairSummary:

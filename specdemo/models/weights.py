@@ -107,18 +107,19 @@ def offline_for(model_id: str) -> bool:
 HUB_MODEL_FILES = ["*.json", "model*.safetensors", "tokenizer*", "*.model", "*.tiktoken", "merges.txt", "vocab.txt"]
 
 
-def prefetch(model_id: str) -> None:
+def prefetch(model_id: str) -> bool:
     """Fetch a hub model's files (HUB_MODEL_FILES) into the hub cache, where from_pretrained then finds them;
-    nothing for a local id, or where the hub is off or out of reach. A failure (a missing or gated repository) is
-    left for the load, which says it in its sentence (load_error)."""
+    nothing for a local id, or where the hub is off or out of reach. False where a fetch failed (a missing or
+    gated repository, the network): the load then says why, in its sentence (load_error)."""
     if offline_for(model_id):
-        return
+        return True
     from huggingface_hub import snapshot_download
 
     try:
         snapshot_download(model_id, allow_patterns=HUB_MODEL_FILES)
-    except Exception:  # noqa: BLE001, S110 - the load that follows reports it
-        pass
+    except Exception:  # noqa: BLE001 - the load that follows reports it
+        return False
+    return True
 
 
 def hub_miss_hint() -> Msg:
