@@ -214,10 +214,10 @@ def hub_recorded(monkeypatch):
 
     events = []
     monkeypatch.setattr(zerogpu, "_FETCHED", set())
-    for module in (weights, zerogpu):
-        monkeypatch.setattr(module, "offline_for", lambda model_id: False)  # a Space reaches the hub
-    monkeypatch.setattr(eagle3_files, "hub_reachable", lambda: True)
-    monkeypatch.setattr(eagle3_files, "hub_offline", lambda: False)  # conftest.py switches the hub off
+    for module in (weights, eagle3_files, zerogpu):  # a Space reaches the hub, which conftest.py switches off here
+        monkeypatch.setattr(module, "hub_offline", lambda: False)
+    for module in (weights, eagle3_files):
+        monkeypatch.setattr(module, "hub_reachable", lambda: True)
     monkeypatch.setattr(zerogpu, "preset_unavailable", lambda key: None)  # a ZeroGPU slice holds an 8B pair
     monkeypatch.setattr(huggingface_hub, "snapshot_download",
                         lambda repo, **kw: events.append(("fetch", repo, os.getpid())) or "/nowhere")
@@ -261,6 +261,27 @@ def test_on_zerogpu_a_run_fetches_a_hub_pair_nobody_selected_before_its_gpu_call
     with pytest.raises(gr.Error):
         handlers.generate_api(pair="qwen3-8b-eagle3", prompt="Hi")
     assert len(hub_recorded) == 3
+
+
+def test_on_zerogpu_a_fetch_before_the_gpu_call_never_raises_and_a_hub_out_of_reach_is_tried_again(
+        hub_recorded, monkeypatch):
+    """The fetch runs outside the handlers' conversion of errors into sentences: /generate's JSON as it comes (a
+    list for a pair) must still get validate's sentence. And a pair whose hub was out of reach is not marked
+    fetched, so that the next call tries again instead of downloading inside its GPU call."""
+    import gradio as gr
+
+    from specdemo.models import eagle3_files, weights
+
+    monkeypatch.setattr(zerogpu, "on_zerogpu", lambda: True)
+    with pytest.raises(gr.Error, match="Unknown model pair"):
+        handlers.generate_api(pair=["shakespeare"], prompt="Hi")
+    for reachable in (False, True):
+        for module in (weights, eagle3_files):
+            monkeypatch.setattr(module, "hub_reachable", lambda: reachable)
+        zerogpu.prefetch_pair("qwen3-8b-eagle3")
+        if not reachable:
+            assert zerogpu._FETCHED == set() and hub_recorded == []
+    assert zerogpu._FETCHED == {"qwen3-8b-eagle3"} and len(hub_recorded) == 3
 
 
 def test_the_gpu_worker_gives_the_pair_s_memory_back_after_summarising_it(monkeypatch):

@@ -32,7 +32,7 @@ from specdemo.models import ModelLoadError, ModelPair, loaded_pair, resolve, unl
 from specdemo.models.devices import zerogpu_space
 from specdemo.models.eagle3_files import head_folder
 from specdemo.models.loading import preset_unavailable
-from specdemo.models.weights import is_local, offline_for, prefetch
+from specdemo.models.weights import hub_offline, is_local, prefetch
 
 from .validation import UserError, get_pair, pair_key, user_error
 
@@ -92,29 +92,32 @@ def requested_pair(signature: inspect.Signature, args, kwargs):
 
 
 def fetching_first(fn: Callable, decorated: Callable) -> Callable:
-    """`decorated` (fn inside spaces.GPU), which on ZeroGPU first fetches the hub files of the pair that the
+    """`decorated` (fn inside spaces.GPU), which on ZeroGPU first fetches the hub files of the preset that the
     call's arguments name, here in the serving process, unless it is loaded here: a run or an experiment whose
-    worker loads a pair nobody has selected on the page (an API call) reads it from disk within its GPU time."""
+    worker loads a preset nobody has selected on the page (an API call) reads it from disk within its GPU time.
+    A custom pair is not fetched ahead: its download stays inside the call, behind the visitor's GPU quota, so
+    that nobody can fill the Space's disk or hold a run's slot on the network without quota."""
     signature = inspect.signature(fn)
 
     def fetch(args, kwargs) -> None:
-        if not on_zerogpu() or (key := requested_pair(signature, args, kwargs)) is None:
+        if not on_zerogpu():
             return
-        try:
-            if loaded_pair(key) is None:
+        try:  # never raises: it runs outside the handlers' conversion of errors into sentences
+            key = requested_pair(signature, args, kwargs)
+            if isinstance(key, str) and loaded_pair(key) is None:
                 prefetch_pair(key)
-        except Exception as err:  # noqa: BLE001 - the load inside the call says why, in its sentence
-            log.info("fetching %r before its GPU call failed: %r", key, err)
+        except Exception as err:  # noqa: BLE001 - the handler's own validation or load says why, in its sentence
+            log.info("fetching a pair before its GPU call failed: %r", err)
 
     if inspect.isgeneratorfunction(fn):
-        @functools.wraps(fn)
+        @functools.wraps(decorated)
         def streamed(*args, **kwargs):
             fetch(args, kwargs)
             yield from decorated(*args, **kwargs)
 
         return streamed
 
-    @functools.wraps(fn)
+    @functools.wraps(decorated)
     def called(*args, **kwargs):
         fetch(args, kwargs)
         return decorated(*args, **kwargs)
@@ -164,9 +167,9 @@ def prefetch_pair(key) -> None:
     name, draft_id, target_id = resolve(key)
     head = key[2] if isinstance(key, tuple) and len(key) > 2 else getattr(PRESETS.get(name), "eagle3_head", None)
     fetched = [prefetch(model_id) for model_id in (draft_id, target_id)]
-    if head and not is_local(head) and not Path(head).expanduser().is_dir() and not offline_for(head):
+    if head and not is_local(head) and not Path(head).expanduser().is_dir() and not hub_offline():
         try:
-            head_folder(head)
+            head_folder(head)  # it refuses where the hub is out of reach
         except ModelLoadError:
             return
     if all(fetched):

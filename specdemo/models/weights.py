@@ -109,10 +109,13 @@ HUB_MODEL_FILES = ["*.json", "model*.safetensors", "tokenizer*", "*.model", "*.t
 
 def prefetch(model_id: str) -> bool:
     """Fetch a hub model's files (HUB_MODEL_FILES) into the hub cache, where from_pretrained then finds them;
-    nothing for a local id, or where the hub is off or out of reach. False where a fetch failed (a missing or
-    gated repository, the network): the load then says why, in its sentence (load_error)."""
-    if offline_for(model_id):
+    nothing for a local id or where the hub is switched off (True: nothing to fetch). False where the hub is out of
+    reach or a fetch failed (a missing or gated repository, the network): the load then says why, in its sentence
+    (load_error)."""
+    if is_local(model_id) or hub_offline():
         return True
+    if not hub_reachable():
+        return False
     from huggingface_hub import snapshot_download
 
     try:
