@@ -34,7 +34,7 @@ from specdemo.models.eagle3_files import head_folder
 from specdemo.models.loading import preset_unavailable
 from specdemo.models.weights import hub_offline, is_local, prefetch
 
-from .validation import UserError, get_pair, pair_key, user_error
+from .validation import UserError, get_pair, user_error
 
 GPU_MARGIN_S = 30  # CUDA start-up and the start-up pair's move into the worker; the last round past the deadline
 LOAD_SECONDS = 60  # GPU seconds a pair change asks for on ZeroGPU (a load inside a worker: `pair_summary`)
@@ -70,25 +70,18 @@ def gpu(fn: Callable, duration: int | None = None) -> Callable:
     return fetching_first(fn, spaces.GPU(duration=duration or _duration)(fn))
 
 
-PAIR_ARGS = (("pair_name", "draft_id", "target_id", "head_id"), ("pair", "draft", "target", "head"))  # page, API
+PAIR_ARGS = ("pair_name", "pair")  # the page's handlers' name for the pair, and the API's
 
 
-def requested_pair(signature: inspect.Signature, args, kwargs):
-    """The pair key that a handler's arguments name (the page's or the API's names), or None."""
+def requested_preset(signature: inspect.Signature, args, kwargs) -> str | None:
+    """The preset that a handler's arguments name, or None (a custom pair, or arguments that do not bind)."""
     try:
         bound = signature.bind(*args, **kwargs)
     except TypeError:
         return None
     bound.apply_defaults()
-    given = bound.arguments
-    for names in PAIR_ARGS:
-        if names[0] in given:
-            name, draft, target, head = (given.get(n) for n in names)
-            try:
-                return pair_key(name, draft, target, Limits.from_env(), head if isinstance(head, str) else "")
-            except UserError:  # the handler's own validation says why
-                return None
-    return None
+    name = next((bound.arguments[n] for n in PAIR_ARGS if n in bound.arguments), None)
+    return name if isinstance(name, str) and name in PRESETS else None
 
 
 def fetching_first(fn: Callable, decorated: Callable) -> Callable:
@@ -103,8 +96,8 @@ def fetching_first(fn: Callable, decorated: Callable) -> Callable:
         if not on_zerogpu():
             return
         try:  # never raises: it runs outside the handlers' conversion of errors into sentences
-            key = requested_pair(signature, args, kwargs)
-            if isinstance(key, str) and loaded_pair(key) is None:
+            key = requested_preset(signature, args, kwargs)
+            if key is not None and loaded_pair(key) is None:
                 prefetch_pair(key)
         except Exception as err:  # noqa: BLE001 - the handler's own validation or load says why, in its sentence
             log.info("fetching a pair before its GPU call failed: %r", err)
