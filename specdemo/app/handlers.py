@@ -25,7 +25,7 @@ from specdemo.engine.speculative import PromptError
 from specdemo.i18n import tr
 from specdemo.limits import Limits
 from specdemo.models import ModelLoadError
-from specdemo.models.lm import device_lock
+from specdemo.models.lm import release_cuda_cache
 
 from . import plots, render, runs, views
 from .session_locks import session_lock
@@ -71,8 +71,7 @@ def user_errors(fn):
         """The refusal as the visitor reads it, and one line in the server's log (in English): a refusal is planned,
         so gradio prints no traceback for it (print_exception=False); a traceback in the log is for the unplanned."""
         if isinstance(err, torch.cuda.OutOfMemoryError):
-            with device_lock(torch.device("cuda")):  # in the device's turn: a capture under way would fail
-                torch.cuda.empty_cache()
+            release_cuda_cache()
         try:
             lang = signature.bind_partial(*args, **kwargs).arguments.get("lang")
         except TypeError:

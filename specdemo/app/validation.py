@@ -33,6 +33,7 @@ from specdemo.i18n import Msg, Translatable, tr
 from specdemo.limits import Limits
 from specdemo.models import ModelLoadError, ModelPair, StrategyUnavailable, estimate_parameters, load_config, load_pair
 from specdemo.models.devices import zerogpu_space
+from specdemo.models.lm import release_cuda_cache
 from specdemo.models.weights import load_error, role_name
 
 CUSTOM = "custom"  # the pair selector's value for a custom draft/target pair
@@ -250,7 +251,8 @@ def get_pair(key, strategy: str | None = None) -> ModelPair:
         pair = load_pair(key)
     except ModelLoadError as err:
         raise user_error(err) from None
-    except torch.cuda.OutOfMemoryError:
+    except torch.cuda.OutOfMemoryError:  # said as a run's is (handlers.user_errors), the cache given back too
+        release_cuda_cache()
         raise UserError("err.oom") from None
     except RuntimeError as err:
         # On ZeroGPU a load in one of gradio's threads, outside a GPU call, reaches spaces' guard on CUDA's start

@@ -154,6 +154,13 @@ def device_lock(device: torch.device | str) -> threading.Lock:
         return _DEVICE_LOCKS.setdefault(device_key(device), threading.Lock())
 
 
+def release_cuda_cache() -> None:
+    """After CUDA ran out of memory: give its cached blocks back, in the device's turn (memory released while
+    another thread captures a graph would fail that capture)."""
+    with device_lock(torch.device("cuda")):
+        torch.cuda.empty_cache()
+
+
 def device_key(device: torch.device | str) -> str:
     """A device's name with its index: 'cuda' is the current CUDA device's ('cuda:0' where CUDA has not started,
     which it then makes current), 'cpu' is 'cpu:0'."""
