@@ -214,7 +214,7 @@ def hub_recorded(monkeypatch):
 
     events = []
     monkeypatch.setattr(zerogpu, "_FETCHED", set())
-    for module in (weights, eagle3_files, zerogpu):  # a Space reaches the hub, which conftest.py switches off here
+    for module in (weights, eagle3_files):  # a Space reaches the hub, which conftest.py switches off here
         monkeypatch.setattr(module, "hub_offline", lambda: False)
     for module in (weights, eagle3_files):
         monkeypatch.setattr(module, "hub_reachable", lambda: True)

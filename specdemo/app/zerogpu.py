@@ -24,7 +24,6 @@ import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from specdemo.config import PRESETS
 from specdemo.limits import Limits
@@ -32,7 +31,7 @@ from specdemo.models import ModelLoadError, ModelPair, loaded_pair, resolve, unl
 from specdemo.models.devices import zerogpu_space
 from specdemo.models.eagle3_files import head_folder
 from specdemo.models.loading import preset_unavailable
-from specdemo.models.weights import hub_offline, is_local, prefetch
+from specdemo.models.weights import prefetch
 
 from .validation import UserError, get_pair, user_error
 
@@ -160,9 +159,9 @@ def prefetch_pair(key) -> None:
     name, draft_id, target_id = resolve(key)
     head = key[2] if isinstance(key, tuple) and len(key) > 2 else getattr(PRESETS.get(name), "eagle3_head", None)
     fetched = [prefetch(model_id) for model_id in (draft_id, target_id)]
-    if head and not is_local(head) and not Path(head).expanduser().is_dir() and not hub_offline():
+    if head:
         try:
-            head_folder(head)  # it refuses where the hub is out of reach
+            head_folder(head)  # a folder as it is; a hub id fetched, refused where the hub is off or out of reach
         except ModelLoadError:
             return
     if all(fetched):
