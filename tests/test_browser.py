@@ -33,8 +33,21 @@ def open_page(browser, url: str, locale: str = "en-US", width: int = 1500, heigh
     pg.wait_for_selector("#sd-race .js-plotly-plot")  # the page has drawn its (empty) charts: a person sees it ready
     pg.wait_for_function(f"document.querySelector('#sd-pair-status').innerText.includes('{LOADED[locale]}')")
     # the pair's status and the redraw in the browser's language are two events; wait for both
-    pg.wait_for_function(f"document.querySelector('#sd-legend').innerText.includes({LEGEND[locale]!r})")
+    try:
+        pg.wait_for_function(f"document.querySelector('#sd-legend').innerText.includes({LEGEND[locale]!r})")
+    except Exception as e:  # a rare CI timeout: say what the page held, so the next one explains itself
+        raise AssertionError(f"the legend was not redrawn in {locale}: {page_state(pg)}") from e
     return context, pg
+
+
+def page_state(pg) -> str:
+    """What a page shows of its language: the language switch, the flags LOCALE_JS sets, the legend and the status."""
+    return pg.evaluate("""() => JSON.stringify({
+        lang: [...document.querySelectorAll('#sd-lang input')].filter((i) => i.checked).map((i) => i.value),
+        sdLang: document.body.dataset.sdLang, localeDone: document.body.dataset.sdLocaleDone,
+        legend: (document.querySelector('#sd-legend') || {}).innerText,
+        status: (document.querySelector('#sd-pair-status') || {}).innerText,
+        toasts: [...document.querySelectorAll('.toast-body')].map((t) => t.innerText)})""")
 
 
 @pytest.fixture

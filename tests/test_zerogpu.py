@@ -16,6 +16,8 @@ import torch
 
 spaces = pytest.importorskip("spaces")  # in requirements.txt; a missing package skips instead of erroring
 
+from test_hub_cache import GB, hub, plant, present  # noqa: F401 (hub: the fixture)
+
 from specdemo.app import handlers, zerogpu
 from specdemo.models import loading as models  # noqa: E402
 
@@ -225,6 +227,25 @@ def hub_recorded(monkeypatch):
 
 
 QWEN = ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B", "RedHatAI/Qwen3-8B-speculator.eagle3")
+
+
+def test_on_zerogpu_a_custom_pairs_fetch_is_the_visitors_and_makes_room(zerogpu_space, hub_recorded, hub, monkeypatch):
+    """A custom pair's files, fetched here before its GPU call, are recorded as the visitors' (models/hub_cache.py):
+    past the budget the least recently used visitor's pair is deleted, as after a load in the app."""
+    import huggingface_hub
+
+    from specdemo.models import hub_cache
+
+    monkeypatch.setenv(hub_cache.BUDGET_ENV, "1")
+    for repo in ("old/draft", "old/target"):
+        plant(hub, repo, GB * 45 // 100)
+    hub_cache.make_room(["old/draft", "old/target"], ["old/draft", "old/target"], (), hub, now=1)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download",  # the hub's download: the files land in its cache
+                        lambda repo, **kw: plant(hub, repo, GB * 45 // 100) or "/nowhere")
+    monkeypatch.setattr(zerogpu, "load_on_gpu", lambda key: zerogpu.UserError("err.gpu_call", error="stopped here"))
+    with pytest.raises(zerogpu.UserError):
+        zerogpu.pair_summary(("visitor/draft", "visitor/target"))
+    assert present(hub, "old/draft", "old/target", "visitor/draft", "visitor/target") == [False, False, True, True]
 
 
 def test_on_zerogpu_a_hub_pair_is_fetched_here_before_its_gpu_call(zerogpu_space, hub_recorded, monkeypatch):

@@ -33,6 +33,7 @@ from specdemo.i18n import Msg, Translatable, tr
 from specdemo.limits import Limits
 from specdemo.models import ModelLoadError, ModelPair, StrategyUnavailable, estimate_parameters, load_config, load_pair
 from specdemo.models.devices import zerogpu_space
+from specdemo.models.hub_cache import visitor_download
 from specdemo.models.lm import release_cuda_cache
 from specdemo.models.weights import load_error, role_name
 
@@ -246,9 +247,11 @@ def user_error(err: ModelLoadError | StrategyUnavailable) -> UserError:
 
 
 def get_pair(key, strategy: str | None = None) -> ModelPair:
-    """Load the pair (a failure as one sentence); with a strategy, also refuse one the loaded pair cannot use."""
+    """Load the pair (a failure as one sentence); with a strategy, also refuse one the loaded pair cannot use. What a
+    custom pair downloads is the visitors', deleted again once past the hub cache's budget (hub_cache)."""
     try:
-        pair = load_pair(key)
+        with visitor_download(key):
+            pair = load_pair(key)
     except ModelLoadError as err:
         raise user_error(err) from None
     except torch.cuda.OutOfMemoryError:  # said as a run's is (handlers.user_errors), the cache given back too

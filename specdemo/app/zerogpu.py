@@ -30,6 +30,7 @@ from specdemo.limits import Limits
 from specdemo.models import ModelLoadError, ModelPair, loaded_pair, resolve, unload_pair
 from specdemo.models.devices import zerogpu_space
 from specdemo.models.eagle3_files import head_folder
+from specdemo.models.hub_cache import visitor_download
 from specdemo.models.loading import preset_unavailable
 from specdemo.models.weights import prefetch
 
@@ -87,8 +88,9 @@ def fetching_first(fn: Callable, decorated: Callable) -> Callable:
     """`decorated` (fn inside spaces.GPU), which on ZeroGPU first fetches the hub files of the preset that the
     call's arguments name, here in the serving process, unless it is loaded here: a run or an experiment whose
     worker loads a preset nobody has selected on the page (an API call) reads it from disk within its GPU time.
-    A custom pair is not fetched ahead: its download stays inside the call, behind the visitor's GPU quota, so
-    that nobody can fill the Space's disk or hold a run's slot on the network without quota."""
+    A custom pair is not fetched ahead: the page's pair change fetched it (pair_summary), and an API call's
+    download stays inside its GPU call, behind the caller's quota, so that nobody holds a run's slot on the network
+    without quota. (What visitors download is bounded on disk by hub_cache's budget, whoever fetches it.)"""
     signature = inspect.signature(fn)
 
     def fetch(args, kwargs) -> None:
@@ -182,8 +184,9 @@ def pair_summary(key) -> PairSummary:
         return PairSummary.of(get_pair(key))
     import gradio as gr
 
-    try:
-        prefetch_pair(key)  # a hub pair's download, here on the CPU, not out of the call's metered seconds
+    try:  # a hub pair's download, here on the CPU, not out of the call's metered seconds; a custom pair's is the
+        with visitor_download(key):  # visitors', deleted again past the hub cache's budget (models/hub_cache.py)
+            prefetch_pair(key)
     except ModelLoadError as err:
         raise user_error(err) from None
     try:

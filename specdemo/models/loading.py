@@ -290,7 +290,6 @@ def load_bytes(draft_id: str, target_id: str, device: torch.device, want: tuple)
     """What loading a pair takes before it starts, from the two configs alone: the estimated parameters at the
     bytes of the dtype the weights load in (float32 on a CPU, where the dtype is picked after loading; see
     _load_one). 0 where a config cannot be read (the load itself will then say why)."""
-
     total = 0
     for model_id, role, dtype in ((draft_id, "draft", want[0]), (target_id, "target", want[1])):
         try:
@@ -355,19 +354,31 @@ def _reserve(key: tuple, need: int) -> None:
                          budget=f"{budget / 1e9:.2f}")
 
 
-def _key(draft_id: str, target_id: str, device, want: tuple, decoding: str | None, head: str | None) -> tuple:
-    return (draft_id, target_id, str(pick_device(device)), *want, decoding) + ((head.strip(),) if head else ())
+def _request(pair, device=None, dtype: DTypeArg = None, draft_dtype: DTypeArg = None, target_dtype: DTypeArg = None,
+             decoding: str | None = None, head: str | None = None) -> tuple:
+    """load_pair's arguments as (draft id, target id, the two dtypes wanted, the head, the LRU's key); a custom
+    pair's third item is its head unless `head` is given. The key: (draft, target, device, the dtypes, decoding,
+    and the head where there is one)."""
+    _, draft_id, target_id = resolve(pair)
+    if not head and isinstance(pair, tuple) and len(pair) > 2:
+        head = pair[2]
+    want = (requested_dtype("draft", draft_dtype, dtype), requested_dtype("target", target_dtype, dtype))
+    key = (draft_id, target_id, str(pick_device(device)), *want, decoding) + ((head.strip(),) if head else ())
+    return draft_id, target_id, want, head, key
 
 
 def _key_of(pair: str | tuple[str, ...], device: str | None = None) -> tuple | None:
     """The LRU's key for load_pair(pair, device); None for a pair that does not resolve."""
     try:
-        _, draft_id, target_id = resolve(pair)
+        return _request(pair, device)[-1]
     except ModelLoadError:
         return None
-    head = pair[2] if isinstance(pair, tuple) and len(pair) > 2 else None
-    want = (requested_dtype("draft", None, None), requested_dtype("target", None, None))
-    return _key(draft_id, target_id, device, want, None, head)
+
+
+def model_ids_in_use() -> set[str]:
+    """The model and head ids of every pair that this process holds or is loading (hub_cache keeps their files)."""
+    with _CACHE_LOCK:
+        return {i for key in [*_CACHE, *_LOADING] for i in key[:2] + key[6:]}  # a key's ids (_request)
 
 
 def loaded_pair(pair: str | tuple[str, ...], device: str | None = None) -> ModelPair | None:
@@ -404,13 +415,9 @@ def load_pair(pair: str | tuple[str, str] = DEFAULT_PRESET, device: str | None =
     would take the device past its memory budget (devices.model_budget_bytes), counting the pairs loaded, being
     loaded and still held by runs, is refused in one sentence (err.memory_busy) before it reads any weights.
     """
-    _, draft_id, target_id = resolve(pair)
+    draft_id, target_id, want, head, key = _request(pair, device, dtype, draft_dtype, target_dtype, decoding, head)
     if (why := preset_unavailable(pair, device)) is not None:  # listed for a GPU Space, refused here in one sentence
         raise ModelLoadError("err.preset_unavailable", name=repr(pair), why=why)
-    if not head and isinstance(pair, tuple) and len(pair) > 2:
-        head = pair[2]
-    want = (requested_dtype("draft", draft_dtype, dtype), requested_dtype("target", target_dtype, dtype))
-    key = _key(draft_id, target_id, device, want, decoding, head)
     with _CACHE_LOCK:  # held only to look up: a download or a load never stalls other sessions' cached pairs
         if (hit := _cached(key)) is not None:
             return hit
