@@ -1,23 +1,33 @@
 """The hub cache keeps room for visitors' models (specdemo/models/hub_cache.py): what custom pairs download in the app
 is deleted again past SPECDEMO_CUSTOM_CACHE_GB, least recently used first, and nothing else ever is.
 
-The cache here is a real folder in huggingface_hub's layout, read by the real code. The downloads are files written
-where the hub's would land (there is no hub here); sizes are sparse files, so a "gigabyte" costs no disk."""
+The cache is a real folder in huggingface_hub's layout, scanned and deleted by huggingface_hub's own code, with its
+cache-wide store of shared blobs where a test needs one. The downloads are files written where the hub's would land
+(there is no hub here); the sizes are sparse files, so a "gigabyte" costs no disk. One test loads a real model
+from the hub cache, offline."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
+import time
+from pathlib import Path
 
 import huggingface_hub.constants
 import pytest
 
 from specdemo.app import validation
-from specdemo.app.validation import UserError, get_pair
+from specdemo.app.validation import CUSTOM, UserError, get_pair, pair_key
 from specdemo.config import PRESETS
-from specdemo.models import ModelLoadError
-from specdemo.models import hub_cache as hc
+from specdemo.limits import Limits
+from specdemo.models import ModelLoadError, hub_cache as hc, unload_pair
+from specdemo.models.loading import model_ids_in_use
 
 GB = 10**9
+PART = GB * 45 // 100  # a model of a test's pairs: two pairs take 1.8 GB, under a 2 GB budget, and three do not
+ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 
 
 @pytest.fixture
@@ -31,91 +41,165 @@ def hub(tmp_path, monkeypatch):
     return cache
 
 
-def plant(cache, repo_id: str, nbytes: int) -> None:
-    """A repository as snapshot_download leaves it: a blob, a snapshot's link to it, and the ref."""
-    folder = hc.repo_folder(cache, repo_id)
+def commit_of(repo_id: str) -> str:
+    return hashlib.sha1(repo_id.encode()).hexdigest()  # each repository its own revision, as on the hub
+
+
+def plant(cache, repo_id: str, nbytes: int = PART, files: dict[str, Path] | None = None, xet: str | None = None):
+    """A repository as a hub download leaves it: blobs, a snapshot's links to them, and the ref. `files`: real
+    files to copy in (name: source), else one sparse weights file of `nbytes`. `xet`: the weights' Xet hash, their
+    blob then moved into (or linked from) the cache-wide shared store, as huggingface_hub 2.4 does for Xet files."""
+    from huggingface_hub.utils import _shared_blobs
+
+    folder, commit = hc.repo_folder(cache, repo_id), commit_of(repo_id)
     (folder / "blobs").mkdir(parents=True)
     (folder / "refs").mkdir()
-    (folder / "refs" / "main").write_text("abc123")
-    with open(folder / "blobs" / "f00d", "wb") as f:
-        f.truncate(nbytes)
-    snap = folder / "snapshots" / "abc123"
+    (folder / "refs" / "main").write_text(commit)
+    snap = folder / "snapshots" / commit
     snap.mkdir(parents=True)
-    (snap / "model.safetensors").symlink_to(folder / "blobs" / "f00d")
+    for name, source in (files or {"model.safetensors": None}).items():
+        blob = folder / "blobs" / hashlib.sha256(f"{repo_id}/{name}".encode()).hexdigest()
+        if source is not None:
+            shutil.copyfile(source, blob)
+        elif xet and _shared_blobs.has_shared_blob(xet_hash=xet, cache_dir=cache, expected_size=nbytes):
+            assert _shared_blobs.try_link_from_shared_store(blob_path=str(blob), xet_hash=xet, cache_dir=cache,
+                                                            expected_size=nbytes)
+        else:
+            with open(blob, "wb") as f:
+                f.truncate(nbytes)
+            if xet:
+                assert _shared_blobs.publish_blob_to_shared_store(blob_path=str(blob), xet_hash=xet, cache_dir=cache,
+                                                                  expected_size=nbytes)
+        (snap / name).symlink_to(os.path.relpath(blob, snap))
 
 
 def present(cache, *ids) -> list[bool]:
     return [hc.repo_folder(cache, i).exists() for i in ids]
 
 
-def load(cache, ids, nbytes=GB * 45 // 100, now=None, keep=()):
-    """One visitor's load of a custom pair: what it did not find, it downloads; then the cache makes room."""
-    new = [i for i in ids if not hc.repo_folder(cache, i).exists()]
-    for i in new:
-        plant(cache, i, nbytes)
-    return hc.make_room(ids, new, keep, cache, now=now)
+def visit(cache, ids, now, keep=()):
+    """One visitor's custom pair at time `now`: claimed before the hub is asked, the missing part downloaded, then
+    the cache makes room."""
+    hc.claim(ids, now=now)
+    for i in ids:
+        if not hc.repo_folder(cache, i).exists():
+            plant(cache, i)
+    return hc.make_room(keep, cache, now=now)
+
+
+def record():
+    return json.loads((hc.cache_root() / hc.RECORD).read_text())
 
 
 def test_visitors_models_past_the_budget_go_least_recently_used_first(hub):
     plant(hub, "operator/big", 5 * GB)  # in the cache before any visitor: never theirs
-    assert load(hub, ["a/d", "a/t"], now=1) == []
-    assert load(hub, ["b/d", "b/t"], now=2) == []
-    assert load(hub, ["c/d", "c/t"], now=3) == ["a/d", "a/t"]  # 2.7 GB recorded > 2: the oldest pair goes
+    assert visit(hub, ["a/d", "a/t"], 1000) == []
+    assert visit(hub, ["b/d", "b/t"], 2000) == []
+    assert visit(hub, ["c/d", "c/t"], 3000) == ["a/d", "a/t"]  # 2.7 GB recorded > 2: the oldest pair goes
     assert present(hub, "a/d", "a/t", "b/d", "c/t", "operator/big") == [False, False, True, True, True]
-    assert load(hub, ["b/d", "b/t"], now=4) == []  # used again, from disk: now the newest
-    assert load(hub, ["e/d", "e/t"], now=5) == ["c/d", "c/t"]  # so c, not b, is the least recently used
+    assert visit(hub, ["b/d", "b/t"], 4000) == []  # used again, from disk: now the newest
+    assert visit(hub, ["e/d", "e/t"], 5000) == ["c/d", "c/t"]  # so c, not b, is the least recently used
     assert present(hub, "b/d", "b/t", "e/d", "e/t", "operator/big") == [True] * 5
-    record = json.loads((hc.cache_root() / hc.RECORD).read_text())
-    assert record == {"b/d": 4, "b/t": 4, "e/d": 5, "e/t": 5}
+    assert record() == {"b/d": 4000, "b/t": 4000, "e/d": 5000, "e/t": 5000}
 
 
-def test_models_in_use_and_those_already_there_are_kept_whatever_the_budget(hub, monkeypatch):
+def test_what_was_there_before_what_is_in_use_and_what_was_just_used_stay(hub, monkeypatch):
     monkeypatch.setenv(hc.BUDGET_ENV, "0")
     preset_target = PRESETS["smollm2"].target
-    plant(hub, "mine/draft", GB)
-    assert hc.visitor_ids(("mine/draft", preset_target, "new/head")) == ["mine/draft", "new/head"]
-    assert load(hub, ["mine/draft", "new/head"], now=1) == []  # only new/head was downloaded
-    assert load(hub, ["x/d", "x/t"], now=2, keep=["new/head"]) == []  # new/head: a pair this process holds
-    assert load(hub, ["y/d", "y/t"], now=3) == ["new/head", "x/d", "x/t"]
-    assert present(hub, "mine/draft", "y/d", "y/t") == [True] * 3  # budget 0: the pair just used stays
+    plant(hub, "mine/draft")
+    plant(hub, preset_target)
+    visit(hub, ["mine/draft", preset_target, "new/head"], 1000)  # only new/head is the visitors'
+    assert record() == {"new/head": 1000}
+    assert visit(hub, ["x/d", "x/t"], 1300) == []  # new/head was used 300 s ago: a load elsewhere may read it
+    assert visit(hub, ["y/d", "y/t"], 2000, keep=["x/t"]) == ["new/head", "x/d"]  # x/t: a pair this process holds
+    assert present(hub, "mine/draft", preset_target, "x/t", "y/d", "y/t") == [True] * 5
+
+
+def test_a_shared_blob_goes_with_its_last_repository_and_stays_while_another_uses_it(hub, monkeypatch):
+    """huggingface_hub 2.4 keeps Xet files once for the whole cache, each repository's blob a link to it: the
+    links alone are the repository's files, so a deletion that removed only the folder would free nothing."""
+    monkeypatch.setenv(hc.BUDGET_ENV, "0")
+    from huggingface_hub.utils import _shared_blobs
+
+    shared, alone = "ab" * 32, "cd" * 32
+    plant(hub, "operator/model", GB, xet=shared)  # the operator's copy came first
+    hc.claim(["v/copy", "v/alone"], now=1000)
+    plant(hub, "v/copy", GB, xet=shared)  # a visitor's repository holding the same file
+    plant(hub, "v/alone", GB, xet=alone)
+    assert hc.make_room((), hub, now=5000) == ["v/alone", "v/copy"]
+    assert not _shared_blobs.shared_blob_path(hub, alone).exists()  # its one user is gone: the payload too
+    assert _shared_blobs.shared_blob_path(hub, shared).stat().st_size == GB  # the operator's still reads it
+    assert (hc.repo_folder(hub, "operator/model") / "snapshots" / commit_of("operator/model")
+            / "model.safetensors").stat().st_size == GB
 
 
 def test_a_damaged_record_forgets_rather_than_deletes(hub, monkeypatch):
-    load(hub, ["a/d", "a/t"], now=1)
+    visit(hub, ["a/d", "a/t"], 1000)
     (hc.cache_root() / hc.RECORD).write_text("{not json")
     monkeypatch.setenv(hc.BUDGET_ENV, "0")
-    assert load(hub, ["b/d", "b/t"], now=2) == []  # a/* are no longer known to be the visitors'
+    assert visit(hub, ["b/d", "b/t"], 5000) == []  # a/* are no longer known to be the visitors'
     assert present(hub, "a/d", "a/t") == [True, True]
 
 
-def test_the_app_records_what_a_custom_pair_downloads_even_when_its_load_fails(hub, monkeypatch):
-    """validation.get_pair (every load in the app) wraps the load: a failed load's partial download is the
-    visitors' too, and a preset's load touches nothing."""
+def test_a_forked_process_does_not_keep_the_record_locked(hub):
+    """A ZeroGPU worker is a fork of the serving process, made while any thread may hold the record. The child must
+    not hold its lock on after the parent lets go (an inherited flock would), nor inherit a held thread lock."""
+    with hc._locked_record():
+        pid = os.fork()
+        if pid == 0:  # the child: it waits for the parent's release, then takes the record itself
+            try:
+                with hc._locked_record(wait_s=5):
+                    pass
+                time.sleep(3)  # lives on, as a worker does
+                os._exit(0)
+            except BaseException:
+                os._exit(1)
+    start = time.monotonic()
+    with hc._locked_record(wait_s=2):  # the child, alive, holds nothing the parent needs
+        pass
+    assert time.monotonic() - start < 2
+    assert os.waitpid(pid, 0)[1] == 0
+
+
+def test_the_app_claims_a_custom_pair_before_its_config_and_keeps_it_while_loaded(hub, monkeypatch):
+    """The path of a visitor's custom pair, for real: validation.pair_key claims the ids before it reads their
+    configs (which already fetches files into their folders), the pair loads from the hub cache, and its files stay
+    while this process holds the pair, then go once it does not."""
+    monkeypatch.setenv(hc.BUDGET_ENV, "0")
+    limits = Limits.from_env()
+    ids = ("visitor/tiny-draft", "visitor/tiny-target")
+    with pytest.raises(UserError):  # not on the hub (offline here): its config cannot be read...
+        pair_key(CUSTOM, *ids, limits)
+    assert set(record()) == set(ids)  # ...but the names were claimed first
+    for repo_id, folder in zip(ids, ("shakespeare-draft", "shakespeare-target")):  # the hub's download
+        plant(hub, repo_id, files={p.name: p for p in (ASSETS / folder).iterdir()})
+    key = pair_key(CUSTOM, *ids, limits)
+    pair = get_pair(key)
+    assert pair.describe() and set(ids) <= model_ids_in_use()
+    later = time.time() + 10 * hc.GRACE_S
+    assert hc.make_room(model_ids_in_use(), hub, now=later) == []  # loaded here: kept past any budget
+    unload_pair(key)
+    assert hc.make_room(model_ids_in_use(), hub, now=later) == list(ids)
+    assert present(hub, *ids) == [False, False]
+
+
+def test_a_failed_load_still_makes_room_and_a_preset_load_touches_nothing(hub, monkeypatch):
     monkeypatch.setenv(hc.BUDGET_ENV, "1")
-    load(hub, ["old/d", "old/t"], now=1)
+    visit(hub, ["old/d", "old/t"], time.time() - 10 * hc.GRACE_S)
+    hc.claim(["visitor/draft", "visitor/target"])
 
     def download_then_fail(key):  # the hub's part of a load (no hub here): files land, then the load fails
         for i in key:
-            if not hc.repo_folder(hub, i).exists():
-                plant(hub, i, GB * 45 // 100)
+            plant(hub, i)
         raise ModelLoadError("load.no_such_model")
 
+    real_load = validation.load_pair
     monkeypatch.setattr(validation, "load_pair", download_then_fail)
     with pytest.raises(UserError):
         get_pair(("visitor/draft", "visitor/target"))
     assert present(hub, "old/d", "old/t", "visitor/draft", "visitor/target") == [False, False, True, True]
-    assert set(json.loads((hc.cache_root() / hc.RECORD).read_text())) == {"visitor/draft", "visitor/target"}
 
-    monkeypatch.setenv(hc.BUDGET_ENV, "-1")  # a bad budget is logged, and the load still says its own sentence
-    with pytest.raises(UserError):
-        get_pair(("visitor/draft", "other/target"))
-    assert present(hub, "other/target") == [True]
-
-
-def test_a_preset_load_leaves_the_cache_and_the_record_alone(hub, monkeypatch):
-    monkeypatch.setenv(hc.BUDGET_ENV, "0")
-    load(hub, ["a/d", "a/t"], now=1)
+    monkeypatch.setattr(validation, "load_pair", real_load)
     before = (hc.cache_root() / hc.RECORD).read_text()
     get_pair("shakespeare")
-    assert present(hub, "a/d", "a/t") == [True, True]
     assert (hc.cache_root() / hc.RECORD).read_text() == before

@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import os
 import pickle
+import shutil
 import threading
 
 import pytest
@@ -16,7 +17,7 @@ import torch
 
 spaces = pytest.importorskip("spaces")  # in requirements.txt; a missing package skips instead of erroring
 
-from test_hub_cache import GB, hub, plant, present  # noqa: F401 (hub: the fixture)
+from test_hub_cache import hub, plant, present  # noqa: F401 (hub: the fixture)
 
 from specdemo.app import handlers, zerogpu
 from specdemo.models import loading as models  # noqa: E402
@@ -229,23 +230,33 @@ def hub_recorded(monkeypatch):
 QWEN = ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B", "RedHatAI/Qwen3-8B-speculator.eagle3")
 
 
-def test_on_zerogpu_a_custom_pairs_fetch_is_the_visitors_and_makes_room(zerogpu_space, hub_recorded, hub, monkeypatch):
-    """A custom pair's files, fetched here before its GPU call, are recorded as the visitors' (models/hub_cache.py):
-    past the budget the least recently used visitor's pair is deleted, as after a load in the app."""
+def test_on_zerogpu_a_custom_pairs_fetch_makes_room_and_is_made_again_once_deleted(zerogpu_space, hub_recorded, hub,
+                                                                                    monkeypatch):
+    """A custom pair's files, fetched here before its GPU call, make room in the hub cache as a load in the app does
+    (models/hub_cache.py): past the budget an older visitor's pair goes. A pair whose files went is fetched again
+    on its next change, though this process fetched it before (else its worker would download inside its call)."""
     import huggingface_hub
 
     from specdemo.models import hub_cache
 
     monkeypatch.setenv(hub_cache.BUDGET_ENV, "1")
+    hub_cache.claim(["old/draft", "old/target"], now=1)
     for repo in ("old/draft", "old/target"):
-        plant(hub, repo, GB * 45 // 100)
-    hub_cache.make_room(["old/draft", "old/target"], ["old/draft", "old/target"], (), hub, now=1)
+        plant(hub, repo)
+    fetched = []
     monkeypatch.setattr(huggingface_hub, "snapshot_download",  # the hub's download: the files land in its cache
-                        lambda repo, **kw: plant(hub, repo, GB * 45 // 100) or "/nowhere")
+                        lambda repo, **kw: fetched.append(repo) or plant(hub, repo) or "/nowhere")
     monkeypatch.setattr(zerogpu, "load_on_gpu", lambda key: zerogpu.UserError("err.gpu_call", error="stopped here"))
+    key = ("visitor/draft", "visitor/target")
+    hub_cache.claim(key)  # as validation.pair_key does, before the configs
     with pytest.raises(zerogpu.UserError):
-        zerogpu.pair_summary(("visitor/draft", "visitor/target"))
-    assert present(hub, "old/draft", "old/target", "visitor/draft", "visitor/target") == [False, False, True, True]
+        zerogpu.pair_summary(key)
+    assert present(hub, "old/draft", "old/target", *key) == [False, False, True, True]
+    for repo in key:  # deleted since, to make room for other visitors' pairs
+        shutil.rmtree(hub_cache.repo_folder(hub, repo))
+    with pytest.raises(zerogpu.UserError):
+        zerogpu.pair_summary(key)
+    assert fetched == [*key, *key] and present(hub, *key) == [True, True]
 
 
 def test_on_zerogpu_a_hub_pair_is_fetched_here_before_its_gpu_call(zerogpu_space, hub_recorded, monkeypatch):

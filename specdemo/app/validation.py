@@ -31,10 +31,19 @@ from specdemo.config import (
 from specdemo.engine.strategy import HEAD_STRATEGIES, check_head, has_head  # noqa: F401 (one rule; handlers and views ask here)
 from specdemo.i18n import Msg, Translatable, tr
 from specdemo.limits import Limits
-from specdemo.models import ModelLoadError, ModelPair, StrategyUnavailable, estimate_parameters, load_config, load_pair
+from specdemo.models import (
+    ModelLoadError,
+    ModelPair,
+    StrategyUnavailable,
+    estimate_parameters,
+    hub_cache,
+    load_config,
+    load_pair,
+    loaded_pair,
+)
 from specdemo.models.devices import zerogpu_space
-from specdemo.models.hub_cache import visitor_download
 from specdemo.models.lm import release_cuda_cache
+from specdemo.models.loading import model_ids_in_use
 from specdemo.models.weights import load_error, role_name
 
 CUSTOM = "custom"  # the pair selector's value for a custom draft/target pair
@@ -85,7 +94,7 @@ def is_repo_id(model_id: str) -> bool:
     return True
 
 
-def check_custom_ids(draft_id: str, target_id: str, limits: Limits) -> None:
+def check_custom_ids(draft_id: str, target_id: str, limits: Limits, head_id: str = "") -> None:
     """The app's one rule for custom model ids, applied before anything is read or downloaded.
 
     1. Custom ids can be switched off (SPECDEMO_ALLOW_CUSTOM=0).
@@ -95,12 +104,15 @@ def check_custom_ids(draft_id: str, target_id: str, limits: Limits) -> None:
        working directory (transformers would read that folder) is answered as a hub miss, as if the folder were not
        there. The CLI and the Python API do not pass through here: they load paths.
     3. Models over the size cap (SPECDEMO_MAX_PARAMS_M) are refused from their config, before any weights load.
+    4. Before any config is read, the ids (and the head's, if given) are claimed: a repository that this read or
+       the load brings into the hub cache is the visitors', deleted again past a budget (models/hub_cache.py).
     """
     if not limits.allow_custom:
         raise UserError("err.custom_off")
     hub_only = not limits.allow_local
-    if hub_only and not (is_repo_id(draft_id) and is_repo_id(target_id)):
+    if hub_only and not all(is_repo_id(i) for i in (draft_id, target_id, head_id) if i):
         raise UserError("err.not_a_repo_id")
+    hub_cache.claim_quietly([draft_id, target_id, head_id])
     for role, model_id in (("draft", draft_id), ("target", target_id)):
         if hub_only and os.path.lexists(model_id):  # answered word for word as transformers' hub miss is
             raise user_error(load_error(model_id, role, OSError(), local=False))
@@ -137,10 +149,8 @@ def pair_key(pair_name: str, draft_id: str | None, target_id: str | None, limits
         draft_id, target_id = (draft_id or "").strip(), (target_id or "").strip()
         if not draft_id or not target_id:
             raise UserError("err.both_ids")
-        check_custom_ids(draft_id, target_id, limits)
         head_id = (head_id or "").strip() if isinstance(head_id, str) else ""
-        if head_id and not limits.allow_local and not is_repo_id(head_id):
-            raise UserError("err.not_a_repo_id")
+        check_custom_ids(draft_id, target_id, limits, head_id)
         return (draft_id, target_id, head_id) if head_id else (draft_id, target_id)
     if pair_name not in PRESETS:
         raise UserError("err.unknown_pair", name=repr(str(pair_name)[:60]), presets=", ".join(PRESETS))
@@ -247,11 +257,27 @@ def user_error(err: ModelLoadError | StrategyUnavailable) -> UserError:
 
 
 def get_pair(key, strategy: str | None = None) -> ModelPair:
-    """Load the pair (a failure as one sentence); with a strategy, also refuse one the loaded pair cannot use. What a
-    custom pair downloads is the visitors', deleted again once past the hub cache's budget (hub_cache)."""
+    """Load the pair (a failure as one sentence); with a strategy, also refuse one the loaded pair cannot use. After
+    a custom pair's load (failed or not: a failed download leaves files too), the hub cache makes room
+    (hub_cache.tidy): what visitors downloaded goes once past its budget."""
+    custom_load = isinstance(key, tuple) and loaded_pair(key) is None
     try:
-        with visitor_download(key):
-            pair = load_pair(key)
+        pair = _load(key)
+    finally:
+        if custom_load:
+            hub_cache.tidy(model_ids_in_use())
+    if strategy is not None:
+        try:
+            check_head(strategy, pair.name, pair)
+        except StrategyUnavailable as err:
+            raise user_error(err) from None
+    return pair
+
+
+def _load(key) -> ModelPair:
+    """load_pair(key), its expected failures as one sentence each."""
+    try:
+        return load_pair(key)
     except ModelLoadError as err:
         raise user_error(err) from None
     except torch.cuda.OutOfMemoryError:  # said as a run's is (handlers.user_errors), the cache given back too
@@ -266,12 +292,6 @@ def get_pair(key, strategy: str | None = None) -> ModelPair:
         if not (zerogpu_space() and SPACES_GUARD in str(err)):
             raise
         raise UserError("err.zerogpu_load") from None
-    if strategy is not None:
-        try:
-            check_head(strategy, pair.name, pair)
-        except StrategyUnavailable as err:
-            raise user_error(err) from None
-    return pair
 
 
 def error_text(err: Exception, lang: str | None = None) -> str:

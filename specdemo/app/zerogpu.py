@@ -27,11 +27,10 @@ from dataclasses import dataclass
 
 from specdemo.config import PRESETS
 from specdemo.limits import Limits
-from specdemo.models import ModelLoadError, ModelPair, loaded_pair, resolve, unload_pair
+from specdemo.models import ModelLoadError, ModelPair, hub_cache, loaded_pair, resolve, unload_pair
 from specdemo.models.devices import zerogpu_space
 from specdemo.models.eagle3_files import head_folder
-from specdemo.models.hub_cache import visitor_download
-from specdemo.models.loading import preset_unavailable
+from specdemo.models.loading import model_ids_in_use, preset_unavailable
 from specdemo.models.weights import prefetch
 
 from .validation import UserError, get_pair, user_error
@@ -156,8 +155,8 @@ def prefetch_pair(key) -> None:
     """Fetch the hub files of a pair's two models and of its published head into the hub cache, on the CPU, so
     that the load inside a GPU call reads them from disk instead of spending the call's metered seconds on the
     network; once a process. A failure is left for that load to say in its sentence."""
-    if key in _FETCHED or preset_unavailable(key) is not None:  # a refused preset: the load refuses it at once
-        return
+    if (key in _FETCHED and hub_cache.present(key)) or preset_unavailable(key) is not None:
+        return  # fetched (a custom pair's files may have been deleted since: hub_cache); a refused preset
     name, draft_id, target_id = resolve(key)
     head = key[2] if isinstance(key, tuple) and len(key) > 2 else getattr(PRESETS.get(name), "eagle3_head", None)
     fetched = [prefetch(model_id) for model_id in (draft_id, target_id)]
@@ -184,11 +183,13 @@ def pair_summary(key) -> PairSummary:
         return PairSummary.of(get_pair(key))
     import gradio as gr
 
-    try:  # a hub pair's download, here on the CPU, not out of the call's metered seconds; a custom pair's is the
-        with visitor_download(key):  # visitors', deleted again past the hub cache's budget (models/hub_cache.py)
-            prefetch_pair(key)
+    try:
+        prefetch_pair(key)  # a hub pair's download, here on the CPU, not out of the call's metered seconds
     except ModelLoadError as err:
         raise user_error(err) from None
+    finally:
+        if isinstance(key, tuple):  # a custom pair's files are the visitors' (models/hub_cache.py)
+            hub_cache.tidy(model_ids_in_use())
     try:
         out = load_on_gpu(key)
     except gr.Error as err:  # spaces' own: a visitor's quota spent, a worker that died

@@ -4,28 +4,29 @@ recently used first, once it passes a budget.
 A visitor who names a custom pair (app/validation.check_custom_ids: hub ids under the size cap) makes the server
 download both models, and a head, into the hub cache. Nothing else ever deletes them, and a Space's disk is small
 and ephemeral (https://huggingface.co/docs/hub/spaces-storage), so a public Space whose visitors try model after
-model would fill it. Here each load of a custom pair in the app (`visitor_download`, around validation.get_pair's
-load and zerogpu.prefetch_pair's fetch) records the hub repositories that it brought into the cache, with the time
-of their last use, in `visitor-models.json` under specdemo's cache folder (weights.cache_root). After the load, the
-least recently used of the recorded repositories are deleted while they take more than SPECDEMO_CUSTOM_CACHE_GB
-(default 20) together.
+model would fill it. So:
 
-Never deleted: a repository that was in the cache before a visitor's load brought it (the operator's, or another
-program's), a preset's models and head, and the models of every pair that this process holds or is loading
-(loading.model_ids_in_use). A pair that another process holds (a ZeroGPU worker's) keeps its weights in memory; its
-next load there fetches them again. The CLI and the Python API never come here: what they download is the user's.
+- `claim`, called at a custom pair's first contact with the hub (before its configs are read), records the ids
+  whose repositories are not in the cache yet as the visitors', and marks the time of every recorded one's use, in
+  `visitor-models.json` under specdemo's cache folder (weights.cache_root). A repository that was in the cache
+  before a visitor named it (the operator's, another program's) is never recorded, nor is a preset's.
+- `make_room`, called after a custom pair's load or fetch, deletes the least recently used recorded repositories,
+  through huggingface_hub's own deletion (which also sweeps the blobs that its cache-wide store shares), while the
+  recorded ones take more than SPECDEMO_CUSTOM_CACHE_GB (default 20). It never deletes a preset's repository, one
+  of a pair that this process holds or is loading (loading.model_ids_in_use), or one used in the last GRACE_S
+  seconds: a pair that another process is fetching or loading (a ZeroGPU worker's) was used moments before.
 
-Owns the record and the deletion only. It reads the hub cache's documented layout (one `models--owner--name`
-folder per repository) and nothing else of huggingface_hub's.
+Processes share the record (a ZeroGPU worker is a forked one), so it is read and written under a POSIX record lock,
+which a forked child does not inherit, beside a lock for this process's threads. The CLI and the Python API never
+come here: what they download is their user's.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
-import shutil
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -35,10 +36,27 @@ from specdemo.config import PRESETS, env_int
 
 from .weights import cache_root, is_local
 
+try:
+    import fcntl
+except ImportError:  # not POSIX (Windows): this process's lock alone
+    fcntl = None
+
 BUDGET_ENV = "SPECDEMO_CUSTOM_CACHE_GB"
 DEFAULT_BUDGET_GB = 20
+GRACE_S = 600  # a repository used this recently stays: a load or fetch elsewhere may be reading it
+LOCK_WAIT_S = 10.0
 RECORD = "visitor-models.json"  # {hub id: the time of its last use (time.time())}
 log = logging.getLogger("specdemo")
+_THREAD_LOCK = threading.Lock()
+
+
+def _fresh_lock_after_fork() -> None:
+    """A forked child's copy of the thread lock may be held by a thread that does not exist there."""
+    global _THREAD_LOCK
+    _THREAD_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock_after_fork)
 
 
 def budget_bytes() -> int:
@@ -66,94 +84,138 @@ def preset_ids() -> set[str]:
     return {i for p in PRESETS.values() for i in (p.draft, p.target, getattr(p, "eagle3_head", None)) if i}
 
 
-def visitor_ids(key) -> list[str]:
-    """The hub ids of a custom pair's key (draft, target[, head]) that could be a visitor's download: not a
-    folder and not a preset's. A preset's key (a name) has none."""
-    if not isinstance(key, tuple):
+def visitor_ids(ids: Iterable) -> list[str]:
+    """The ids among `ids` (a custom pair's key: draft, target[, head]) that could be a visitor's download: not a
+    folder and not a preset's. A preset's key (a name, not a tuple) has none."""
+    if not isinstance(ids, (tuple, list)):
         return []
     presets = preset_ids()
-    return [i for i in key if isinstance(i, str) and i and not is_local(i) and i not in presets]
+    return [i for i in ids if isinstance(i, str) and i and not is_local(i) and i not in presets]
 
 
-def folder_bytes(folder: Path) -> int:
-    """The bytes of the regular files under `folder` (a repository's blobs; its snapshots are links to them)."""
-    total = 0
-    for root, _, files in os.walk(folder):
-        for name in files:
-            path = Path(root, name)
-            if not path.is_symlink():
-                total += path.stat().st_size
-    return total
+def present(key) -> bool:
+    """Whether every visitor's repository of a pair's key is in the hub cache (a preset's always counts as there)."""
+    cache = hub_cache_dir()
+    return all(repo_folder(cache, i).exists() for i in visitor_ids(key))
 
 
 @contextmanager
-def _locked_record() -> Iterator[dict]:
-    """The record, read under an exclusive file lock (processes share the disk: a ZeroGPU worker is another) and
-    written back atomically when the block ends without an error."""
-    root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / RECORD
-    with open(root / (RECORD + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            record = json.loads(path.read_text()) if path.exists() else {}
-        except (OSError, ValueError):  # a damaged record forgets what it held: nothing is deleted on its word
-            record = {}
-        yield record
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
-        os.replace(tmp, path)
+def _locked_record(wait_s: float = LOCK_WAIT_S) -> Iterator[dict]:
+    """The record, read under this process's lock and a POSIX lock on a file beside it (other processes), and
+    written back atomically when the block ends without an error. TimeoutError after `wait_s` of waiting."""
+    if not _THREAD_LOCK.acquire(timeout=wait_s):
+        raise TimeoutError("the visitors' models record is busy")
+    try:
+        root = cache_root()
+        root.mkdir(parents=True, exist_ok=True)
+        path = root / RECORD
+        with open(root / (RECORD + ".lock"), "a+") as lock:
+            deadline = time.monotonic() + wait_s
+            while fcntl is not None:
+                try:
+                    fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("the visitors' models record is busy") from None
+                    time.sleep(0.05)
+            try:
+                record = json.loads(path.read_text()) if path.exists() else {}
+            except (OSError, ValueError):  # a damaged record forgets what it held: nothing is deleted on its word
+                record = {}
+            yield record
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
+            os.replace(tmp, path)
+    finally:
+        _THREAD_LOCK.release()
 
 
-def make_room(used: Iterable[str], new: Iterable[str], keep: Iterable[str], cache: Path | None = None,
-              now: float | None = None) -> list[str]:
-    """Record that visitors used the hub ids `used` at `now` (those in `new` are recorded for the first time: they
-    were not in the cache before); then delete the least recently used recorded repositories, other than `keep`
-    and `used`, while the recorded ones take more than the budget. Returns the ids deleted, oldest first."""
+def claim(ids: Iterable, now: float | None = None) -> None:
+    """At a custom pair's first contact with the hub: its ids whose repositories are not in the cache become the
+    visitors' (recorded), and every recorded one is marked used `now`. Before any of its files are fetched, so a
+    download that dies halfway is recorded all the same."""
+    ids = visitor_ids(list(ids))
+    if not ids:
+        return
+    cache, now = hub_cache_dir(), time.time() if now is None else now
+    with _locked_record() as record:
+        for repo_id in ids:
+            if repo_id in record or not repo_folder(cache, repo_id).exists():
+                record[repo_id] = now
+
+
+def _repo_sizes(cache: Path, ids: set[str]):
+    """(the cache's scan, {id: bytes}) for the recorded ids whose repositories are in the cache. A repository the
+    scan cannot read (a download cut short before its snapshot) counts its regular files."""
+    from huggingface_hub import scan_cache_dir
+
+    info = scan_cache_dir(cache)
+    sizes = {r.repo_id: r.size_on_disk for r in info.repos if r.repo_type == "model" and r.repo_id in ids}
+    for repo_id in ids - set(sizes):
+        folder = repo_folder(cache, repo_id)
+        if folder.exists():
+            sizes[repo_id] = sum(p.lstat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+    return info, sizes
+
+
+def _delete(info, cache: Path, repo_id: str) -> None:
+    """A repository out of the cache by huggingface_hub's own deletion, which also sweeps the shared blobs that only
+    it used; a repository its scan could not read is removed as a folder."""
+    import shutil
+
+    folder = repo_folder(cache, repo_id)
+    repo = next((r for r in info.repos if r.repo_type == "model" and r.repo_id == repo_id), None)
+    if repo is not None and repo.revisions:
+        plan = info.delete_revisions(*(rev.commit_hash for rev in repo.revisions))
+        paths = (*plan.repos, *plan.snapshots, *plan.refs, *plan.blobs, *plan.files)
+        if not all(Path(p).is_relative_to(folder) for p in paths):  # a commit hash that another repo holds too
+            log.warning("not deleting %s: its revisions are shared with another repository", repo_id)
+            return
+        plan.execute()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def make_room(keep: Iterable[str] = (), cache: Path | None = None, now: float | None = None) -> list[str]:
+    """Delete the least recently used recorded repositories while the recorded ones take more than the budget,
+    keeping `keep`, the presets' and those used within GRACE_S of `now`. Returns the ids deleted, oldest first."""
     cache = cache or hub_cache_dir()
     now = time.time() if now is None else now
-    used, new, keep = set(used), set(new), set(keep) | set(used)
+    keep = set(keep) | preset_ids()
     deleted = []
     with _locked_record() as record:
-        for repo_id in used:
-            if repo_id in record or repo_id in new:
-                record[repo_id] = now
-        for repo_id in [i for i in record if not repo_folder(cache, i).exists()]:
-            del record[repo_id]  # deleted by someone else, or never downloaded (a failed load's ids)
-        sizes = {repo_id: folder_bytes(repo_folder(cache, repo_id)) for repo_id in record}
-        total, budget = sum(sizes.values()), budget_bytes()
-        for repo_id in sorted(record, key=record.get):
+        budget = budget_bytes()
+        for repo_id in [i for i, t in record.items() if now - t > GRACE_S and not repo_folder(cache, i).exists()]:
+            del record[repo_id]  # deleted by someone else, or never fetched (a refused pair's ids)
+        info, sizes = _repo_sizes(cache, set(record))
+        total = sum(sizes.values())
+        for repo_id in sorted(sizes, key=lambda i: (record[i], i)):  # the oldest first, then by name
             if total <= budget:
                 break
-            if repo_id in keep:
+            if repo_id in keep or now - record[repo_id] <= GRACE_S:
                 continue
-            shutil.rmtree(repo_folder(cache, repo_id), ignore_errors=True)
-            del record[repo_id]
-            total -= sizes[repo_id]
-            deleted.append(repo_id)
+            _delete(info, cache, repo_id)
+            if not repo_folder(cache, repo_id).exists():
+                del record[repo_id]
+                total -= sizes[repo_id]
+                deleted.append(repo_id)
     if deleted:
         log.info("visitors' models took more than %s GB of the hub cache: deleted %s", budget // 10**9, deleted)
     return deleted
 
 
-@contextmanager
-def visitor_download(key) -> Iterator[None]:
-    """Around the app's load or fetch of the pair `key`: the hub repositories of a custom pair that were not in the
-    cache before it are recorded as the visitors'; afterwards (failed or not: a failed download leaves files too)
-    the cache makes room (make_room), keeping the models of the pairs that this process holds or is loading then.
-    A preset's key does nothing."""
-    ids = visitor_ids(key)
-    if not ids:
-        yield
-        return
-    cache = hub_cache_dir()
-    new = [i for i in ids if not repo_folder(cache, i).exists()]
+def tidy(keep: Iterable[str] = ()) -> None:
+    """make_room after a custom pair's load or fetch, logged instead of raised: a cache that cannot be tidied must
+    not fail the visitor's request."""
     try:
-        yield
-    finally:
-        try:
-            from .loading import model_ids_in_use
+        make_room(keep)
+    except Exception as err:  # noqa: BLE001 - a full disk, a busy record, a bad budget: said in the log
+        log.warning("the hub cache could not make room for visitors' models: %r", err)
 
-            make_room(ids, new, model_ids_in_use(), cache)
-        except Exception as err:  # noqa: BLE001 - a cache that cannot be tidied must not fail the visitor's load
-            log.warning("the hub cache could not make room for visitors' models: %r", err)
+
+def claim_quietly(ids: Iterable) -> None:
+    """claim, logged instead of raised (check_custom_ids calls it before any config is read)."""
+    try:
+        claim(ids)
+    except Exception as err:  # noqa: BLE001 - the visitor's request goes on; only the record misses this use
+        log.warning("the visitors' models record could not be updated: %r", err)
