@@ -22,7 +22,8 @@ from specdemo.app import validation
 from specdemo.app.validation import CUSTOM, UserError, get_pair, pair_key
 from specdemo.config import PRESETS
 from specdemo.limits import Limits
-from specdemo.models import ModelLoadError, hub_cache as hc, unload_pair
+from specdemo.models import ModelLoadError, unload_pair
+from specdemo.models import hub_cache as hc
 from specdemo.models.loading import model_ids_in_use
 
 GB = 10**9
@@ -32,9 +33,11 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 
 @pytest.fixture
 def hub(tmp_path, monkeypatch):
-    """An empty hub cache and specdemo cache folder for one test, with a 2 GB budget for visitors' models."""
+    """An empty hub cache and specdemo cache folder for one test, with a 2 GB budget for visitors' models. The
+    cache is reached through a link, as one moved to a bigger disk often is (huggingface_hub resolves it)."""
+    (tmp_path / "disk" / "hub").mkdir(parents=True)
     cache = tmp_path / "hub"
-    cache.mkdir()
+    cache.symlink_to(tmp_path / "disk" / "hub")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
     monkeypatch.setenv("SPECDEMO_CACHE", str(tmp_path / "specdemo"))
     monkeypatch.setenv(hc.BUDGET_ENV, "2")
@@ -133,12 +136,47 @@ def test_a_shared_blob_goes_with_its_last_repository_and_stays_while_another_use
             / "model.safetensors").stat().st_size == GB
 
 
+def test_a_download_cut_short_counts_and_goes(hub, monkeypatch):
+    """A download that died halfway leaves its partial file beside the snapshot's first files: it counts."""
+    monkeypatch.setenv(hc.BUDGET_ENV, "1")
+    hc.claim(["cut/short"], now=1000)
+    plant(hub, "cut/short", 1000)  # its config arrived...
+    with open(hc.repo_folder(hub, "cut/short") / "blobs" / "f00d.0123.incomplete", "wb") as f:
+        f.truncate(5 * GB)  # ...and 5 GB of its weights, before it died
+    assert hc.repo_bytes(hc.repo_folder(hub, "cut/short")) > 5 * GB
+    assert visit(hub, ["a/d"], 5000) == ["cut/short"]
+
+
+def test_ids_never_fetched_are_forgotten_and_presets_are_never_the_visitors(hub, monkeypatch):
+    monkeypatch.setenv(hc.BUDGET_ENV, "0")
+    preset = PRESETS["qwen3-8b-eagle3"].target  # not in this cache: a visitor naming it must not make it theirs
+    hc.claim(["gone/d", "gone/t", preset, preset.upper()], now=1000)  # a refused pair's ids, never fetched
+    assert record() == {"gone/d": 1000, "gone/t": 1000}
+    hc.claim(["a/d"], now=1000 + 2 * hc.GRACE_S)
+    assert record() == {"a/d": 1000 + 2 * hc.GRACE_S}
+    plant(hub, preset)  # a record written before this id became a preset's: the preset stays
+    (hc.cache_root() / hc.RECORD).write_text(json.dumps({preset: 1}))
+    assert hc.make_room((), hub, now=10**6) == [] and present(hub, preset) == [True]
+
+
 def test_a_damaged_record_forgets_rather_than_deletes(hub, monkeypatch):
     visit(hub, ["a/d", "a/t"], 1000)
-    (hc.cache_root() / hc.RECORD).write_text("{not json")
     monkeypatch.setenv(hc.BUDGET_ENV, "0")
-    assert visit(hub, ["b/d", "b/t"], 5000) == []  # a/* are no longer known to be the visitors'
-    assert present(hub, "a/d", "a/t") == [True, True]
+    for damaged in ("{not json", '["a/d"]', '{"a/d": "yesterday"}'):
+        (hc.cache_root() / hc.RECORD).write_text(damaged)
+        assert visit(hub, ["b/d", "b/t"], 5000) == []  # a/* are no longer known to be the visitors'
+        assert present(hub, "a/d", "a/t") == [True, True]
+
+
+def test_a_record_that_cannot_be_kept_changes_nothing_for_the_visitor(hub, monkeypatch, tmp_path):
+    """specdemo's cache folder unusable (here a file): a custom pair still gets its own sentence, and a load's
+    tidying only logs."""
+    (tmp_path / "not-a-folder").write_text("")
+    monkeypatch.setenv("SPECDEMO_CACHE", str(tmp_path / "not-a-folder"))
+    with pytest.raises(UserError) as err:
+        pair_key(CUSTOM, "visitor/a", "visitor/b", Limits.from_env())
+    assert "visitor/a" in err.value.text("en")  # the hub miss's sentence, naming the model
+    hc.tidy()
 
 
 def test_a_forked_process_does_not_keep_the_record_locked(hub):

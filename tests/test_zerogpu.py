@@ -11,6 +11,7 @@ import os
 import pickle
 import shutil
 import threading
+import time
 
 import pytest
 import torch
@@ -233,19 +234,27 @@ QWEN = ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B", "RedHatAI/Qwen3-8B-speculator.eagle3
 def test_on_zerogpu_a_custom_pairs_fetch_makes_room_and_is_made_again_once_deleted(zerogpu_space, hub_recorded, hub,
                                                                                     monkeypatch):
     """A custom pair's files, fetched here before its GPU call, make room in the hub cache as a load in the app does
-    (models/hub_cache.py): past the budget an older visitor's pair goes. A pair whose files went is fetched again
+    (models/hub_cache.py): past the budget an older visitor's pair goes, while a pair being fetched stays. A pair whose files went is fetched again
     on its next change, though this process fetched it before (else its worker would download inside its call)."""
     import huggingface_hub
 
     from specdemo.models import hub_cache
 
-    monkeypatch.setenv(hub_cache.BUDGET_ENV, "1")
+    monkeypatch.setenv(hub_cache.BUDGET_ENV, "0")  # every visitor's repository goes, unless kept
     hub_cache.claim(["old/draft", "old/target"], now=1)
     for repo in ("old/draft", "old/target"):
         plant(hub, repo)
-    fetched = []
-    monkeypatch.setattr(huggingface_hub, "snapshot_download",  # the hub's download: the files land in its cache
-                        lambda repo, **kw: fetched.append(repo) or plant(hub, repo) or "/nowhere")
+    fetched, landed = [], []
+
+    def download(repo, **kw):  # the hub's download: the files land in its cache, and it takes long
+        fetched.append(repo)
+        plant(hub, repo)
+        landed.append(repo)
+        hub_cache.make_room((), hub, now=time.time() + 10 * hub_cache.GRACE_S)  # another visitor's tidying, later
+        assert all(present(hub, *landed))  # the pair being fetched stays, though its claim is long past
+        return "/nowhere"
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", download)
     monkeypatch.setattr(zerogpu, "load_on_gpu", lambda key: zerogpu.UserError("err.gpu_call", error="stopped here"))
     key = ("visitor/draft", "visitor/target")
     hub_cache.claim(key)  # as validation.pair_key does, before the configs
@@ -254,6 +263,7 @@ def test_on_zerogpu_a_custom_pairs_fetch_makes_room_and_is_made_again_once_delet
     assert present(hub, "old/draft", "old/target", *key) == [False, False, True, True]
     for repo in key:  # deleted since, to make room for other visitors' pairs
         shutil.rmtree(hub_cache.repo_folder(hub, repo))
+    landed.clear()
     with pytest.raises(zerogpu.UserError):
         zerogpu.pair_summary(key)
     assert fetched == [*key, *key] and present(hub, *key) == [True, True]

@@ -110,9 +110,9 @@ def check_custom_ids(draft_id: str, target_id: str, limits: Limits, head_id: str
     if not limits.allow_custom:
         raise UserError("err.custom_off")
     hub_only = not limits.allow_local
-    if hub_only and not all(is_repo_id(i) for i in (draft_id, target_id, head_id) if i):
+    if hub_only and not (is_repo_id(draft_id) and is_repo_id(target_id)):
         raise UserError("err.not_a_repo_id")
-    hub_cache.claim_quietly([draft_id, target_id, head_id])
+    hub_cache.claim_quietly([draft_id, target_id] + ([head_id] if is_repo_id(head_id) else []))
     for role, model_id in (("draft", draft_id), ("target", target_id)):
         if hub_only and os.path.lexists(model_id):  # answered word for word as transformers' hub miss is
             raise user_error(load_error(model_id, role, OSError(), local=False))
@@ -124,6 +124,8 @@ def check_custom_ids(draft_id: str, target_id: str, limits: Limits, head_id: str
         if n > limits.max_params_m * 1_000_000:
             raise UserError("err.too_big", role=role_name(role), model=repr(model_id), billions=f"{n / 1e9:.1f}",
                             cap=limits.max_params_m)
+    if head_id and hub_only and not is_repo_id(head_id):
+        raise UserError("err.not_a_repo_id")
 
 
 @dataclass(frozen=True)

@@ -184,11 +184,13 @@ def pair_summary(key) -> PairSummary:
     import gradio as gr
 
     try:
-        prefetch_pair(key)  # a hub pair's download, here on the CPU, not out of the call's metered seconds
+        with hub_cache.using(key):  # kept from other visitors' tidying, however long the download takes
+            prefetch_pair(key)  # a hub pair's download, here on the CPU, not out of the call's metered seconds
     except ModelLoadError as err:
         raise user_error(err) from None
     finally:
-        if isinstance(key, tuple):  # a custom pair's files are the visitors' (models/hub_cache.py)
+        if isinstance(key, tuple):  # a custom pair's files are the visitors' (models/hub_cache.py): used now, so
+            hub_cache.claim_quietly(key)  # kept for its worker's load, and others go once past the budget
             hub_cache.tidy(model_ids_in_use())
     try:
         out = load_on_gpu(key)

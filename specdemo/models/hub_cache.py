@@ -13,8 +13,9 @@ model would fill it. So:
 - `make_room`, called after a custom pair's load or fetch, deletes the least recently used recorded repositories,
   through huggingface_hub's own deletion (which also sweeps the blobs that its cache-wide store shares), while the
   recorded ones take more than SPECDEMO_CUSTOM_CACHE_GB (default 20). It never deletes a preset's repository, one
-  of a pair that this process holds or is loading (loading.model_ids_in_use), or one used in the last GRACE_S
-  seconds: a pair that another process is fetching or loading (a ZeroGPU worker's) was used moments before.
+  of a pair that this process holds, is loading (loading.model_ids_in_use) or is fetching (`using`), or one used
+  in the last GRACE_S seconds: a pair that another process is fetching or loading (a ZeroGPU worker's) was used
+  moments before. It reads only the recorded repositories' folders, never the whole cache.
 
 Processes share the record (a ZeroGPU worker is a forked one), so it is read and written under a POSIX record lock,
 which a forked child does not inherit, beside a lock for this process's threads. The CLI and the Python API never
@@ -23,6 +24,7 @@ come here: what they download is their user's.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -51,9 +53,10 @@ _THREAD_LOCK = threading.Lock()
 
 
 def _fresh_lock_after_fork() -> None:
-    """A forked child's copy of the thread lock may be held by a thread that does not exist there."""
-    global _THREAD_LOCK
-    _THREAD_LOCK = threading.Lock()
+    """A forked child's copies of the locks may be held by threads that do not exist there, whose fetches neither."""
+    global _THREAD_LOCK, _USING_LOCK
+    _THREAD_LOCK, _USING_LOCK = threading.Lock(), threading.Lock()
+    _USING.clear()
 
 
 os.register_at_fork(after_in_child=_fresh_lock_after_fork)
@@ -89,8 +92,8 @@ def visitor_ids(ids: Iterable) -> list[str]:
     folder and not a preset's. A preset's key (a name, not a tuple) has none."""
     if not isinstance(ids, (tuple, list)):
         return []
-    presets = preset_ids()
-    return [i for i in ids if isinstance(i, str) and i and not is_local(i) and i not in presets]
+    presets = {i.casefold() for i in preset_ids()}  # a case variant names the same folder on macOS's disks
+    return [i for i in ids if isinstance(i, str) and i and not is_local(i) and i.casefold() not in presets]
 
 
 def present(key) -> bool:
@@ -102,8 +105,10 @@ def present(key) -> bool:
 @contextmanager
 def _locked_record(wait_s: float = LOCK_WAIT_S) -> Iterator[dict]:
     """The record, read under this process's lock and a POSIX lock on a file beside it (other processes), and
-    written back atomically when the block ends without an error. TimeoutError after `wait_s` of waiting."""
-    if not _THREAD_LOCK.acquire(timeout=wait_s):
+    written back atomically when the block ends without an error. TimeoutError after `wait_s` of waiting. Where the
+    file system has no POSIX locks, this process's lock alone."""
+    thread_lock = _THREAD_LOCK  # the one taken is the one given back, even in a child forked inside the block
+    if not thread_lock.acquire(timeout=wait_s):
         raise TimeoutError("the visitors' models record is busy")
     try:
         root = cache_root()
@@ -115,20 +120,62 @@ def _locked_record(wait_s: float = LOCK_WAIT_S) -> Iterator[dict]:
                 try:
                     fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
-                except OSError:
+                except OSError as err:
+                    if err.errno not in (errno.EACCES, errno.EAGAIN):  # no POSIX locks here (some NFS, FUSE)
+                        break
                     if time.monotonic() > deadline:
                         raise TimeoutError("the visitors' models record is busy") from None
                     time.sleep(0.05)
-            try:
-                record = json.loads(path.read_text()) if path.exists() else {}
-            except (OSError, ValueError):  # a damaged record forgets what it held: nothing is deleted on its word
-                record = {}
+            record = _read(path)
             yield record
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
             os.replace(tmp, path)
     finally:
-        _THREAD_LOCK.release()
+        thread_lock.release()
+
+
+def _read(path: Path) -> dict[str, float]:
+    """The record at `path`; a damaged one (not JSON, or not {id: time}) forgets what it held: nothing is deleted
+    on its word."""
+    try:
+        record = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):
+        return {}
+    ok = isinstance(record, dict) and all(isinstance(t, (int, float)) and not isinstance(t, bool)
+                                          for t in record.values())
+    return record if ok else {}
+
+
+_USING: dict[str, int] = {}  # ids that this process is fetching (`using`), with how many fetches
+_USING_LOCK = threading.Lock()
+
+
+@contextmanager
+def using(ids: Iterable) -> Iterator[None]:
+    """Keep the repositories of `ids` from make_room while the block runs (a fetch, however long it takes)."""
+    ids = visitor_ids(list(ids))
+    with _USING_LOCK:
+        for i in ids:
+            _USING[i] = _USING.get(i, 0) + 1
+    try:
+        yield
+    finally:
+        with _USING_LOCK:
+            for i in ids:
+                _USING[i] -= 1
+                if not _USING[i]:
+                    del _USING[i]
+
+
+def _forget_absent(record: dict, cache: Path, now: float) -> None:
+    """Drop the recorded ids whose repositories are not in the cache, were not used within GRACE_S and are not
+    being fetched here (`using`): deleted by someone else, or never fetched (a refused pair's ids)."""
+    with _USING_LOCK:
+        fetching = set(_USING)
+    for repo_id in [i for i, t in record.items()
+                    if now - t > GRACE_S and i not in fetching and not repo_folder(cache, i).exists()]:
+        del record[repo_id]
 
 
 def claim(ids: Iterable, now: float | None = None) -> None:
@@ -140,61 +187,65 @@ def claim(ids: Iterable, now: float | None = None) -> None:
         return
     cache, now = hub_cache_dir(), time.time() if now is None else now
     with _locked_record() as record:
+        _forget_absent(record, cache, now)
         for repo_id in ids:
             if repo_id in record or not repo_folder(cache, repo_id).exists():
                 record[repo_id] = now
 
 
-def _repo_sizes(cache: Path, ids: set[str]):
-    """(the cache's scan, {id: bytes}) for the recorded ids whose repositories are in the cache. A repository the
-    scan cannot read (a download cut short before its snapshot) counts its regular files."""
-    from huggingface_hub import scan_cache_dir
+def repo_bytes(folder: Path) -> int:
+    """What a repository takes: its blobs, partial downloads among them, each link into huggingface_hub 2.4's
+    cache-wide store of shared blobs counted at the size of the file it names (for every repository that links it)."""
+    total = 0
+    try:
+        blobs = list((folder / "blobs").iterdir())
+    except OSError:  # no blobs yet
+        return 0
+    for blob in blobs:
+        try:
+            total += blob.stat().st_size
+        except OSError:  # a link to a store entry that went, a partial download renamed meanwhile
+            pass
+    return total
 
-    info = scan_cache_dir(cache)
-    sizes = {r.repo_id: r.size_on_disk for r in info.repos if r.repo_type == "model" and r.repo_id in ids}
-    for repo_id in ids - set(sizes):
-        folder = repo_folder(cache, repo_id)
-        if folder.exists():
-            sizes[repo_id] = sum(p.lstat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
-    return info, sizes
 
-
-def _delete(info, cache: Path, repo_id: str) -> None:
-    """A repository out of the cache by huggingface_hub's own deletion, which also sweeps the shared blobs that only
-    it used; a repository its scan could not read is removed as a folder."""
+def _delete(cache: Path, repo_id: str) -> None:
+    """A repository out of the cache by huggingface_hub's own deletion, which sweeps the shared blobs that only it
+    linked; where that deletion predates the shared store (no cache_dir field), the folder is all there is."""
     import shutil
 
+    from huggingface_hub import DeleteCacheStrategy
+
     folder = repo_folder(cache, repo_id)
-    repo = next((r for r in info.repos if r.repo_type == "model" and r.repo_id == repo_id), None)
-    if repo is not None and repo.revisions:
-        plan = info.delete_revisions(*(rev.commit_hash for rev in repo.revisions))
-        paths = (*plan.repos, *plan.snapshots, *plan.refs, *plan.blobs, *plan.files)
-        if not all(Path(p).is_relative_to(folder) for p in paths):  # a commit hash that another repo holds too
-            log.warning("not deleting %s: its revisions are shared with another repository", repo_id)
-            return
-        plan.execute()
-    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        plan = DeleteCacheStrategy(expected_freed_size=0, blobs=frozenset(), refs=frozenset(),
+                                   repos=frozenset({folder}), snapshots=frozenset(), cache_dir=cache)
+    except TypeError:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    plan.execute()
 
 
 def make_room(keep: Iterable[str] = (), cache: Path | None = None, now: float | None = None) -> list[str]:
     """Delete the least recently used recorded repositories while the recorded ones take more than the budget,
-    keeping `keep`, the presets' and those used within GRACE_S of `now`. Returns the ids deleted, oldest first."""
-    cache = cache or hub_cache_dir()
+    keeping `keep`, the presets', those that this process is fetching (`using`) and those used within GRACE_S of
+    `now`. Returns the ids deleted, oldest first."""
+    cache = (cache or hub_cache_dir()).resolve()  # as huggingface_hub's deletion compares its paths
     now = time.time() if now is None else now
-    keep = set(keep) | preset_ids()
+    with _USING_LOCK:
+        keep = set(keep) | preset_ids() | set(_USING)
     deleted = []
     with _locked_record() as record:
         budget = budget_bytes()
-        for repo_id in [i for i, t in record.items() if now - t > GRACE_S and not repo_folder(cache, i).exists()]:
-            del record[repo_id]  # deleted by someone else, or never fetched (a refused pair's ids)
-        info, sizes = _repo_sizes(cache, set(record))
+        _forget_absent(record, cache, now)
+        sizes = {i: repo_bytes(repo_folder(cache, i)) for i in record if repo_folder(cache, i).exists()}
         total = sum(sizes.values())
         for repo_id in sorted(sizes, key=lambda i: (record[i], i)):  # the oldest first, then by name
             if total <= budget:
                 break
             if repo_id in keep or now - record[repo_id] <= GRACE_S:
                 continue
-            _delete(info, cache, repo_id)
+            _delete(cache, repo_id)
             if not repo_folder(cache, repo_id).exists():
                 del record[repo_id]
                 total -= sizes[repo_id]
