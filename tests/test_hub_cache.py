@@ -1,7 +1,7 @@
 """The hub cache keeps room for visitors' models (specdemo/models/hub_cache.py): what custom pairs download in the app
 is deleted again past SPECDEMO_CUSTOM_CACHE_GB, least recently used first, and nothing else ever is.
 
-The cache is a real folder in huggingface_hub's layout, scanned and deleted by huggingface_hub's own code, with its
+The cache is a real folder in huggingface_hub's layout, whose repositories huggingface_hub's own code deletes, with its
 cache-wide store of shared blobs where a test needs one. The downloads are files written where the hub's would land
 (there is no hub here); the sizes are sparse files, so a "gigabyte" costs no disk. One test loads a real model
 from the hub cache, offline."""
@@ -52,28 +52,31 @@ def plant(cache, repo_id: str, nbytes: int = PART, files: dict[str, Path] | None
     """A repository as a hub download leaves it: blobs, a snapshot's links to them, and the ref. `files`: real
     files to copy in (name: source), else one sparse weights file of `nbytes`. `xet`: the weights' Xet hash, their
     blob then moved into (or linked from) the cache-wide shared store, as huggingface_hub 2.4 does for Xet files."""
-    from huggingface_hub.utils import _shared_blobs
-
     folder, commit = hc.repo_folder(cache, repo_id), commit_of(repo_id)
     (folder / "blobs").mkdir(parents=True)
     (folder / "refs").mkdir()
     (folder / "refs" / "main").write_text(commit)
     snap = folder / "snapshots" / commit
     snap.mkdir(parents=True)
+    store = shared_store() if xet else None
+    where = dict(xet_hash=xet, cache_dir=cache, expected_size=nbytes)
     for name, source in (files or {"model.safetensors": None}).items():
         blob = folder / "blobs" / hashlib.sha256(f"{repo_id}/{name}".encode()).hexdigest()
         if source is not None:
             shutil.copyfile(source, blob)
-        elif xet and _shared_blobs.has_shared_blob(xet_hash=xet, cache_dir=cache, expected_size=nbytes):
-            assert _shared_blobs.try_link_from_shared_store(blob_path=str(blob), xet_hash=xet, cache_dir=cache,
-                                                            expected_size=nbytes)
+        elif store and store.has_shared_blob(**where):  # another repository brought the same file: a link to it
+            assert store.try_link_from_shared_store(blob_path=str(blob), **where)
         else:
             with open(blob, "wb") as f:
                 f.truncate(nbytes)
-            if xet:
-                assert _shared_blobs.publish_blob_to_shared_store(blob_path=str(blob), xet_hash=xet, cache_dir=cache,
-                                                                  expected_size=nbytes)
+            if store:  # the first repository with this file: it moves into the store, the blob links to it
+                assert store.publish_blob_to_shared_store(blob_path=str(blob), **where)
         (snap / name).symlink_to(os.path.relpath(blob, snap))
+
+
+def shared_store():
+    """huggingface_hub's store of shared blobs (2.4; a private module: a version without it skips the test)."""
+    return pytest.importorskip("huggingface_hub.utils._shared_blobs")
 
 
 def present(cache, *ids) -> list[bool]:
@@ -122,8 +125,7 @@ def test_a_shared_blob_goes_with_its_last_repository_and_stays_while_another_use
     """huggingface_hub 2.4 keeps Xet files once for the whole cache, each repository's blob a link to it: the
     links alone are the repository's files, so a deletion that removed only the folder would free nothing."""
     monkeypatch.setenv(hc.BUDGET_ENV, "0")
-    from huggingface_hub.utils import _shared_blobs
-
+    _shared_blobs = shared_store()
     shared, alone = "ab" * 32, "cd" * 32
     plant(hub, "operator/model", GB, xet=shared)  # the operator's copy came first
     hc.claim(["v/copy", "v/alone"], now=1000)

@@ -234,8 +234,9 @@ QWEN = ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B", "RedHatAI/Qwen3-8B-speculator.eagle3
 def test_on_zerogpu_a_custom_pairs_fetch_makes_room_and_is_made_again_once_deleted(zerogpu_space, hub_recorded, hub,
                                                                                     monkeypatch):
     """A custom pair's files, fetched here before its GPU call, make room in the hub cache as a load in the app does
-    (models/hub_cache.py): past the budget an older visitor's pair goes, while a pair being fetched stays. A pair whose files went is fetched again
-    on its next change, though this process fetched it before (else its worker would download inside its call)."""
+    (models/hub_cache.py): past the budget an older visitor's pair goes, while a pair being fetched stays. A pair
+    whose files went is fetched again on its next change, though this process fetched it before (else its worker
+    would download inside its call)."""
     import huggingface_hub
 
     from specdemo.models import hub_cache
