@@ -149,3 +149,55 @@ def test_on_zerogpu_a_request_pays_for_its_pair_s_load_out_of_its_time_limit(pai
     monkeypatch.setenv("SPACES_ZERO_GPU", "false")
     elsewhere = handlers.generate_api(pair="shakespeare", prompt="ROMEO:\n", max_new_tokens=4, temperature=0.0)
     assert elsewhere["speculative"]["stop_reason"] != "time_limit" and elsewhere["baseline"] is not None
+
+
+def test_a_baseline_the_time_limit_cuts_short_is_not_measured(pair, monkeypatch):
+    """A baseline that the time limit ends is part of one: the run has no baseline and says the speed-up was not
+    measured (before, its part gave a 'measured speedup', with no warning). Its steps are the real ones, slowed."""
+    import warnings
+
+    from specdemo.app import handlers
+
+    real = runs.baseline_steps
+
+    def slow(*args, **kwargs):
+        for step in real(*args, **kwargs):
+            time.sleep(0.25)
+            yield step
+
+    monkeypatch.setattr(runs, "baseline_steps", slow)
+    monkeypatch.setenv("SPECDEMO_TIME_LIMIT_S", "1")
+    out = handlers.generate_api(pair="shakespeare", prompt="ROMEO:\n", max_new_tokens=40, temperature=0.0)
+    assert out["baseline"] is None and out["speculative"]["stop_reason"] != "time_limit"
+    assert out["speculative"]["settings"]["baseline"] == "not measured"
+    with warnings.catch_warnings(record=True) as said:  # gr.Warning outside a request: a Python warning
+        warnings.simplefilter("always")
+        *_, last = handlers.generate_ui("shakespeare", "", "", "ROMEO:\n", 4, 0.0, 0, 1.0, 40, 0, True, 1.0)
+    assert "speedup not measured" in last["stats"] and "\u00d7" not in last["stats"]
+    assert any("time limit" in str(w.message) for w in said)
+
+
+def test_a_switch_after_stop_redraws_the_run_as_stopped(pair):
+    """A language or presenter switch redraws everything from the session's state (views.everything). A run
+    stopped in its baseline said "stopped" until the switch drew a speed-up from part of its baseline; one stopped
+    while drafting said "done ()". run_over now marks a stopped run's state, and a redraw draws no baseline part."""
+    from specdemo.app import handlers, views
+    from specdemo.app.validation import validate
+    from specdemo.limits import Limits
+
+    limits = Limits.from_env()
+    req = validate("shakespeare", "", "", "ROMEO:\n", 4, 0.0, 0, 1.0, 60, 0, True, 1.0, limits)
+    for cut in ("baseline", "speculative"):
+        events = runs.run_stream(req, pair, limits)
+        for spec, base, phase in events:
+            if phase == cut and (base is not None and len(base.steps) > 3 or cut == "speculative" and
+                                 len(spec.rounds) > 2):
+                break  # Stop
+        events.close()
+        state = handlers.run_state(spec, base)
+        over = handlers.run_over(state, "en")
+        assert over["state"]["stopped"] and "Stopped" in over["stats"]
+        redrawn = views.everything("en", True, over["state"], 1, 0, None, None, None, None)
+        assert "Stopped" in redrawn["stats"] and "\u00d7" not in redrawn["stats"], (cut, redrawn["stats"])
+        running = views.everything("en", False, state, 1, 0, None, None, None, None)  # a switch while it streams
+        assert "\u00d7" not in running["stats"], cut

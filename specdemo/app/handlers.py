@@ -166,7 +166,7 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
         yield out | on_screen(spec, base, first, lang, presenter)
         if first or redraw:  # counted from when they were sent: the run gets CHART_EVERY_S to itself between redraws
             drawn = time.monotonic()
-    if spec.stop_reason == runs.TIME_LIMIT:
+    if spec.stop_reason == runs.TIME_LIMIT or spec.settings.get("baseline") == "not measured":  # either phase
         gr.Warning(tr("warn.time_limit", lang, s=limits.time_limit_s))
     state = run_state(spec, base)
     yield (views.finished(spec, base, state, lang, presenter)
@@ -194,7 +194,7 @@ def coalesced(stream):
 
 
 BUTTON_OUTPUTS = (*views.RUN_BUTTONS, "stop_btn")
-OVER_OUTPUTS = (*BUTTON_OUTPUTS, "stats", "tokens", "film", "step_tokens", "step_caption")  # run_over's
+OVER_OUTPUTS = (*BUTTON_OUTPUTS, "stats", "tokens", "film", "step_tokens", "step_caption", "state")  # run_over's
 
 
 def run_started() -> dict:
@@ -212,8 +212,10 @@ def run_over(state, lang=None) -> dict:
     click cancels without awaiting the cancel, so it only sets the buttons. gradio runs a `.then` only after an
     event that succeeded or was cancelled, not after one that raised (gradio 6.31's frontend dispatches only the
     `.failure` listeners then): hence both. Naming the stats among the outputs also replaces gradio's red "Error"
-    pill there with this event's finished state."""
-    return views.run_buttons(False) | views.stopped_view(state, lang)
+    pill there with this event's finished state. A run cut short is marked so in the state, so that a redraw (a
+    language or presenter switch) says "stopped" again instead of drawing figures from its part (views.everything)."""
+    stopped = views.stopped_view(state, lang)
+    return views.run_buttons(False) | stopped | ({"state": state | {"stopped": True}} if stopped else {})
 
 
 def refuse_busy(busy: bool, lang=None) -> None:

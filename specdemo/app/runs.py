@@ -62,7 +62,8 @@ def run_stream(req: Request, pair: ModelPair, limits: Limits) -> Iterator[tuple[
     """Run speculative decoding, then (optionally) the baseline, yielding (spec, base, phase) after every event.
 
     A run the time limit ended starts no baseline: its settings say `baseline: not measured`, and the stats say so,
-    rather than show a 'measured speedup' from a baseline of one step."""
+    rather than show a 'measured speedup' from a baseline of one step. A baseline that the time limit cuts short is
+    dropped the same way (a last event with no baseline), since part of it measures nothing."""
     chat = pair.chat if req.chat is None else req.chat
     ids = encode_prompt(pair, req.prompt, req.spec.max_new_tokens, chat)
     deadline = deadline_of(req, limits)
@@ -85,6 +86,9 @@ def run_stream(req: Request, pair: ModelPair, limits: Limits) -> Iterator[tuple[
         base.wall_s = step.elapsed_s
         yield spec, base, "baseline"
     finish(pair, base)
+    if base.stop_reason == TIME_LIMIT:
+        spec.settings["baseline"] = "not measured"
+        yield spec, None, "speculative"
 
 
 # ------------------------------------------------------------------------------------------------- experiments

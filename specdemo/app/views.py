@@ -390,15 +390,21 @@ def tab_labels(lang) -> dict:
 
 
 def everything(lang, presenter, state, round_no, position, sweep, dist, race, pair_desc) -> dict:
-    """Everything specdemo renders itself, again, in `lang` and presenter size: the results stay on screen."""
+    """Everything specdemo renders itself, again, in `lang` and presenter size: the results stay on screen. A
+    baseline is drawn only whole (a speed-up from part of it would move), and a run that Stop cut short
+    (handlers.run_over marks its state) says so again, as it did before the switch (stopped_view)."""
     spec = state.get("spec") if state else None
     base = state.get("base") if state else None
+    if base is not None and base.stop_reason is None:  # still running, or stopped: not a measurement
+        base = None
     selected = int(round_no or 1) if rounds_of(state) else None  # the round the inspector shows, marked
     out = {"legend": render.legend(lang), "keys": render.keys_hint(lang)} | run_view(spec, base, lang=lang,
                                                                                        selected=selected)
     out |= charts(spec, base, lang, presenter) | inspector(state, round_no, position, lang, presenter)
     out |= step_view(state, lang) | sweep_view(sweep, lang, presenter) | dist_view(dist, lang, presenter)
     out |= race_view(race, lang, presenter)
+    if state and state.get("stopped"):
+        out |= stopped_view(state, lang)
     if pair_desc:
         out["pair_status"] = pair_info(pair_desc, lang)
     return out
