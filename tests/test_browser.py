@@ -38,8 +38,23 @@ def open_page(browser, url: str, locale: str = "en-US", width: int = 1500, heigh
     try:
         pg.wait_for_function(f"document.querySelector('#sd-legend').innerText.includes({LEGEND[locale]!r})")
     except Exception as e:  # say what the page held, so that a failure explains itself
-        raise AssertionError(f"the legend was not redrawn in {locale}: {page_state(pg)}") from e
+        raise AssertionError(f"the legend was not redrawn in {locale}: {page_state(pg)}; {server_queue()}") from e
     return context, pg
+
+
+def server_queue() -> str:
+    """What gradio's queue of this process's server (conftest.app_url) holds: the events running and those waiting,
+    by function. Read from gradio's own objects, only to explain a failure."""
+    try:
+        import app
+
+        queue = app.demo._queue
+        running = [e.fn.name for job in queue.active_jobs if job for e in job]
+        waiting = {cid: [e.fn.name for e in q.queue] for cid, q in queue.event_queue_per_concurrency_id.items()
+                   if q.queue}
+        return f"the server's queue: {len(running)} of {len(queue.active_jobs)} running {running}, waiting {waiting}"
+    except Exception as err:  # noqa: BLE001 - a diagnosis must not hide the failure it explains
+        return f"the server's queue could not be read ({err!r})"
 
 
 def page_state(pg) -> str:
