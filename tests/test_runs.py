@@ -201,3 +201,21 @@ def test_a_switch_after_stop_redraws_the_run_as_stopped(pair):
         assert "Stopped" in redrawn["stats"] and "\u00d7" not in redrawn["stats"], (cut, redrawn["stats"])
         running = views.everything("en", False, state, 1, 0, None, None, None, None)  # a switch while it streams
         assert "\u00d7" not in running["stats"], cut
+
+
+def test_an_unplanned_error_is_one_sentence_in_the_visitors_language(caplog):
+    """An error no refusal plans for (here the tokenizer's, on a prompt with a lone surrogate, which a page's script
+    or a raw HTTP call can send) reached the page as nothing at all (show_error is off) and the API as an empty
+    error. Now it is one sentence, in the visitor's language, and its traceback goes to the server's log."""
+    import gradio as gr
+
+    from specdemo.app import handlers
+
+    with pytest.raises(gr.Error) as err:
+        handlers.generate_api(pair="shakespeare", prompt="ROMEO \ud800", max_new_tokens=8)
+    assert "went wrong on the server" in err.value.message and "Error" in err.value.message
+    with pytest.raises(gr.Error) as err:
+        list(handlers.generate_ui("shakespeare", "", "", "ROMEO \ud800", 4, 0.0, 0, 1.0, 8, 0, True, 1.0,
+                                  lang="zh-CN"))
+    assert "服务器出错" in err.value.message
+    assert any(r.exc_info for r in caplog.records if "unexpected error" in r.getMessage())

@@ -82,6 +82,16 @@ def user_errors(fn):
             text = html.escape(text, quote=False)
         return gr.Error(text, print_exception=False)
 
+    def unplanned(err: Exception, args, kwargs) -> gr.Error:
+        """Anything else (a bug, a tokenizer that rejects a lone surrogate): its traceback in the log, and one
+        sentence for the visitor, where gradio would show nothing (show_error is off) or an empty error."""
+        log.exception("unexpected error in %s", fn.__name__)
+        try:
+            lang = signature.bind_partial(*args, **kwargs).arguments.get("lang")
+        except TypeError:
+            lang = None
+        return gr.Error(tr("err.unexpected", lang, error=type(err).__name__), print_exception=False)
+
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def gen_wrapper(*args, **kwargs):
@@ -89,6 +99,10 @@ def user_errors(fn):
                 yield from fn(*args, **kwargs)
             except expected as err:
                 raise convert(err, args, kwargs) from None
+            except gr.Error:
+                raise
+            except Exception as err:  # noqa: BLE001 - said in one sentence, logged with its traceback
+                raise unplanned(err, args, kwargs) from None
         return gen_wrapper
 
     @functools.wraps(fn)
@@ -97,6 +111,10 @@ def user_errors(fn):
             return fn(*args, **kwargs)
         except expected as err:
             raise convert(err, args, kwargs) from None
+        except gr.Error:
+            raise
+        except Exception as err:  # noqa: BLE001 - said in one sentence, logged with its traceback
+            raise unplanned(err, args, kwargs) from None
     return wrapper
 
 
