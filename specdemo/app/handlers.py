@@ -67,15 +67,18 @@ def user_errors(fn):
     signature = inspect.signature(fn)
     on_page = "lang" in signature.parameters  # a page's handler (an API's answer is JSON: its text stays as it is)
 
+    def lang_of(args, kwargs) -> str | None:
+        try:
+            return signature.bind_partial(*args, **kwargs).arguments.get("lang")
+        except TypeError:
+            return None
+
     def convert(err: Exception, args, kwargs) -> gr.Error:
         """The refusal as the visitor reads it, and one line in the server's log (in English): a refusal is planned,
         so gradio prints no traceback for it (print_exception=False); a traceback in the log is for the unplanned."""
         if isinstance(err, torch.cuda.OutOfMemoryError):
             release_cuda_cache()
-        try:
-            lang = signature.bind_partial(*args, **kwargs).arguments.get("lang")
-        except TypeError:
-            lang = None
+        lang = lang_of(args, kwargs)
         log.info("refused (%s): %s", fn.__name__, error_text(err, None))
         text = error_text(err, lang)
         if on_page:  # gradio's toast draws its message as HTML, and some messages quote what was typed
@@ -86,35 +89,29 @@ def user_errors(fn):
         """Anything else (a bug, a tokenizer that rejects a lone surrogate): its traceback in the log, and one
         sentence for the visitor, where gradio would show nothing (show_error is off) or an empty error."""
         log.exception("unexpected error in %s", fn.__name__)
-        try:
-            lang = signature.bind_partial(*args, **kwargs).arguments.get("lang")
-        except TypeError:
-            lang = None
-        return gr.Error(tr("err.unexpected", lang, error=type(err).__name__), print_exception=False)
+        return gr.Error(tr("err.unexpected", lang_of(args, kwargs), error=type(err).__name__), print_exception=False)
+
+    def as_gr_error(err: Exception, args, kwargs) -> gr.Error:
+        """gradio's own errors as they are, planned refusals (`expected`) converted, anything else `unplanned`."""
+        if isinstance(err, gr.Error):
+            return err
+        return convert(err, args, kwargs) if isinstance(err, expected) else unplanned(err, args, kwargs)
 
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def gen_wrapper(*args, **kwargs):
             try:
                 yield from fn(*args, **kwargs)
-            except expected as err:
-                raise convert(err, args, kwargs) from None
-            except gr.Error:
-                raise
-            except Exception as err:  # noqa: BLE001 - said in one sentence, logged with its traceback
-                raise unplanned(err, args, kwargs) from None
+            except Exception as err:  # noqa: BLE001 - each said in one sentence (as_gr_error)
+                raise as_gr_error(err, args, kwargs) from None
         return gen_wrapper
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except expected as err:
-            raise convert(err, args, kwargs) from None
-        except gr.Error:
-            raise
-        except Exception as err:  # noqa: BLE001 - said in one sentence, logged with its traceback
-            raise unplanned(err, args, kwargs) from None
+        except Exception as err:  # noqa: BLE001 - each said in one sentence (as_gr_error)
+            raise as_gr_error(err, args, kwargs) from None
     return wrapper
 
 

@@ -43,7 +43,6 @@ from specdemo.models import (
 )
 from specdemo.models.devices import zerogpu_space
 from specdemo.models.lm import release_cuda_cache
-from specdemo.models.loading import model_ids_in_use
 from specdemo.models.weights import load_error, role_name
 
 CUSTOM = "custom"  # the pair selector's value for a custom draft/target pair
@@ -267,7 +266,7 @@ def get_pair(key, strategy: str | None = None) -> ModelPair:
         pair = _load(key)
     finally:
         if custom_load:
-            hub_cache.tidy(model_ids_in_use())
+            hub_cache.tidy()
     if strategy is not None:
         try:
             check_head(strategy, pair.name, pair)

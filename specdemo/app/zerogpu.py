@@ -30,7 +30,7 @@ from specdemo.limits import Limits
 from specdemo.models import ModelLoadError, ModelPair, hub_cache, loaded_pair, resolve, unload_pair
 from specdemo.models.devices import zerogpu_space
 from specdemo.models.eagle3_files import head_folder
-from specdemo.models.loading import model_ids_in_use, preset_unavailable
+from specdemo.models.loading import preset_unavailable
 from specdemo.models.weights import prefetch
 
 from .validation import UserError, get_pair, user_error
@@ -191,7 +191,7 @@ def pair_summary(key) -> PairSummary:
     finally:
         if isinstance(key, tuple):  # a custom pair's files are the visitors' (models/hub_cache.py): used now, so
             hub_cache.claim_quietly(key)  # kept for its worker's load, and others go once past the budget
-            hub_cache.tidy(model_ids_in_use())
+            hub_cache.tidy()
     try:
         out = load_on_gpu(key)
     except gr.Error as err:  # spaces' own: a visitor's quota spent, a worker that died

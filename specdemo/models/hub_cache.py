@@ -255,11 +255,14 @@ def make_room(keep: Iterable[str] = (), cache: Path | None = None, now: float | 
     return deleted
 
 
-def tidy(keep: Iterable[str] = ()) -> None:
-    """make_room after a custom pair's load or fetch, logged instead of raised: a cache that cannot be tidied must
-    not fail the visitor's request."""
+def tidy() -> None:
+    """make_room after a custom pair's load or fetch, keeping the pairs that this process holds or is loading
+    (loading.model_ids_in_use); logged instead of raised: a cache that cannot be tidied must not fail the visitor's
+    request."""
+    from .loading import model_ids_in_use
+
     try:
-        make_room(keep)
+        make_room(model_ids_in_use())
     except Exception as err:  # noqa: BLE001 - a full disk, a busy record, a bad budget: said in the log
         log.warning("the hub cache could not make room for visitors' models: %r", err)
 
