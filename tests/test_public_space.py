@@ -102,6 +102,25 @@ def test_raw_streams_of_every_endpoint_show_no_server_path(app_url):
             assert_no_server_path(text, f"/generate_stream error for {data[:3]} in {lang}")
 
 
+def test_the_streamed_endpoints_name_a_bad_number_in_the_callers_language(client):
+    """A null or out-of-range slider or number from an API caller (the page's own cannot send one) is refused by
+    validation.py, naming the field in the caller's language. Before, gradio's own check answered a null with an
+    empty error and a value out of range with an English sentence that named no field."""
+    run = ["shakespeare", "", "", "ROMEO:\n", 4, 0.8, 0, 1.0, 8, 0, True, 1.0, None, "fixed"]
+    cases = [
+        ("/generate_stream", run[:4] + [None] + run[5:] + ["en", False, 3, 0, 0, 0], "K is missing."),
+        ("/generate_stream", run[:4] + [99] + run[5:] + ["zh-CN", False, 3, 0, 0, 0], "K必须在 1 到"),
+        ("/generate_stream", run[:9] + [-1] + run[10:] + ["en", False, 3, 0, 0, 0], "Seed must be between 0 and"),
+        ("/k_sweep", run[:4] + [0.8, 0, 1.0, 8, 0, None, 2, None, "zh-CN", False], "请填写起始 K。"),
+        ("/distribution_check", run[:4] + [1.0, 0, 1.0, 1.0, 10**9, 0, None, "en", False, "fixed", 4, 3, 0, 0, 0],
+         "Samples must be between"),
+    ]
+    for api, data, said in cases:
+        with pytest.raises(Exception) as info:
+            client.predict(*data, api_name=api)
+        assert said in str(info.value), (api, str(info.value))
+
+
 LOCAL_IDS = ["/etc", "../x", "~/x", "C:\\x", "/no/such/folder/anywhere", "./assets/models/shakespeare-draft",
              str(EMBEDDED_DRAFT), "assets/models/shakespeare-draft", "/etc/passwd", "x", ".", "a/b/c"]
 

@@ -219,3 +219,23 @@ def test_an_unplanned_error_is_one_sentence_in_the_visitors_language(caplog):
                                   lang="zh-CN"))
     assert "服务器出错" in err.value.message
     assert any(r.exc_info for r in caplog.records if "unexpected error" in r.getMessage())
+
+
+def test_an_experiment_refuses_a_prompt_past_the_window_before_it_clears_its_result(pair):
+    """A prompt longer than the pair's context window is bad input, so the K sweep, the race and the distribution
+    check refuse it before their first update (which clears the previous result and state): the page keeps what it
+    showed. Before, each cleared first and refused only when its run started."""
+    import gradio as gr
+
+    from specdemo.app import experiments
+
+    long = "ROMEO " * 300  # 600 tokens: under the page's 4,000 characters, over the pair's 512-token window
+    started = {
+        "sweep": experiments.k_sweep_ui("shakespeare", "", "", long, 0.0, 0, 1.0, 8, 0, 1, 2, lang="zh-CN"),
+        "race": experiments.strategy_race_ui("shakespeare", "", "", long, 4, 0.0, 0, 1.0, 8, 0, lang="zh-CN"),
+        "dist": experiments.distribution_ui("shakespeare", "", "", long, 1.0, 0, 1.0, 1.0, 10, 0, lang="zh-CN"),
+    }
+    for name, updates in started.items():
+        with pytest.raises(gr.Error) as err:
+            next(updates)
+        assert "上下文窗口" in err.value.message, (name, err.value.message)

@@ -2,15 +2,17 @@
 their buttons, streamed like a run (handlers.py) but each into its own outputs and state.
 
 Each handler validates the page's inputs (validation.py), runs the experiment from runs.py and draws every result
-with views.py. Bad input is refused before anything changes on the page; once the inputs pass, the handler clears
-its outputs and state, so that an experiment that ends before its first result (Stop, the time limit, a load
-error) leaves nothing older on the page, nor in the state a language switch redraws.
+with views.py. Bad input is refused before anything changes on the page: the fields, the pair's load, and the
+prompt against the pair's context window (`fitted`). Once they pass, the handler clears its outputs and state, so
+that an experiment that ends before its first result (Stop, the time limit) leaves nothing older on the page, nor
+in the state a language switch redraws.
 """
 
 from __future__ import annotations
 
 import gradio as gr
 
+from specdemo.engine.speculative import encode_prompt
 from specdemo.i18n import Msg, tr
 from specdemo.limits import Limits
 
@@ -36,8 +38,7 @@ def experiment(events, view, state_name: str, lang, limits: Limits):
     """Stream an experiment from runs.py: nothing between rounds (a place where Stop ends it), its view and state
     after each result, and a warning if the time limit ended it. Each experiment's handler first checks its inputs
     (a refusal changes nothing), then clears its outputs and state, so that an experiment that ends before its
-    first result (Stop, the time limit, a load error) leaves no earlier result on the page, nor in the state a
-    redraw reads."""
+    first result (Stop, the time limit) leaves no earlier result on the page, nor in the state a redraw reads."""
     for item in events:
         if item is None:
             yield {}
@@ -46,6 +47,14 @@ def experiment(events, view, state_name: str, lang, limits: Limits):
             return
         else:
             yield view(item) | {state_name: item}
+
+
+def fitted(req, strategy: str | None = None):
+    """The request's pair, loaded, once the prompt fits its context window with the new tokens asked for: runs.py
+    checks the prompt only when the experiment starts, after the handler has cleared the previous result."""
+    pair = get_pair(req.pair, strategy)
+    encode_prompt(pair, req.prompt, req.spec.max_new_tokens, req.chat)
+    return pair
 
 
 @gpu
@@ -59,8 +68,9 @@ def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p
     k_to = as_number(Msg("field.k_to"), k_to, int, k_from, limits.max_k)
     req = validate(pair_name, draft_id, target_id, prompt, k_from, temperature, top_k, top_p, max_new_tokens, seed,
                    True, 1.0, limits, chat, head_id=head_id)
+    pair = fitted(req)
     yield views.sweep_view(None, lang, presenter) | {"sweep_state": None}  # see `experiment`
-    events = runs.k_sweep(get_pair(req.pair), req, limits, k_from, k_to)
+    events = runs.k_sweep(pair, req, limits, k_from, k_to)
     yield from experiment(events, lambda s: views.sweep_view(s, lang, presenter), "sweep_state", lang, limits)
 
 
@@ -75,8 +85,9 @@ def strategy_race_ui(pair_name, draft_id, target_id, prompt, k, temperature, top
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
                    True, 1.0, limits, chat, "fixed", ngram, tree_topk, tree_depth, tree_budget, head_id=head_id)
+    pair = fitted(req)
     yield views.race_view(None, lang, presenter) | {"race_state": None}  # see `experiment`
-    events = runs.strategy_race(get_pair(req.pair), req, limits)
+    events = runs.strategy_race(pair, req, limits)
     yield from experiment(events, lambda r: views.race_view(r, lang, presenter), "race_state", lang, limits)
 
 
@@ -93,6 +104,7 @@ def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, 
     n = as_number(Msg("field.samples"), n_samples, int, 10, limits.max_samples)
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, 1, seed, False, lenience,
                    limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget, head_id=head_id)
+    pair = fitted(req, req.spec.strategy)
     yield views.dist_view(None) | {"dist_state": None}  # see `experiment`
-    events = runs.first_token_distribution(get_pair(req.pair, req.spec.strategy), req, n, limits)
+    events = runs.first_token_distribution(pair, req, n, limits)
     yield from experiment(events, lambda d: views.dist_view(d, lang, presenter), "dist_state", lang, limits)

@@ -30,6 +30,7 @@ from .page_js import (CLAMP_JS, CLICK_JS, DETECT_JS, DOWNLOAD_JS, FILM_CLICK_JS,
 GENERATE_INPUTS = ("pair", "draft", "target", "prompt", "k", "temperature", "top_k", "top_p", "max_new", "seed",
                    "baseline", "lenience", "chat", "strategy")  # then lang, presenter, ngram and TREE_INPUTS
 TREE_INPUTS = ("tree_topk", "tree_depth", "tree_budget")  # generate_ui's last three parameters
+NUMBER_INPUTS = ("k", "temperature", "top_k", "top_p", "max_new", "seed", "lenience", "ngram", *TREE_INPUTS)
 
 
 def named(fn, names: tuple[str, ...]):
@@ -53,6 +54,23 @@ def named(fn, names: tuple[str, ...]):
     def call(*args, **kwargs):
         return order(fn(*args, **kwargs))
     return call
+
+
+def checked_later(field: gr.Slider | gr.Number) -> gr.Slider | gr.Number:
+    """A model run's slider or number field whose value, when it is no number within the field's range (an API
+    caller's null, or 99 for K), reaches the handler as it came, for validation.py to refuse in the caller's
+    language, naming the field. gradio's own check gave an English sentence that names no field, or for a null an
+    empty error; a page's field never sends such a value. (An instance's method, not a subclass: gradio writes a .pyi
+    file beside the module of every component subclass.)"""
+    own = field.preprocess
+
+    def preprocess(payload):
+        number = isinstance(payload, (int, float)) and not isinstance(payload, bool)
+        lo, hi = field.minimum, field.maximum
+        return own(payload) if number and (lo is None or payload >= lo) and (hi is None or payload <= hi) else payload
+
+    field.preprocess = preprocess
+    return field
 
 
 def controls(u, limits: Limits, pair_name: str) -> None:
@@ -241,6 +259,8 @@ def wire_runs(u, wire, view: list) -> None:
     """The model runs (Generate, the K sweep, the distribution check, the race), Stop, and the trace download."""
     c = u.c
     buttons = dict(queue=False, api_visibility="private", show_progress="hidden")
+    for field in [c[name] for name in NUMBER_INPUTS] + [u.k_from, u.k_to, u.n_samples]:
+        checked_later(field)
 
     def model_run(trigger, fn, outputs, marked=(), **kwargs):
         """A model run that `trigger` (a click) starts: the buttons say that a run is going, the run, and then they
