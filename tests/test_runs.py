@@ -180,7 +180,8 @@ def test_a_baseline_the_time_limit_cuts_short_is_not_measured(pair, monkeypatch)
 def test_a_switch_after_stop_redraws_the_run_as_stopped(pair):
     """A language or presenter switch redraws everything from the session's state (views.everything). A run
     stopped in its baseline said "stopped" until the switch drew a speed-up from part of its baseline; one stopped
-    while drafting said "done ()". run_over now marks a stopped run's state, and a redraw draws no baseline part."""
+    while drafting said "done ()". run_over now marks a stopped run's state, and a redraw draws no baseline part;
+    nor does the trace download, which says the run was stopped."""
     from specdemo.app import handlers, views
     from specdemo.app.validation import validate
     from specdemo.limits import Limits
@@ -201,6 +202,9 @@ def test_a_switch_after_stop_redraws_the_run_as_stopped(pair):
         assert "Stopped" in redrawn["stats"] and "\u00d7" not in redrawn["stats"], (cut, redrawn["stats"])
         running = views.everything("en", False, state, 1, 0, None, None, None, None)  # a switch while it streams
         assert "\u00d7" not in running["stats"], cut
+        saved = handlers.trace_of(over["state"])["trace_json"]  # the download: no baseline part, and said stopped
+        assert saved["stopped"] and saved["baseline"] is None, cut
+        assert len(saved["speculative"]["rounds"]) == len(spec.rounds), cut
 
 
 def test_an_unplanned_error_is_one_sentence_in_the_visitors_language(caplog):

@@ -243,7 +243,7 @@ def refuse_busy(busy: bool, lang=None) -> None:
 def trace_of(state) -> dict:
     """The trace of the run in the session's state, for the download (the state follows what is on screen)."""
     spec, base = (state.get("spec"), state.get("base")) if state else (None, None)
-    return {"trace_json": views.trace_payload(spec, base)}
+    return {"trace_json": views.trace_payload(spec, base, bool(state and state.get("stopped")))}
 
 
 @gpu

@@ -31,10 +31,14 @@ def shown_prompt(trace: Trace) -> str:
     return trace.prompt + "\n\n" if trace.settings.get("chat") else trace.prompt
 
 
-def trace_payload(spec: Trace | None, base: Trace | None) -> dict | None:
+def trace_payload(spec: Trace | None, base: Trace | None, stopped: bool = False) -> dict | None:
+    """The trace download's JSON. A baseline that did not finish (Stop cut it) is left out, as on the page: part of
+    it measures nothing. `stopped` (handlers.run_over marked the state) says that Stop cut the run short."""
     if spec is None:
         return None
-    return {"speculative": spec.to_dict(), "baseline": base.to_dict() if base is not None else None}
+    whole = base is not None and base.stop_reason is not None
+    return {"speculative": spec.to_dict(), "baseline": base.to_dict() if whole else None} | (
+        {"stopped": True} if stopped else {})
 
 
 def charts(spec: Trace | None, base: Trace | None, lang: str | None = None, presenter: bool = False) -> dict:
