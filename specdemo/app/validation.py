@@ -223,6 +223,10 @@ def validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_
         raise UserError("err.prompt_empty")
     if len(prompt) > limits.max_prompt_chars:
         raise UserError("err.prompt_chars", n=len(prompt), max=limits.max_prompt_chars)
+    try:  # a lone surrogate (half of a UTF-16 pair), which a script or a raw HTTP call can send, is no text
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise UserError("err.prompt_unicode", at=err.start + 1) from None
     k = as_number(Msg("field.k"), k, int, 1, limits.max_k)
     temperature = as_number(Msg("field.temperature"), temperature, float, 0.0, 2.0)
     top_k = as_number(Msg("field.top_k"), top_k, int, 0, 1_000_000)
