@@ -26,15 +26,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(port: int, env: dict | None = None) -> tuple[subprocess.Popen, float]:
-    """Start app.py on 127.0.0.1:port with `env` (default: this process's environment); -> (process, seconds until
-    GET / answers 200). An app that exits first, or serves nothing within 300 s, raises RuntimeError (with the tail
-    of its stderr, which goes to a temporary file: a pipe nobody reads would stall a chatty app)."""
+def start(port: int, env: dict | None = None, root: Path = ROOT) -> tuple[subprocess.Popen, float]:
+    """Start root's app.py (default: this checkout's) on 127.0.0.1:port with `env` (default: this process's
+    environment); -> (process, seconds until GET / answers 200). An app that exits first, or serves nothing within
+    300 s, raises RuntimeError (with the tail of its stderr, which goes to a temporary file: a pipe nobody reads
+    would stall a chatty app)."""
     env = (os.environ if env is None else env) | {"GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
                                                    "HF_HUB_OFFLINE": "1"}
     err = tempfile.TemporaryFile()
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
+    proc = subprocess.Popen([sys.executable, "app.py"], cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=err)
     while time.perf_counter() - t0 < 300:
         if proc.poll() is not None:
             err.seek(0)

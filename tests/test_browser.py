@@ -414,7 +414,7 @@ def test_stop_mid_run_leaves_the_inspector_and_step_through_on_the_stopped_run(p
     # 4a9e41b), nothing was tested, and the next prompt tries again
     for name in ("ROMEO", "HAMLET", "KING HENRY IV"):
         set_prompt(page, f"{name}:\n")
-        assert buttons(page) == IDLE
+        wait_buttons(page, IDLE)  # run_over gives them back just after the stats say done
         page.click("#sd-generate")
         page.wait_for_function(f"document.querySelector('#sd-token-view').innerText.startsWith({name!r})"
                                " && document.querySelectorAll('#sd-token-view .sd-tok').length > 4", timeout=60000)
@@ -434,8 +434,8 @@ def test_stop_mid_run_leaves_the_inspector_and_step_through_on_the_stopped_run(p
         # (Playwright's click would wait for it to be enabled again; CI at b9e0676)
         page.evaluate("document.querySelector('#sd-stop').click()")
         wait_buttons(page, IDLE)
-        # Stop's own click sets the buttons; run_over then draws the page from the session's state, once the
-        # cancelled stream has closed ("Stopped", or "done" where the run had ended): read the page after that
+        # Stop turns itself off; run_over gives the other buttons back and draws the page from the session's state
+        # once the stopped run has ended ("Stopped", or "done" where it had ended already): read the page after that
         page.wait_for_function("/Stopped|done/.test(document.querySelector('#sd-stats').innerText)", timeout=30000)
         if "done" not in page.inner_text("#sd-stats"):  # stopped mid-run: the refusal came while it was going
             break
@@ -453,6 +453,49 @@ def test_stop_mid_run_leaves_the_inspector_and_step_through_on_the_stopped_run(p
     wait_caption(page, "Round 1 of")
     assert caption(page).startswith(f"Round 1 of {n_rounds}"), (caption(page), n_rounds)
     assert page.inner_text("#sd-step-tokens").startswith(name)
+
+
+# Stop, then Generate the moment it comes back, as a quick hand would; then a record of the buttons (Generate off,
+# Stop off, the stats saying done) at every change, so that a Stop turned off while the next run streams is seen
+STOP_THEN_GO_JS = """() => new Promise((resolve) => {
+  const go = () => document.querySelector('#sd-generate'), stop = () => document.querySelector('#sd-stop');
+  const done = () => /done|Stopped/.test(document.querySelector('#sd-stats').innerText);
+  window.sdButtons = [];
+  const watch = new MutationObserver(() => {
+    if (window.sdClicked) window.sdButtons.push([go().disabled, stop().disabled, done()]);
+    else if (!go().disabled && window.sdStopped) { window.sdClicked = true; go().click(); resolve(true); } });
+  watch.observe(document.body, {subtree: true, attributes: true, attributeFilter: ['disabled']});
+  window.sdStopped = true; stop().click();
+  setTimeout(() => resolve(false), 60000); })"""
+
+
+def test_a_generate_the_moment_stop_gives_it_back_runs_with_stop_live(page):
+    """Stop marks the run, which ends after the round it is in (stops.py), and Generate comes back once it has. A
+    Generate clicked at that moment starts its run, which streams with Stop live to its end. Before, Stop gave
+    Generate back at once, and the stopped run's late run_over (gradio fires its `.then` and its `.failure` after
+    a cancel) marked the next run idle, Stop off, or its click was lost."""
+    set_slider(page, "sd-max-new", 256)
+    set_slider(page, "sd-k", 1)
+    for name in ("ROMEO", "HAMLET", "KING HENRY IV"):
+        set_prompt(page, f"{name}:\n")
+        page.click("#sd-generate")
+        page.wait_for_function(f"document.querySelector('#sd-token-view').innerText.startsWith({name!r})"
+                               " && document.querySelectorAll('#sd-token-view .sd-tok').length > 4", timeout=60000)
+        if re.search("done", page.inner_text("#sd-stats")) or not page.is_enabled("#sd-stop"):
+            wait_buttons(page, IDLE)  # it ended before Stop: the next prompt tries again
+            continue
+        set_prompt(page, "JULIET:\n")  # the next run's, told apart from the stopped one's
+        assert page.evaluate(STOP_THEN_GO_JS), "Generate never came back after Stop"
+        page.wait_for_function("document.querySelector('#sd-token-view').innerText.startsWith('JULIET')"
+                               f" && {DONE}", timeout=180000)
+        break
+    else:
+        pytest.fail("each of three runs ended before Stop: nothing was tested")
+    wait_buttons(page, IDLE)
+    seen = page.evaluate("window.sdButtons")
+    live = [i for i, (go_off, stop_off, _) in enumerate(seen) if go_off and not stop_off]
+    assert live, f"the run after Stop never showed Stop live: {seen}"
+    assert all(done for _, stop_off, done in seen[live[0]:] if stop_off), f"Stop went off mid-run: {seen}"
 
 
 # ------------------------------------------------------------------------------------ buttons (issue 38)

@@ -238,8 +238,7 @@ def test_a_redraw_waits_for_a_step_and_draws_its_cursor(run):
     request = SimpleNamespace(session_hash="redraw-order")
     state = {"spec": run, "base": None, "cursor": 1}
     out = {}
-    lock = handlers.session_lock(request)  # held as a key press holds it, while the redraw's event arrives
-    with lock.lock:
+    with handlers.session_turn(request):  # held as a key press holds it, while the redraw's event arrives
         worker = threading.Thread(target=lambda: out.update(handlers.redraw("en", False, state, 1, 1, None, None,
                                                                             None, None, request)))
         worker.start()

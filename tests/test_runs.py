@@ -235,3 +235,29 @@ def test_an_unplanned_error_is_one_sentence_in_the_visitors_language(caplog, mon
         list(handlers.generate_ui("shakespeare", "", "", "ROMEO", 4, 0.0, 0, 1.0, 8, 0, True, 1.0, lang="zh-CN"))
     assert "服务器出错" in err.value.message
     assert any(r.exc_info for r in caplog.records if "unexpected error" in r.getMessage())
+
+
+def test_stop_ends_a_run_after_its_round_and_its_first_run_over_alone_gives_the_buttons_back(pair):
+    """Stop marks the run's token (stops.py): Generate's run and an experiment's end at the next round, with no
+    finished view after it (run_over draws the run as stopped); their streams then change nothing while they wait
+    for gradio's cancel. Of the two run_overs gradio fires after a cancel, only the first changes the page."""
+    from specdemo.app import experiments, handlers, stops
+
+    token = stops.new_token()
+    updates = handlers.generate_ui("shakespeare", "", "", "ROMEO:\n", 1, 0.0, 0, 1.0, 200, 0, True, 1.0,
+                                   run_token=token)
+    next(updates)  # the first round, on the page
+    stops.stop(token)
+    assert [next(updates) for _ in range(3)] == [{}] * 3, "the run went on after Stop"  # waiting for the cancel
+    updates.close()
+    over = handlers.run_over({"spec": None}, "en", token)
+    assert over["go_btn"].interactive and not over["stop_btn"].interactive
+    assert handlers.run_over({"spec": None}, "en", token) == {}, "a second run_over of the run changed the page"
+    assert handlers.run_over({"spec": None}, "en", stops.new_token())["go_btn"].interactive  # another run's
+
+    token = stops.new_token()
+    sweep = experiments.k_sweep_ui("shakespeare", "", "", "ROMEO:\n", 0.0, 0, 1.0, 64, 0, 1, 8, run_token=token)
+    assert next(sweep)["sweep_state"] is None  # the previous result cleared: it has started
+    stops.stop(token)
+    assert [next(sweep) for _ in range(3)] == [{}] * 3, "the sweep went on after Stop"
+    sweep.close()

@@ -139,7 +139,7 @@ def check_stop(stage, phase: str) -> None:
             stage.click("#sd-stop", timeout=3000)
         except PlaywrightTimeout:  # the run had ended: try again
             continue
-        idle_within(stage)
+        idle_within(stage, 15000)  # once the run has ended, after the round Stop landed in (stops.py)
         try:  # the stats say so once the cancelled stream has closed (handlers.run_over)
             stage.wait_for_function(f"/{line}|done|完成/.test(document.querySelector('#sd-stats').innerText)",
                                     timeout=10000)

@@ -16,7 +16,7 @@ from specdemo.engine.speculative import encode_prompt
 from specdemo.i18n import Msg, tr
 from specdemo.limits import Limits
 
-from . import runs, views
+from . import runs, stops, views
 from .handlers import user_errors
 from .validation import as_number, get_pair, validate
 from .zerogpu import gpu
@@ -34,12 +34,14 @@ def shown(outputs: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n for n in outputs if not n.endswith("_state"))
 
 
-def experiment(events, view, state_name: str, lang, limits: Limits):
+def experiment(events, view, state_name: str, lang, limits: Limits, token: str = ""):
     """Stream an experiment from runs.py: nothing between rounds (a place where Stop ends it), its view and state
     after each result, and a warning if the time limit ended it. Each experiment's handler first checks its inputs
     (a refusal changes nothing), then clears its outputs and state, so that an experiment that ends before its
-    first result (Stop, the time limit) leaves no earlier result on the page, nor in the state a redraw reads."""
-    for item in events:
+    first result (Stop, the time limit) leaves no earlier result on the page, nor in the state a redraw reads. Stop
+    ends it after the round it lands in (stops.Guard), and gradio's cancel then ends the stream (stops.linger)."""
+    guard = stops.Guard(token)
+    for item in guard(events):
         if item is None:
             yield {}
         elif item == runs.TIME_LIMIT:
@@ -47,6 +49,8 @@ def experiment(events, view, state_name: str, lang, limits: Limits):
             return
         else:
             yield view(item) | {state_name: item}
+    if guard.cut:
+        yield from stops.linger()
 
 
 def fitted(req, strategy: str | None = None):
@@ -60,7 +64,7 @@ def fitted(req, strategy: str | None = None):
 @gpu
 @user_errors
 def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, max_new_tokens, seed, k_from, k_to,
-               chat=None, lang=None, presenter=False, head_id=""):
+               chat=None, lang=None, presenter=False, head_id="", run_token=""):
     """Run K = k_from..k_to on the same prompt and seed; plot measured and predicted speedup, recommend a K.
     Streams SWEEP_OUTPUTS; the state lets a language switch redraw the result."""
     limits = Limits.from_env()
@@ -71,14 +75,15 @@ def k_sweep_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p
     pair = fitted(req)
     yield views.sweep_view(None, lang, presenter) | {"sweep_state": None}  # see `experiment`
     events = runs.k_sweep(pair, req, limits, k_from, k_to)
-    yield from experiment(events, lambda s: views.sweep_view(s, lang, presenter), "sweep_state", lang, limits)
+    yield from experiment(events, lambda s: views.sweep_view(s, lang, presenter), "sweep_state", lang, limits,
+                          run_token)
 
 
 @gpu
 @user_errors
 def strategy_race_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
                      chat=None, lang=None, presenter=False, ngram=3, tree_topk=0, tree_depth=0, tree_budget=0,
-                     head_id=""):
+                     head_id="", run_token=""):
     """Target-only decoding, then every strategy, on the same prompt and seed, one after another (each timed alone),
     with the page's K, lookup n-gram size and tree sizes (0: the head's own). Streams RACE_OUTPUTS: the
     tokens-over-time chart and a table after every run."""
@@ -88,14 +93,14 @@ def strategy_race_ui(pair_name, draft_id, target_id, prompt, k, temperature, top
     pair = fitted(req)
     yield views.race_view(None, lang, presenter) | {"race_state": None}  # see `experiment`
     events = runs.strategy_race(pair, req, limits)
-    yield from experiment(events, lambda r: views.race_view(r, lang, presenter), "race_state", lang, limits)
+    yield from experiment(events, lambda r: views.race_view(r, lang, presenter), "race_state", lang, limits, run_token)
 
 
 @gpu
 @user_errors
 def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, top_p, lenience, n_samples, seed,
                     chat=None, lang=None, presenter=False, strategy="fixed", k=4, ngram=3, tree_topk=0, tree_depth=0,
-                    tree_budget=0, head_id=""):
+                    tree_budget=0, head_id="", run_token=""):
     """Draw N speculative samples of the first drafted token with the page's strategy (its K, n-gram size and tree
     sizes), as the engine draws and verifies it, and compare their histogram with the exact p
     (runs.first_token_distribution). Streams DIST_OUTPUTS; like the other experiments it first clears them (see
@@ -107,4 +112,4 @@ def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, 
     pair = fitted(req, req.spec.strategy)
     yield views.dist_view(None) | {"dist_state": None}  # see `experiment`
     events = runs.first_token_distribution(pair, req, n, limits)
-    yield from experiment(events, lambda d: views.dist_view(d, lang, presenter), "dist_state", lang, limits)
+    yield from experiment(events, lambda d: views.dist_view(d, lang, presenter), "dist_state", lang, limits, run_token)

@@ -27,8 +27,8 @@ from specdemo.limits import Limits
 from specdemo.models import ModelLoadError
 from specdemo.models.lm import release_cuda_cache
 
-from . import plots, render, runs, views
-from .session_locks import session_lock
+from . import plots, render, runs, stops, views
+from .session_locks import session_turn
 from .validation import CUSTOM, UserError, error_text, get_pair, has_head, pair_key, validate
 from .zerogpu import gpu, pair_summary
 
@@ -145,13 +145,14 @@ def on_screen(spec, base, first: bool, lang=None, presenter=False) -> dict:
 @user_errors
 def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
                 run_baseline, lenience, chat=None, strategy="fixed", lang=None, presenter=False, ngram=3, tree_topk=0,
-                tree_depth=0, tree_budget=0, head_id=""):
+                tree_depth=0, tree_budget=0, head_id="", run_token=""):
     """The Generate button: streams RUN_OUTPUTS, coalesced to one update per UPDATE_INTERVAL_S at most (`coalesced`).
     The text, stats and state change with every update; the charts every CHART_EVERY_S. While the baseline runs,
     its cards wait (a speed-up from part of it would move) and a bar under them counts its tokens
     (render.progress_bar); the finished run opens the inspector on its first tree round (views.finished). The trace
     is downloaded in the browser from the trace JSON (page_js.DOWNLOAD_JS, after `trace_of`): a server file would
-    put its path (gradio's cache folder) into the page and the API's answer."""
+    put its path (gradio's cache folder) into the page and the API's answer. Stop ends the run after the round it
+    lands in (stops.Guard); gradio's cancel then ends the stream, and run_over draws the run as stopped."""
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
                    run_baseline, lenience, limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget,
@@ -161,7 +162,8 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
         gr.Warning(tr("warn.lossy", lang, b=req.spec.lenience))
     drawn = None  # when the charts were last sent; the first update carries empty charts (built once), so it is fast
     spec = base = None
-    for spec, base, phase, started in coalesced(runs.run_stream(req, pair, limits)):
+    guard = stops.Guard(run_token)
+    for spec, base, phase, started in coalesced(guard(runs.run_stream(req, pair, limits))):
         first, redraw = drawn is None, drawn is not None and time.monotonic() - drawn > CHART_EVERY_S
         if phase == "speculative":
             out = views.run_view(spec, None, tr("status.speculative", lang), lang)
@@ -181,6 +183,9 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
         yield out | on_screen(spec, base, first, lang, presenter)
         if first or redraw:  # counted from when they were sent: the run gets CHART_EVERY_S to itself between redraws
             drawn = time.monotonic()
+    if guard.cut:
+        yield from stops.linger()
+        return
     if spec.stop_reason == runs.TIME_LIMIT or spec.settings.get("baseline") == "not measured":  # either phase
         gr.Warning(tr("warn.time_limit", lang, s=limits.time_limit_s))
     state = run_state(spec, base)
@@ -210,25 +215,30 @@ def coalesced(stream):
 
 BUTTON_OUTPUTS = (*views.RUN_BUTTONS, "stop_btn")
 OVER_OUTPUTS = (*BUTTON_OUTPUTS, "stats", "tokens", "film", "step_tokens", "step_caption", "state")  # run_over's
+STARTED_OUTPUTS = (*BUTTON_OUTPUTS, "run_token")
 
 
 def run_started() -> dict:
-    return views.run_buttons(True)
+    """A model run's click: the buttons say that a run is going, and the run gets its token (stops.py)."""
+    return views.run_buttons(True) | {"run_token": stops.new_token()}
 
 
-def run_ended() -> dict:
-    return views.run_buttons(False)
+def stop_run(token: str = "") -> dict:
+    """Stop: marks the run, whose loop ends after its round (stops.py), while gradio cancels its event. Only Stop
+    goes off: the others come back with run_over, once the run has ended and let go of the page's events."""
+    stops.stop(token)
+    return {"stop_btn": gr.Button(interactive=False)}
 
 
-def run_over(state, lang=None) -> dict:
-    """After a model run, however it ended (ui.model_run wires this to both `.then` and `.failure`): the buttons as
-    before the run, and where Stop cut a Generate short, the stats say so (views.stopped_view). gradio runs these
-    only once the cancelled stream has closed, so no late update of the run can put "pending" back; Stop's own
-    click cancels without awaiting the cancel, so it only sets the buttons. gradio runs a `.then` only after an
-    event that succeeded or was cancelled, not after one that raised (gradio 6.31's frontend dispatches only the
-    `.failure` listeners then): hence both. Naming the stats among the outputs also replaces gradio's red "Error"
-    pill there with this event's finished state. A run cut short is marked so in the state, so that a redraw (a
-    language or presenter switch) says "stopped" again instead of drawing figures from its part (views.everything)."""
+def run_over(state, lang=None, token: str = "") -> dict:
+    """After a model run, however it ended: the buttons as before the run, and where Stop cut a Generate short, the
+    stats say so (views.stopped_view), once the cancelled stream has closed. ui.model_run wires it to `.then` and
+    `.failure`: gradio 6.31's frontend runs only `.failure` after an event that raised, and both after a cancel,
+    where only the first does anything (stops.close). Naming the stats also replaces gradio's red "Error" pill
+    there. A stopped run is marked so in the state, so that a redraw (a language or presenter switch) says
+    "stopped" again instead of drawing figures from its part (views.everything)."""
+    if not stops.close(token):
+        return {}
     stopped = views.stopped_view(state, lang)
     return views.run_buttons(False) | stopped | ({"state": state | {"stopped": True}} if stopped else {})
 
@@ -316,7 +326,7 @@ def step_round(state, direction: int, lang=None, request: gr.Request = None) -> 
     under the session's lock and move the cursor in the state itself, so that a quick second press, whose event
     read the same state object, starts from the cursor the first one wrote. (The page sends its step keys one at a
     time, page_js.KEYS_JS, so that their views land in the order pressed.)"""
-    with session_lock(request).lock:
+    with session_turn(request):
         rounds = views.rounds_of(state)
         if rounds:
             state["cursor"] = 0 if direction == 0 else min(max(state.get("cursor", 0) + direction, 0), len(rounds))
@@ -428,12 +438,8 @@ def redraw(lang, presenter, state, round_no, position, sweep, dist, race, pair_d
     It draws the step view from the cursor, so it takes the session's step lock (step_round): a key press that
     lands during a switch's redraw waits for it or goes first, and the view that reaches the page last is drawn from
     the cursor that the last press wrote, never from the one the redraw's event read before it."""
-    with session_lock(request).lock:
+    with session_turn(request):
         return views.everything(lang, presenter, state, round_no, position, sweep, dist, race, pair_desc)
-
-
-def tab_labels(lang) -> dict:
-    return views.tab_labels(lang)
 
 
 def notice_in(notices, lang):

@@ -4,30 +4,28 @@ session while sessions run side by side (handlers.step_round, handlers.redraw)."
 from __future__ import annotations
 
 import threading
-import weakref
+from contextlib import contextmanager
 
 import gradio as gr
 
-
-class _SessionLock:
-    """A lock that can be weakly referenced (a bare threading.Lock cannot)."""
-
-    __slots__ = ("lock", "__weakref__")
-
-    def __init__(self):
-        self.lock = threading.Lock()
+_LOCKS: dict[str, list] = {}  # session hash: [its lock, how many handlers hold or wait for it]
+_GUARD = threading.Lock()
 
 
-_SESSION_LOCKS: weakref.WeakValueDictionary[str, _SessionLock] = weakref.WeakValueDictionary()
-_SESSION_LOCKS_GUARD = threading.Lock()
-
-
-def session_lock(request: gr.Request | None) -> _SessionLock:
-    """The lock of one browser session (gradio's session hash); it lives while a handler holds it, so the table
-    never grows with the visitors a server has seen."""
+@contextmanager
+def session_turn(request: gr.Request | None):
+    """Hold the session's lock (gradio's session hash) for the block. The lock lives while a handler holds or waits
+    for it, so the table never grows with the visitors a server has seen. (An earlier table of weak references lost
+    each lock as soon as it was looked up, so no two handlers ever took turns.)"""
     key = getattr(request, "session_hash", None) or ""
-    with _SESSION_LOCKS_GUARD:
-        held = _SESSION_LOCKS.get(key)
-        if held is None:
-            held = _SESSION_LOCKS[key] = _SessionLock()
-    return held
+    with _GUARD:
+        entry = _LOCKS.setdefault(key, [threading.Lock(), 0])
+        entry[1] += 1
+    try:
+        with entry[0]:
+            yield
+    finally:
+        with _GUARD:
+            entry[1] -= 1
+            if not entry[1]:
+                del _LOCKS[key]

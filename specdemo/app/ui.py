@@ -267,9 +267,10 @@ def wire_runs(u, wire, view: list) -> None:
         say that none is, however it ended (handlers.run_over). After a refusal, the outputs `marked` (those whose
         gradio tracker shows) are named again, unchanged, which takes gradio's red "Error" pill off them: the
         refusal's toast says what was wrong, and the page stays as it was."""
-        started = trigger(**wire(handlers.run_started, handlers.BUTTON_OUTPUTS), **buttons)
+        started = trigger(**wire(handlers.run_started, handlers.STARTED_OUTPUTS), **buttons)
+        kwargs["inputs"] = kwargs["inputs"] + [u.run_token]  # the run's token (stops.py), after every other input
         run = started.then(**wire(fn, outputs), concurrency_id="models", **kwargs)
-        over = dict(**wire(handlers.run_over, handlers.OVER_OUTPUTS), inputs=[u.state, u.lang],
+        over = dict(**wire(handlers.run_over, handlers.OVER_OUTPUTS), inputs=[u.state, u.lang, u.run_token],
                     **buttons)
         run.then(**over)
         run.failure(**over)
@@ -308,7 +309,8 @@ def wire_runs(u, wire, view: list) -> None:
                      experiments.shown(experiments.RACE_OUTPUTS), api_name="strategy_race",
                      inputs=common + [c["k"], c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"],
                                       c["chat"]] + view + [c["ngram"]] + [c[n] for n in TREE_INPUTS] + [u.head_state])
-    u.stop_btn.click(**wire(handlers.run_ended, handlers.BUTTON_OUTPUTS), cancels=[gen, sweep, dist, race], **buttons)
+    u.stop_btn.click(**wire(handlers.stop_run, ("stop_btn",)), inputs=[u.run_token], cancels=[gen, sweep, dist, race],
+                     **buttons)
     u.download_btn.click(**wire(handlers.trace_of, ("trace_json",)), inputs=[u.state], api_visibility="private",
                          queue=False).then(None, [u.trace_json], None, js=DOWNLOAD_JS, api_visibility="private")
 
@@ -363,14 +365,15 @@ def wire_page(demo: gr.Blocks, u, wire, view: list) -> None:
     u.lang.change(handlers.notice_in, [u.notice_state, u.lang], [u.notice], api_visibility="private", queue=False,
                   show_progress="hidden")
     u.view.change(None, [u.view], None, js=VIEW_JS)
-    u.presenter.change(handlers.presenter_layout, [u.presenter], [u.app_col], api_visibility="private",
-                       show_progress="hidden")
+    # the switches' redraws only render (no model), so they answer in their own HTTP reply (queue=False), as the
+    # buttons' updates do: a queued one waited on the session's event stream, and under load one stayed "pending"
+    # for 90 s on a page whose language had switched (decisions.md, 2026-11-28)
+    redrawn = dict(api_visibility="private", show_progress="hidden", queue=False)
+    u.presenter.change(handlers.presenter_layout, [u.presenter], [u.app_col], **redrawn)
     for switch in (u.lang, u.presenter):
-        switch.change(**wire(handlers.redraw, handlers.REDRAW_OUTPUTS), inputs=redraw_inputs,
-                      api_visibility="private", show_progress="hidden")
+        switch.change(**wire(handlers.redraw, handlers.REDRAW_OUTPUTS), inputs=redraw_inputs, **redrawn)
     # gradio re-translates only the open tab's label on a locale change, so the server sends all of them
-    u.lang.change(**wire(handlers.tab_labels, handlers.TAB_OUTPUTS), inputs=[u.lang], api_visibility="private",
-                  show_progress="hidden")
+    u.lang.change(**wire(views.tab_labels, handlers.TAB_OUTPUTS), inputs=[u.lang], **redrawn)
 
 
 def build_demo(pair_name: str = DEFAULT_PRESET, missing: tuple[str, Exception] | None = None) -> gr.Blocks:
@@ -384,6 +387,7 @@ def build_demo(pair_name: str = DEFAULT_PRESET, missing: tuple[str, Exception] |
     notices = {code: views.missing_notice(*missing, code) for _, code in i18n.CHOICES} if missing else None
     with gr.Blocks(title=i18n.EN["app.title"], delete_cache=(3600, 3600)) as demo:
         u.state = gr.State(state)
+        u.run_token = gr.State("")  # the page's latest model run (handlers.run_started; stops.py)
         u.sweep_state, u.dist_state, u.race_state, u.pair_state = (gr.State(None) for _ in range(4))
         u.notice_state = gr.State(notices)
         with gr.Column(elem_id="sd-app") as u.app_col:  # presenter mode sets a class here (style.CSS)
