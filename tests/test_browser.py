@@ -459,7 +459,8 @@ def test_stop_mid_run_leaves_the_inspector_and_step_through_on_the_stopped_run(p
 # Stop off, the stats saying done) at every change, so that a Stop turned off while the next run streams is seen
 STOP_THEN_GO_JS = """() => new Promise((resolve) => {
   const go = () => document.querySelector('#sd-generate'), stop = () => document.querySelector('#sd-stop');
-  const done = () => /done|Stopped/.test(document.querySelector('#sd-stats').innerText);
+  const done = () => /done/.test(document.querySelector('#sd-stats').innerText)
+    && document.querySelector('#sd-token-view').innerText.startsWith('JULIET');  // the next run, at its end
   window.sdButtons = [];
   const watch = new MutationObserver(() => {
     if (window.sdClicked) window.sdButtons.push([go().disabled, stop().disabled, done()]);

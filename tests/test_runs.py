@@ -240,7 +240,7 @@ def test_an_unplanned_error_is_one_sentence_in_the_visitors_language(caplog, mon
 def test_stop_ends_a_run_after_its_round_and_its_first_run_over_alone_gives_the_buttons_back(pair):
     """Stop marks the run's token (stops.py): Generate's run and an experiment's end at the next round, with no
     finished view after it (run_over draws the run as stopped); their streams then change nothing while they wait
-    for gradio's cancel. Of the two run_overs gradio fires after a cancel, only the first changes the page."""
+    for gradio's cancel. Of the run_overs gradio fires after a cancel, only the `.failure`'s changes the page, once."""
     from specdemo.app import experiments, handlers, stops
 
     token = stops.new_token()
@@ -250,10 +250,17 @@ def test_stop_ends_a_run_after_its_round_and_its_first_run_over_alone_gives_the_
     stops.stop(token)
     assert [next(updates) for _ in range(3)] == [{}] * 3, "the run went on after Stop"  # waiting for the cancel
     updates.close()
+    # the run's `.then`, fired by the cancel's completion before the page has finished the cancel, changes nothing;
+    # its `.failure`, fired once the page has, gives the buttons back, once
+    assert handlers.run_done({"spec": None}, "en", token) == {}
     over = handlers.run_over({"spec": None}, "en", token)
     assert over["go_btn"].interactive and not over["stop_btn"].interactive
     assert handlers.run_over({"spec": None}, "en", token) == {}, "a second run_over of the run changed the page"
-    assert handlers.run_over({"spec": None}, "en", stops.new_token())["go_btn"].interactive  # another run's
+    late, other = stops.new_token(), stops.new_token()
+    stops.ended(late)  # a run that ended by itself, with Stop too late to stop it: its `.then` gives them back
+    stops.stop(late)
+    assert handlers.run_done({"spec": None}, "en", late)["go_btn"].interactive
+    assert handlers.run_done({"spec": None}, "en", other)["go_btn"].interactive  # a run nobody stopped
 
     token = stops.new_token()
     sweep = experiments.k_sweep_ui("shakespeare", "", "", "ROMEO:\n", 0.0, 0, 1.0, 64, 0, 1, 8, run_token=token)

@@ -151,8 +151,7 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
     its cards wait (a speed-up from part of it would move) and a bar under them counts its tokens
     (render.progress_bar); the finished run opens the inspector on its first tree round (views.finished). The trace
     is downloaded in the browser from the trace JSON (page_js.DOWNLOAD_JS, after `trace_of`): a server file would
-    put its path (gradio's cache folder) into the page and the API's answer. Stop ends the run after the round it
-    lands in (stops.Guard); gradio's cancel then ends the stream, and run_over draws the run as stopped."""
+    put its path (gradio's cache folder) into the page and the API's answer. Stop ends it after its round (stops.py)."""
     limits = Limits.from_env()
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, max_new_tokens, seed,
                    run_baseline, lenience, limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget,
@@ -215,12 +214,11 @@ def coalesced(stream):
 
 BUTTON_OUTPUTS = (*views.RUN_BUTTONS, "stop_btn")
 OVER_OUTPUTS = (*BUTTON_OUTPUTS, "stats", "tokens", "film", "step_tokens", "step_caption", "state")  # run_over's
-STARTED_OUTPUTS = (*BUTTON_OUTPUTS, "run_token")
+STARTED_OUTPUTS = (*BUTTON_OUTPUTS, "run_token", "run_mark")
 
 
 def run_started() -> dict:
-    """A model run's click: the buttons say that a run is going, and the run gets its token (stops.py)."""
-    return views.run_buttons(True) | {"run_token": stops.new_token()}
+    return views.run_buttons(True) | dict.fromkeys(("run_token", "run_mark"), stops.new_token())  # state, page
 
 
 def stop_run(token: str = "") -> dict:
@@ -232,15 +230,20 @@ def stop_run(token: str = "") -> dict:
 
 def run_over(state, lang=None, token: str = "") -> dict:
     """After a model run, however it ended: the buttons as before the run, and where Stop cut a Generate short, the
-    stats say so (views.stopped_view), once the cancelled stream has closed. ui.model_run wires it to `.then` and
-    `.failure`: gradio 6.31's frontend runs only `.failure` after an event that raised, and both after a cancel,
-    where only the first does anything (stops.close). Naming the stats also replaces gradio's red "Error" pill
-    there. A stopped run is marked so in the state, so that a redraw (a language or presenter switch) says
-    "stopped" again instead of drawing figures from its part (views.everything)."""
-    if not stops.close(token):
+    stats say so (views.stopped_view), once the cancelled stream has closed. ui.model_run wires it to `.failure`
+    and `run_done` to `.then`: gradio 6.31's frontend runs only `.failure` after an event that raised, and both
+    after a cancel, where only the first does anything (stops.py). Naming the stats also replaces gradio's red
+    "Error" pill there. A stopped run is marked so in the state, so that a redraw (a language or presenter switch)
+    says "stopped" again instead of drawing figures from its part (views.everything)."""
+    if not stops.close(token):  # a second run_over of the run (gradio fires both after a cancel)
         return {}
     stopped = views.stopped_view(state, lang)
     return views.run_buttons(False) | stopped | ({"state": state | {"stopped": True}} if stopped else {})
+
+
+def run_done(state, lang=None, token: str = "") -> dict:
+    """run_over from a run's `.then`, where that may give the buttons back (stops.then_may_act)."""
+    return run_over(state, lang, token) if stops.then_may_act(token) else {}
 
 
 def refuse_busy(busy: bool, lang=None) -> None:
@@ -436,8 +439,8 @@ def redraw(lang, presenter, state, round_no, position, sweep, dist, race, pair_d
     """Everything specdemo renders itself, again, in `lang` and presenter size (REDRAW_OUTPUTS).
 
     It draws the step view from the cursor, so it takes the session's step lock (step_round): a key press that
-    lands during a switch's redraw waits for it or goes first, and the view that reaches the page last is drawn from
-    the cursor that the last press wrote, never from the one the redraw's event read before it."""
+    lands during a switch's redraw waits for it or goes first, and each draws the cursor as the other left it, never
+    the one the redraw's event read before it. (Their replies travel apart, so a press's view may still land first.)"""
     with session_turn(request):
         return views.everything(lang, presenter, state, round_no, position, sweep, dist, race, pair_desc)
 

@@ -23,7 +23,7 @@ from specdemo import i18n
 from specdemo.config import DEFAULT_PRESET, NGRAM_RANGE, PRESETS, TREE_DEPTH_RANGE, TREE_TOPK_RANGE, env_int
 from specdemo.limits import Limits
 
-from . import experiments, handlers, plots, recorded, render, style, tree_view, views
+from . import experiments, handlers, plots, recorded, render, stops, style, tree_view, views
 from .page_js import (CLAMP_JS, CLICK_JS, DETECT_JS, DOWNLOAD_JS, FILM_CLICK_JS, KEYS_JS, LOCALE_JS, RESIZE_JS, SUBMIT_JS,
                       VIEW_JS)
 
@@ -56,12 +56,25 @@ def named(fn, names: tuple[str, ...]):
     return call
 
 
+def ending(fn):
+    """A model run's handler whose stream, when it ends by itself (not by gradio's cancel), marks its run's token
+    ended (stops.ended; the token is the handler's last argument). It wraps the handler here, in the serving
+    process, so that the mark holds on ZeroGPU too, where the handler works in a GPU worker."""
+
+    @functools.wraps(fn)
+    def stream(*args, **kwargs):
+        yield from fn(*args, **kwargs)
+        stops.ended(args[-1] if args else "")
+    return stream
+
+
 def checked_later(field: gr.Slider | gr.Number) -> gr.Slider | gr.Number:
     """A model run's slider or number field whose value, when it is no number within the field's range (an API
     caller's null, or 99 for K), reaches the handler as it came, for validation.py to refuse in the caller's
     language, naming the field. gradio's own check gave an English sentence that names no field, or for a null an
     empty error; a page's field never sends such a value. (An instance's method, not a subclass: gradio writes a .pyi
-    file beside the module of every component subclass.)"""
+    file beside the module of every component subclass. A session whose field gradio rebuilds after an update, a
+    pair change setting K, has gradio's own check again; only a page does that, and a page sends no such value.)"""
     own = field.preprocess
 
     def preprocess(payload):
@@ -269,11 +282,10 @@ def wire_runs(u, wire, view: list) -> None:
         refusal's toast says what was wrong, and the page stays as it was."""
         started = trigger(**wire(handlers.run_started, handlers.STARTED_OUTPUTS), **buttons)
         kwargs["inputs"] = kwargs["inputs"] + [u.run_token]  # the run's token (stops.py), after every other input
-        run = started.then(**wire(fn, outputs), concurrency_id="models", **kwargs)
-        over = dict(**wire(handlers.run_over, handlers.OVER_OUTPUTS), inputs=[u.state, u.lang, u.run_token],
-                    **buttons)
-        run.then(**over)
-        run.failure(**over)
+        run = started.then(**wire(ending(fn), outputs), concurrency_id="models", **kwargs)
+        over = dict(inputs=[u.state, u.lang, u.run_mark], **buttons)
+        run.then(**wire(handlers.run_done, handlers.OVER_OUTPUTS), **over)
+        run.failure(**wire(handlers.run_over, handlers.OVER_OUTPUTS), **over)
         if marked:
             run.failure(**wire(lambda: {name: gr.update() for name in marked}, marked), **buttons)
         return run
@@ -309,7 +321,7 @@ def wire_runs(u, wire, view: list) -> None:
                      experiments.shown(experiments.RACE_OUTPUTS), api_name="strategy_race",
                      inputs=common + [c["k"], c["temperature"], c["top_k"], c["top_p"], c["max_new"], c["seed"],
                                       c["chat"]] + view + [c["ngram"]] + [c[n] for n in TREE_INPUTS] + [u.head_state])
-    u.stop_btn.click(**wire(handlers.stop_run, ("stop_btn",)), inputs=[u.run_token], cancels=[gen, sweep, dist, race],
+    u.stop_btn.click(**wire(handlers.stop_run, ("stop_btn",)), inputs=[u.run_mark], cancels=[gen, sweep, dist, race],
                      **buttons)
     u.download_btn.click(**wire(handlers.trace_of, ("trace_json",)), inputs=[u.state], api_visibility="private",
                          queue=False).then(None, [u.trace_json], None, js=DOWNLOAD_JS, api_visibility="private")
@@ -387,7 +399,11 @@ def build_demo(pair_name: str = DEFAULT_PRESET, missing: tuple[str, Exception] |
     notices = {code: views.missing_notice(*missing, code) for _, code in i18n.CHOICES} if missing else None
     with gr.Blocks(title=i18n.EN["app.title"], delete_cache=(3600, 3600)) as demo:
         u.state = gr.State(state)
-        u.run_token = gr.State("")  # the page's latest model run (handlers.run_started; stops.py)
+        # the page's latest model run (handlers.run_started; stops.py): the run reads it from the session's state (no
+        # parameter of the public endpoints), Stop and run_over from the page, as it was when they were fired (a
+        # State is read when the handler runs, and a run_over fired by a stopped run may run after the next started)
+        u.run_token = gr.State("")
+        u.run_mark = gr.Textbox(visible=False)
         u.sweep_state, u.dist_state, u.race_state, u.pair_state = (gr.State(None) for _ in range(4))
         u.notice_state = gr.State(notices)
         with gr.Column(elem_id="sd-app") as u.app_col:  # presenter mode sets a class here (style.CSS)
