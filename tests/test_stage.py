@@ -128,6 +128,7 @@ def check_stop(stage, phase: str) -> None:
     card, line = STOPPED[stage.locale]
     # the figures' wait (pending) in the baseline, or the first streamed round while drafting
     wait = "#sd-stats .sd-pending" if phase == "baseline" else "#sd-stats .sd-card"
+    text = ""
     for attempt in range(3):  # a loaded machine may finish the phase before Stop lands: then nothing was tested
         stage.locator("#sd-prompt textarea").fill(f"ROMEO:\n{attempt}")  # a new run's text, told from the last
         stage.click("#sd-generate")
@@ -149,6 +150,8 @@ def check_stop(stage, phase: str) -> None:
         text = stage.inner_text("#sd-stats")
         if not re.search("done|完成", text):
             break
+    else:
+        pytest.fail(f"each of three runs ended before Stop ({phase}): nothing was tested; the last said {text!r}")
     assert stage.locator("#sd-stats .sd-pending").count() == 0, (phase, text)
     if phase == "baseline":
         assert stage.locator("#sd-stats .sd-stopped").count() == 2, text

@@ -1,5 +1,5 @@
-"""Stop, as the server sees it, by the run's token: handlers.run_started draws a token for each model run on a page
-(into the session's state), and the run, Stop and run_over each read it.
+"""Stop, as the server sees it, by the run's token: handlers.run_started draws a token for each model run on a page,
+which the run reads from the session's state, and Stop and run_over from a hidden field of the page (ui.py).
 
 - Stop marks its run's token (`stop`), and the run's loop ends after the round it is in (`Guard`). gradio's own
   cancel waits for the thread to hand over its next update, which a coalesced update holds for a second or more
