@@ -98,7 +98,9 @@ if (!window.sdClampBound) {
     const v = parseFloat(box.value), lo = parseFloat(box.min), hi = parseFloat(box.max);
     const key = v < lo ? 'low' : v > hi ? 'high' : null;
     let note = block.querySelector(':scope .sd-clamp-note');
-    if (!key) { if (note) note.remove(); return; }
+    // a value in range takes the note away, unless it is the bound the note names (a second change event, such as
+    // the blur after Enter, reports the value put there)
+    if (!key) { if (note && box.value !== note.dataset.bound) note.remove(); return; }
     if (!note) {
       note = document.createElement('div');
       note.className = 'sd-clamp-note';
@@ -107,6 +109,7 @@ if (!window.sdClampBound) {
     }
     const say = SAY[document.body.dataset.sdLang] || SAY.en, bound = key === 'low' ? box.min : box.max;
     note.textContent = say[key].replace('{value}', box.value).replace('{bound}', bound);
+    note.dataset.bound = bound;
     box.value = bound;
     box.dispatchEvent(new Event('input', {bubbles: true}));
   }, true);
