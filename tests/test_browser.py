@@ -33,8 +33,8 @@ def open_page(browser, url: str, locale: str = "en-US", width: int = 1500, heigh
     pg.wait_for_selector("#sd-race .js-plotly-plot")  # the page has drawn its (empty) charts: a person sees it ready
     pg.wait_for_function(f"document.querySelector('#sd-pair-status').innerText.includes('{LOADED[locale]}')")
     # the pair's status and the redraw in the browser's language are two events; wait for both. Under a loaded
-    # suite the redraw has stayed queued on the server for good (the page showed gradio's timer on the legend,
-    # "90.2s", with the language set): see the closing note of 2026-11-28
+    # suite the redraw, queued then, once stayed pending for good (gradio's timer on the legend said "90.2s", with
+    # the language set); it now answers in its own HTTP reply (docs/decisions.md, "Stop ends the run itself")
     try:
         pg.wait_for_function(f"document.querySelector('#sd-legend').innerText.includes({LEGEND[locale]!r})")
     except Exception as e:  # say what the page held, so that a failure explains itself

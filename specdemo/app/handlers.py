@@ -86,8 +86,8 @@ def user_errors(fn):
         return gr.Error(text, print_exception=False)
 
     def unplanned(err: Exception, args, kwargs) -> gr.Error:
-        """Anything else (a bug, a tokenizer that rejects a lone surrogate): its traceback in the log, and one
-        sentence for the visitor, where gradio would show nothing (show_error is off) or an empty error."""
+        """Anything else (a bug): its traceback in the log, and one sentence for the visitor, where gradio would
+        show nothing (show_error is off) or an empty error."""
         log.exception("unexpected error in %s", fn.__name__)
         return gr.Error(tr("err.unexpected", lang_of(args, kwargs), error=type(err).__name__), print_exception=False)
 

@@ -31,13 +31,18 @@ def shown_prompt(trace: Trace) -> str:
     return trace.prompt + "\n\n" if trace.settings.get("chat") else trace.prompt
 
 
+def whole_baseline(base: Trace | None) -> Trace | None:
+    """The baseline if it has finished, else None: one still running, or cut by Stop, measures nothing."""
+    return base if base is not None and base.stop_reason is not None else None
+
+
 def trace_payload(spec: Trace | None, base: Trace | None, stopped: bool = False) -> dict | None:
-    """The trace download's JSON. A baseline that did not finish (Stop cut it) is left out, as on the page: part of
-    it measures nothing. `stopped` (handlers.run_over marked the state) says that Stop cut the run short."""
+    """The trace download's JSON. A baseline that did not finish (Stop cut it) is left out, as on the page
+    (`whole_baseline`). `stopped` (handlers.run_over marked the state) says that Stop cut the run short."""
     if spec is None:
         return None
-    whole = base is not None and base.stop_reason is not None
-    return {"speculative": spec.to_dict(), "baseline": base.to_dict() if whole else None} | (
+    base = whole_baseline(base)
+    return {"speculative": spec.to_dict(), "baseline": base.to_dict() if base is not None else None} | (
         {"stopped": True} if stopped else {})
 
 
@@ -398,9 +403,7 @@ def everything(lang, presenter, state, round_no, position, sweep, dist, race, pa
     baseline is drawn only whole (a speed-up from part of it would move), and a run that Stop cut short
     (handlers.run_over marks its state) says so again, as it did before the switch (stopped_view)."""
     spec = state.get("spec") if state else None
-    base = state.get("base") if state else None
-    if base is not None and base.stop_reason is None:  # still running, or stopped: not a measurement
-        base = None
+    base = whole_baseline(state.get("base") if state else None)
     selected = int(round_no or 1) if rounds_of(state) else None  # the round the inspector shows, marked
     out = {"legend": render.legend(lang), "keys": render.keys_hint(lang)} | run_view(spec, base, lang=lang,
                                                                                        selected=selected)
