@@ -37,8 +37,10 @@ window.sdStepTrigger = trigger;
 if (!window.sdKeysBound) {
   window.sdKeysBound = true;
   const steps = {ArrowRight: 1, PageDown: 1, ArrowLeft: -1, PageUp: -1, Home: 0};
-  const typing = 'input, textarea, select, [contenteditable], [role="slider"], [role="tab"], [role="listbox"], '
-    + '[role="option"], [role="combobox"]';
+  // a checkbox is no field: arrows and Page keys mean nothing to it, and presenter mode's is what a speaker ticks
+  // just before stepping (its focus stays there)
+  const typing = 'input:not([type="checkbox"]), textarea, select, [contenteditable], [role="slider"], [role="tab"], '
+    + '[role="listbox"], [role="option"], [role="combobox"]';
   const waiting = [];
   let inFlight = null, before = null;  // the timer that stops waiting for a view that changes nothing; the caption
   const caption = () => document.querySelector('#sd-step-caption [data-testid="markdown"]')?.textContent ?? '';
