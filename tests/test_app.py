@@ -280,6 +280,31 @@ def test_parameter_cap_refuses_big_custom_models_before_loading(client, monkeypa
         gen(client, pair="custom", draft=str(EMBEDDED_DRAFT), target=str(EMBEDDED_TARGET))
 
 
+def test_the_cap_counts_a_composite_config_and_every_expert(client, monkeypatch, allow_local, tmp_path):
+    """The cap counts what would load: a target whose config nests its text model (Gemma 3's, a 27B) is refused
+    from its config.json alone; the formula used before read it as 0 parameters and let it on to the download.
+    The count is the real model's where it loads, and an MoE's experts are in it."""
+    from transformers import Gemma3Config, Qwen3MoeConfig
+
+    from specdemo.config import EMBEDDED_DRAFT
+    from specdemo.models import estimate_parameters, load_pair
+
+    shakespeare = load_pair("shakespeare")
+    assert estimate_parameters(shakespeare.target.config) == sum(p.numel() for p in shakespeare.target.parameters())
+    moe = Qwen3MoeConfig(hidden_size=256, intermediate_size=512, moe_intermediate_size=128, num_experts=64,
+                         num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, vocab_size=1000)
+    assert estimate_parameters(moe) > 64 * 4 * 3 * 256 * 128  # every expert's MLP, in each of the 4 layers
+    gemma = Gemma3Config(text_config={"hidden_size": 5376, "intermediate_size": 21504, "num_hidden_layers": 62,
+                                      "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128})
+    assert estimate_parameters(gemma) > 25e9
+    folder = tmp_path / "gemma-3-27b"
+    folder.mkdir()
+    gemma.save_pretrained(folder)  # its config alone: the cap must refuse it before any weights are looked for
+    monkeypatch.setenv("SPECDEMO_MAX_PARAMS_M", "500")
+    with pytest.raises(Exception, match="over this server's cap"):
+        gen(client, pair="custom", draft=str(EMBEDDED_DRAFT), target=str(folder))
+
+
 def test_local_custom_paths_load_only_when_the_operator_allows_them(client, monkeypatch, toy_dirs):
     """SPECDEMO_ALLOW_LOCAL=1 lets custom ids be folders on the server (a private deployment): the toy pair loads and
     generates, and its settings name the folders, not their paths. Unset, the same request is refused."""

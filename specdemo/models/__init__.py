@@ -19,7 +19,6 @@ from .devices import dtype_name
 from .lm import CachedLM, PackedLinear, pack_linears
 from .loading import (
                       cast_model,
-                      estimate_parameters,
                       finish_model,
                       gguf_folder,
                       load_bytes,
@@ -34,6 +33,7 @@ from .loading import (
                       unload_pair,
 )
 from .pair import ModelPair, StrategyUnavailable, TextStream, check_tokenizers, context_of
+from .sizing import estimate_parameters
 from .weights import ModelLoadError
 
 __all__ = [

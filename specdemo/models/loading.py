@@ -24,6 +24,7 @@ from .devices import DTypeArg, model_budget_bytes, packs_bf16, pick_device, pick
 from .eagle3_files import load_eagle3
 from .lm import PackedLinear, device_lock, pack_linears
 from .pair import ModelPair, check_tokenizers
+from .sizing import estimate_parameters
 from .weights import (
     INSTALL_HINT,
     ModelLoadError,
@@ -92,16 +93,6 @@ def cast_model(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     if getattr(model, "config", None) is not None:
         model.config.dtype = dtype
     return model
-
-
-def estimate_parameters(config) -> int:
-    """A decoder's parameter count from its config alone (embeddings + attention + MLP), for the size cap."""
-    d = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None) or getattr(config, "d_model", 0)
-    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None) or 0
-    vocab = getattr(config, "vocab_size", 0) or 0
-    inner = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * d
-    mlp = (3 if getattr(config, "intermediate_size", None) else 2) * d * inner
-    return int(vocab * d + layers * (4 * d * d + mlp))
 
 
 def load_config(model_id: str, role: str, local: bool | None = None):
