@@ -259,6 +259,11 @@ def test_generate_shows_the_speedup_only_once_the_baseline_is_done(pair):
     assert all("\u00d7</b>" not in u["stats"] for u in updates[:-1])  # no figure from part of the baseline
     last = updates[-1]
     assert "sd-pending" not in last["stats"] and "\u00d7</b>" in last["stats"]
+    # nor in the charts: the baseline's first update draws them all, and its one step (the prompt's prefill) gave
+    # the theory chart a measured speed-up many times the run's, which stayed there after a Stop
+    drawn = [u["theory"].to_json() for u in updates[:-1] if "theory" in u]
+    assert len(drawn) >= 2 and all("x measured" not in fig for fig in drawn)
+    assert "x measured" in last["theory"].to_json()
     spec = last["state"]["spec"]
     first = next(r.index for r in spec.rounds if r.tree)
     assert last["round_sl"]["value"] == first + 1
