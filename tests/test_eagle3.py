@@ -232,29 +232,6 @@ def test_a_planted_wrong_q_is_caught_with_the_published_head(pair3, monkeypatch,
     assert chi2_pvalue(counts, exact_cells(pair3, cfg, draft_vocab), n) < BUG_P
 
 
-def test_the_eagle_authors_layout_reads_as_the_same_head(pair3, reference, tmp_path):
-    """The fixture's Llama head rewritten in the EAGLE authors' (SpecForge's) layout: a Llama config with
-    draft_vocab_size at its top, architectures LlamaForCausalLMEagle3, the aux ids under eagle_config, and midlayer.*
-    for layers.0.*. It loads as the same head and gives the same first logits."""
-    meta = json.loads((FIXTURE / "head-llama" / "config.json").read_text())
-    authors = meta["transformer_layer_config"] | {
-        "architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": meta["draft_vocab_size"],
-        "norm_before_residual": meta["norm_before_residual"], "target_hidden_size": meta["target_hidden_size"],
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": meta["eagle_aux_hidden_state_layer_ids"]}}
-    folder = tmp_path / "authors-head"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(authors))
-    state = load_file(str(FIXTURE / "head-llama" / "model.safetensors"))
-    save_file({k.replace("layers.0.", "midlayer."): v for k, v in state.items()}, str(folder / "model.safetensors"))
-    head = load_eagle3(str(folder), pair3.target, "anything", torch.float32, pair3.device)  # names no verifier
-    assert head.cfg.aux_ids == (1, 2, 3) and head.cfg.verifier == {}
-    ids = reference["input_ids"]
-    drafter = EagleDrafter(head, pair3.target, SamplingConfig(0.0), pair3.vocab_size, 64)
-    with torch.inference_mode():
-        root = head.logits(drafter.read(target_features(pair3, head, ids)[:-1], ids[1:]))[0]
-    assert (root - reference["llama.chain_logits"][0]).abs().max() < TOL
-
-
 def test_attaching_a_head_in_bf16_leaves_the_target_as_it_was(pair3, tmp_path):
     """The head runs in its own dtype; the target's weights keep theirs, also where the head reads the target's
     embedding (a checkpoint without embed_tokens, as vLLM allows: the target's is shared)."""

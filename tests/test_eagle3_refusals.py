@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from test_eagle3 import FIXTURE, ROOT, pair3, verifier  # noqa: F401  (fixtures from test_eagle3)
+from test_eagle3 import FIXTURE, ROOT, pair3, reference, verifier  # noqa: F401  (fixtures from test_eagle3)
 
 from specdemo import load_pair
 from specdemo.models import ModelLoadError
@@ -59,6 +59,22 @@ def set_in(path: tuple, value):
     return change
 
 
+def authors(ids: list[int] | None = None, where: str = "eagle_config", arch: str = "LlamaForCausalLMEagle3"):
+    """The fixture's config rewritten in the EAGLE authors' layout (a Llama config, draft_vocab_size at its top),
+    naming the aux ids `where` (eagle_config: SpecForge's numbering; top: vLLM's; none: no ids)."""
+    def change(meta):
+        layer = meta.pop("transformer_layer_config")
+        aux = meta.pop("eagle_aux_hidden_state_layer_ids")
+        for key in ("speculators_model_type", "speculators_config", "speculators_version", "auto_map"):
+            meta.pop(key, None)
+        meta.update(layer, architectures=[arch])
+        if where == "eagle_config":
+            meta["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": aux if ids is None else ids}
+        elif where == "top":
+            meta["eagle_aux_hidden_state_layer_ids"] = aux if ids is None else ids
+    return change
+
+
 CASES = {
     "verifier": (dict(config=set_in(("speculators_config", "verifier", "name_or_path"), "Qwen/Qwen3-8B")),
                  "The EAGLE-3 head local:bad-head was trained for Qwen/Qwen3-8B, not for the target "
@@ -85,6 +101,17 @@ CASES = {
     "aux-last": (dict(config=set_in(("eagle_aux_hidden_state_layer_ids",), [1, 2, 4])),
                  "The EAGLE-3 head local:bad-head reads layer id 4, the target's last state before its final norm, "
                  "which specdemo does not capture yet."),
+    # SpecForge's ids name the output of layer i (the input of layer i + 1); its refusals name them as the file does
+    "aux-last-specforge": (dict(config=authors([1, 2, 3])),
+                           "The EAGLE-3 head local:bad-head reads layer id 3, the target's last state before its "
+                           "final norm, which specdemo does not capture yet."),
+    "aux-range-specforge": (dict(config=authors([1, 2, 7])),
+                            "The EAGLE-3 head local:bad-head reads the target's layers [1, 2, 7], but "
+                            "local:tiny-llama-verifier has 4 layers, so its ids run from 0 to 2, each once."),
+    "no-embedding-width": (dict(config=set_in(("transformer_layer_config", "hidden_size"), 32),
+                                weights=lambda s: s.pop("embed_tokens.weight")),
+                           "The EAGLE-3 head local:bad-head has no embedding of its own and is 32 wide, so it cannot "
+                           "read the target local:tiny-llama-verifier's embedding, which is 16 wide."),
     "dflash": (dict(config=set_in(("speculators_model_type",), "dflash")),
                "The head local:bad-head is a speculator of type DFlash, which is not supported yet: specdemo reads "
                "EAGLE-3 heads only."),
@@ -107,6 +134,68 @@ CASES = {
 def test_each_mismatch_is_refused_in_its_sentence(pair3, tmp_path, case):
     changes, sentence = CASES[case]
     assert refusal(pair3, bad_copy(tmp_path, **changes)) == sentence
+
+
+@pytest.mark.parametrize("arch,ids", [("LlamaForCausalLMEagle3", [1, 2, 3]), ("Eagle3LlamaForCausalLM", [1, 2, 3]),
+                                      ("LlamaForCausalLMEagle3", [3, 1, 2])])
+def test_the_eagle_authors_layout_reads_as_the_same_head(pair3, tmp_path, reference, arch, ids):
+    """The fixture's head rewritten in the EAGLE authors' layout (a Llama config with draft_vocab_size at its top,
+    midlayer.* for layers.0.*), under both architecture names vLLM maps to it, with top-level aux ids in vLLM's
+    numbering, in any order: it reads the layers it was trained on (the inputs of 1, 2, 3) and gives the same first
+    logits. (SpecForge's eagle_config ids name those layers only from a fourth one on: the test below.)"""
+    where = "top"
+    from test_eagle3 import TOL, target_features
+
+    from specdemo.config import SamplingConfig
+    from specdemo.engine.drafters import EagleDrafter
+
+    folder = bad_copy(tmp_path, config=authors(ids, where, arch), weights=lambda s: s.update(
+        {k.replace("layers.0.", "midlayer."): s.pop(k) for k in [k for k in s if k.startswith("layers.0.")]}))
+    head = load_eagle3(str(folder), pair3.target, "anything", torch.float32, pair3.device)
+    assert head.cfg.aux_ids == (1, 2, 3)
+    tokens = reference["input_ids"]
+    drafter = EagleDrafter(head, pair3.target, SamplingConfig(0.0), pair3.vocab_size, 64)
+    with torch.inference_mode():
+        root = head.logits(drafter.read(target_features(pair3, head, tokens)[:-1], tokens[1:]))[0]
+    assert (root - reference["llama.chain_logits"][0]).abs().max() < TOL
+
+
+@pytest.mark.parametrize("where,ids,read", [("eagle_config", [1, 46, 90], (2, 47, 91)),
+                                            ("eagle_config", [90, 1, 46], (2, 47, 91)),
+                                            ("eagle_config", [2, 47, 91], (2, 47, 91)),
+                                            ("top", [1, 46, 90], (1, 46, 90))])
+def test_the_authors_aux_ids_are_read_as_the_engine_that_trained_them_reads_them(tmp_path, where, ids, read):
+    """SpecForge writes eagle_config ids and captures them through SGLang, which reads a list whose smallest id is 1
+    as layers' outputs (the input of layer i + 1) and any other as layers' inputs (sgl-project/sglang#25454):
+    SpecForge's default for a 94-layer Qwen3-235B-A22B, [1, 46, 90], names the EAGLE code's (2, 47, 91). A
+    top-level list is vLLM's numbering, read as it is."""
+    from specdemo.models.eagle3_files import read_config
+
+    folder = bad_copy(tmp_path, config=authors(ids, where))
+    assert read_config(folder, "local:bad-head").aux_ids == read
+
+
+def test_draft_ids_past_the_tokenizer_are_dropped(pair3):
+    """A target whose embedding has rows its tokenizer never makes (Qwen3 pads 151,669 tokens to 151,936): a head
+    that maps draft ids there keeps only the others, and drafts at T > 0 over the pair's vocabulary (its q filled
+    at those ids crashed before), with q summing to 1 there."""
+    from test_eagle3 import target_features
+
+    from specdemo.config import SamplingConfig
+    from specdemo.engine.drafters import EagleDrafter
+
+    name = "specdemo/tiny-llama-verifier"
+    full = load_eagle3(str(FIXTURE / "head-llama"), pair3.target, name, torch.float32, pair3.device)
+    tokens = int(full.d2t.sort().values[400])  # as if the tokenizer stopped there: 112 draft ids map past it
+    head = load_eagle3(str(FIXTURE / "head-llama"), pair3.target, name, torch.float32, pair3.device, tokens=tokens)
+    assert head.d2t.numel() == head.lm_rows.shape[0] == head.cfg.draft_vocab_size == 400
+    assert int(head.d2t.max()) < tokens and set(head.d2t.tolist()) < set(full.d2t.tolist())
+    ids = torch.tensor(pair3.encode("ROMEO:\nJULIET:\n"))
+    drafter = EagleDrafter(head, pair3.target, SamplingConfig(1.0), tokens, 64)
+    drafter.pending = [target_features(pair3, head, ids)[:-1]]
+    proposal = drafter.propose(ids, 3, torch.Generator().manual_seed(0))
+    assert proposal.q.shape == (3, tokens) and torch.allclose(proposal.q.sum(-1), torch.ones(3))
+    assert int(proposal.tokens.max()) < tokens
 
 
 def test_missing_and_truncated_files_are_refused(pair3, tmp_path):

@@ -47,7 +47,8 @@ class Eagle3Config:
     draft_vocab_size: int
     target_hidden_size: int
     target_vocab_size: int
-    aux_ids: tuple[int, ...]  # the target's layer ids it reads (vLLM's numbering: the input of layer k)
+    aux_ids: tuple[int, ...]  # the target's layer ids it reads (vLLM's numbering: the input of layer k), in order
+    aux_shift: int = 0  # what was added to the file's aux ids (1 for SpecForge's numbering: eagle3_files.py)
     layer_type: str = "llama"
     rms_norm_eps: float = 1e-6
     norm_before_residual: bool = False

@@ -12,8 +12,13 @@ it is never read here, nor imported, nor downloaded.
 
 The EAGLE authors' layout (e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B) is the same architecture with other names: a
 Llama config with `draft_vocab_size` at its top level, `midlayer.*` for `layers.0.*`, and no verifier named (the
-target's shapes are still checked). Its aux ids are `eagle_config.eagle_aux_hidden_state_layer_ids` where the config
-has them (SpecForge writes them there), else the EAGLE code's fixed (2, L // 2, L - 3).
+target's shapes are still checked; AngelSlim's heads name the architecture Eagle3LlamaForCausalLM). Its aux ids: a
+top-level `eagle_aux_hidden_state_layer_ids` where the config has one, read as vLLM reads it (the input of layer k);
+else `eagle_config.eagle_aux_hidden_state_layer_ids`, which SpecForge writes and trains with through SGLang, read as
+SGLang reads them (sgl-project/sglang#25454): where the smallest is 1, id i is the output of layer i (the input of
+layer i + 1, so here i + 1), else the input of layer i. SpecForge's own default, [1, L // 2 - 1, L - 4], names the
+same three layers as the EAGLE code's (its qwen3-235B-A22B config: [1, 46, 90] for 94 layers); else the EAGLE
+code's fixed (2, L // 2, L - 3).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ CONFIG_FILE = "config.json"
 # speculators_model_type -> the name people know it by (the types that speculators 0.9 defines besides eagle3)
 OTHER_TYPES = {"dflash": "DFlash", "dflash2": "DFlash-2", "mtp": "MTP", "peagle": "P-EAGLE", "dspark": "DSpark",
                "xpress": "Xpress", "eagle": "EAGLE-1", "independent": "an independent draft model"}
-AUTHORS_ARCH = "LlamaForCausalLMEagle3"  # the EAGLE authors' config names this architecture
+AUTHORS_ARCHS = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")  # the EAGLE authors' layout (vLLM maps both)
 
 
 # ------------------------------------------------------------------------------------------------ where it is
@@ -73,9 +78,12 @@ def read_config(folder: Path, name: str) -> Eagle3Config:
     """The head's Eagle3Config from config.json alone, or a one-sentence refusal."""
     meta = read_json(folder, name, name, CONFIG_FILE)
     kind = meta.get("speculators_model_type")
-    if kind is None and AUTHORS_ARCH in (meta.get("architectures") or []):  # SpecForge may name the aux ids
-        ids = (meta.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or ()
-        return config_from(meta, meta, tuple(ids), {}, name)  # no ids: the EAGLE code's, once the depth is known
+    if kind is None and set(AUTHORS_ARCHS) & set(meta.get("architectures") or []):
+        ids, shift = meta.get("eagle_aux_hidden_state_layer_ids") or (), 0
+        if not ids:  # as SGLang reads them: the output of layer i where the smallest is 1 (the module docstring)
+            ids = (meta.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or ()
+            shift = int(all(isinstance(i, int) for i in ids) and min(ids) == 1)
+        return config_from(meta, meta, tuple(ids), {}, name, shift)  # no ids: the EAGLE code's, once L is known
     if kind is None:
         raise ModelLoadError("err.eagle3_config", head=name, what=Msg("eagle3.no_type"))
     if kind != "eagle3":
@@ -88,7 +96,9 @@ def read_config(folder: Path, name: str) -> Eagle3Config:
     return config_from(meta, layer, tuple(ids), verifier, name)
 
 
-def config_from(meta: dict, layer: dict, aux_ids: tuple, verifier: dict, name: str) -> Eagle3Config:
+def config_from(meta: dict, layer: dict, aux_ids: tuple, verifier: dict, name: str, shift: int = 0) -> Eagle3Config:
+    """The Eagle3Config of a head's config fields; `shift` is added to the file's aux ids (1 where they name
+    layers' outputs), which are sorted: vLLM and SGLang hand the aux states over in layer order, whatever the file's."""
     kind = layer.get("model_type", "llama")
     if kind not in LAYER_TYPES:
         raise ModelLoadError("err.eagle3_layer", head=name, what=Msg("eagle3.layer_type", kind=str(kind)[:40]))
@@ -106,7 +116,8 @@ def config_from(meta: dict, layer: dict, aux_ids: tuple, verifier: dict, name: s
             head_dim=int(layer.get("head_dim") or h // nh), intermediate_size=int(layer["intermediate_size"]),
             draft_vocab_size=int(meta.get("draft_vocab_size") or layer["vocab_size"]),
             target_hidden_size=int(meta.get("target_hidden_size") or h),
-            target_vocab_size=int(layer["vocab_size"]), aux_ids=tuple(int(i) for i in aux_ids), layer_type=kind,
+            target_vocab_size=int(layer["vocab_size"]), aux_ids=tuple(sorted(int(i) + shift for i in aux_ids)),
+            aux_shift=shift, layer_type=kind,
             rms_norm_eps=float(layer.get("rms_norm_eps", 1e-6)),
             norm_before_residual=bool(meta.get("norm_before_residual", False)),
             fc_norm=bool(meta.get("fc_norm", False)), norm_before_fc=bool(meta.get("norm_before_fc", False)),
@@ -143,12 +154,13 @@ def check_target(cfg: Eagle3Config, target, target_name: str) -> Eagle3Config:
         raise ModelLoadError("err.eagle3_vocab", head=cfg.name, head_vocab=cfg.target_vocab_size, target=target_name,
                      target_vocab=vocab)
     if not cfg.aux_ids:
-        cfg = replace(cfg, aux_ids=(2, n_layers // 2, n_layers - 3))  # the EAGLE code's fixed choice
+        cfg = replace(cfg, aux_ids=(2, n_layers // 2, n_layers - 3), aux_shift=0)  # the EAGLE code's fixed choice
+    shift = cfg.aux_shift  # the refusals name the ids as the file does
     if any(k == n_layers for k in cfg.aux_ids):
-        raise ModelLoadError("err.eagle3_aux_last", head=cfg.name, id=n_layers)
+        raise ModelLoadError("err.eagle3_aux_last", head=cfg.name, id=n_layers - shift)
     if not all(0 <= k < n_layers for k in cfg.aux_ids) or len(set(cfg.aux_ids)) != len(cfg.aux_ids):
-        raise ModelLoadError("err.eagle3_aux", head=cfg.name, ids=list(cfg.aux_ids), target=target_name, n=n_layers,
-                     last=n_layers - 1)
+        raise ModelLoadError("err.eagle3_aux", head=cfg.name, ids=[k - shift for k in cfg.aux_ids],
+                             target=target_name, n=n_layers, last=n_layers - 1 - shift)
     return cfg
 
 
@@ -263,21 +275,48 @@ def target_ids(d2t: torch.Tensor | None, cfg: Eagle3Config, vocab: int) -> torch
 
 
 # ------------------------------------------------------------------------------------------------ all of it
-def load_eagle3(source: str, target, target_name: str, dtype: torch.dtype, device, budget_left: int | None = None
-                ) -> Eagle3Head:
+def load_eagle3(source: str, target, target_name: str, dtype: torch.dtype, device, budget_left: int | None = None,
+                tokens: int | None = None) -> Eagle3Head:
     """The EAGLE-3 head at `source` (a folder or a Hub id), checked against `target` (named `target_name`), ready
     to draft in `dtype` on `device`. `budget_left`: the bytes the model memory cap still allows (None: no cap).
+    `tokens`: the pair's vocabulary (its tokenizer's), where the target's embedding has more rows (Qwen3's pads
+    151,669 tokens to 151,936): the draft ids past it are dropped (`within_vocabulary`).
     Raises ModelLoadError (one sentence) before reading any weights where the config or the headers disagree."""
     name = display_id(source.strip())
     folder = head_folder(source)
     cfg = check_target(read_config(folder, name), target, target_name)
     files = weight_files(folder, name)
     shapes = read_header(files, name)
+    width = int(target.get_input_embeddings().weight.shape[1])
+    if "embed_tokens.weight" not in shapes and cfg.hidden_size != width:  # it would read the target's embedding
+        raise ModelLoadError("err.eagle3_embedding", head=name, head_width=cfg.hidden_size, target=target_name,
+                             target_width=width)
     need = head_bytes(shapes, dtype)
     if budget_left is not None and need > budget_left:
         raise ModelLoadError("err.eagle3_memory", head=name, need=f"{need / 1e6:.1f}",
                              left=f"{max(0, budget_left) / 1e6:.1f}")
     head = Eagle3Head(cfg)
     load_weights(head, files, shapes, cfg.target_vocab_size)
+    if tokens is not None:
+        within_vocabulary(head, tokens)
     return head.attach(target, dtype, device)
+
+
+def within_vocabulary(head: Eagle3Head, tokens: int) -> None:
+    """Drop the draft ids that map past the pair's `tokens` (padding rows of the target's embedding, which its
+    tokenizer never makes): the target's p has no such token, so the drafters' q must not either. The head's
+    softmax then spreads over the ids left, a q of its own, which the verify keeps exact. Refused if none is left."""
+    from dataclasses import replace
+
+    keep = head.d2t < tokens
+    if bool(keep.all()):
+        return
+    if not bool(keep.any()):
+        raise ModelLoadError("err.eagle3_d2t", head=head.cfg.name, what=Msg("eagle3.d2t_range", id=int(head.d2t.min())),
+                             vocab=tokens)
+    rows = head.lm_head.weight[keep]
+    head.lm_head = torch.nn.Linear(rows.shape[1], rows.shape[0], bias=False)
+    head.lm_head.weight = torch.nn.Parameter(rows, requires_grad=False)
+    head.d2t = head.d2t[keep]
+    head.cfg = replace(head.cfg, draft_vocab_size=int(keep.sum()))
 

@@ -188,7 +188,8 @@ def attach_eagle3(pair: ModelPair, source: str, dtype: torch.dtype | None = None
     leave the pair as it was. The head must fit in the model memory cap beside its pair (model_budget_bytes)."""
     left = model_budget_bytes(pair.device) - pair_bytes(pair)
     target = pair.target_id if not is_local(pair.target_id) else pair.target_label
-    head = load_eagle3(source, pair.target, target, dtype or pick_dtype(pair.device, "head"), pair.device, left)
+    head = load_eagle3(source, pair.target, target, dtype or pick_dtype(pair.device, "head"), pair.device, left,
+                       tokens=pair.vocab_size)
     pair.head, pair.head_error = head, None
 
 
