@@ -175,6 +175,32 @@ def test_markdown_from_a_model_draws_no_html_of_its_own():
             assert raw in text, raw
 
 
+def test_the_step_caption_quotes_model_text_as_text(monkeypatch):
+    """The step-through caption is Markdown that gr.Markdown draws as HTML, and it quotes tokens (the target's own
+    token in a prefill round, a published head's name): a token that is a tag, or two that pair up as bold, are
+    shown as written, in both languages; a bidi override in one cannot reorder the caption after it."""
+    md = MarkdownIt("commonmark", {"html": True})  # gr.Markdown passes HTML through (then sanitises it)
+    for lang in ("en", "zh-CN"):
+        for text in ("<b>", " **x** and `y` and [z](javascript:1) </div>", "\u202eevil"):
+            rnd = hostile_round([text])
+            monkeypatch.setattr(rnd, "source", "prefill")
+            monkeypatch.setattr(rnd, "head", "org/<i>head</i>")
+            drawn = md.render(render.step_caption([rnd], 1, lang))
+            assert re.findall(r"<(\w+)", drawn) == ["p"], drawn
+            shown = html.unescape(re.sub(r"<[^>]+>", "", drawn))
+            assert "org/<i>head</i>" in shown and "\u202e" not in shown
+            assert repr(text).replace("\u202e", "\\u202e") in shown, (text, shown)
+
+
+def test_a_bidi_control_in_a_token_is_shown_not_obeyed():
+    """A token holding a right-to-left override (or an isolate, or a C1 control) would reorder or hide the tokens
+    after it in the reply, whose spans do not isolate it: it is drawn as its code (render.esc, which every view
+    uses for model text)."""
+    for text, code in (("\u202eevil", "\\u202e"), ("a\u2067b", "\\u2067"), ("x\x85y", "\\x85")):
+        page = render.tokens_html("", [hostile_round([text, " next"])])
+        assert not any(c in page for c in "\u202e\u2067\x85") and code in page, (text, page)
+
+
 def test_the_speedup_card_waits_for_the_baseline_in_both_languages():
     """While the baseline runs, its two cards show no figure and say what they wait for; once it is done, the
     figure. Every card has a tooltip in plain words, not its label again."""

@@ -387,7 +387,7 @@ def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, head_id=
     try:
         pair = pair_summary(pair_key(pair_name, draft_id, target_id, Limits.from_env(), head_id))
     except UserError as err:
-        gr.Warning(err.text(lang))
+        gr.Warning(render.esc(err.text(lang)))  # the toast draws HTML, and the sentence may quote a typed id
         out = {"pair_status": tr("pair.failed", lang, error=render.esc(err.text(lang)))}
         back = (loaded or {}).get("chosen")
         if back is None:  # nothing loaded yet to go back to

@@ -63,12 +63,31 @@ LEGEND_KEY = {"accepted": "legend.accepted", "rejected": "legend.rejected", "res
 KEYS = {"next": ("\u2192", "PageDown"), "prev": ("\u2190", "PageUp"), "first": ("Home",)}
 
 
+# bidi embeddings, overrides and isolates: inside a token they would reorder the tokens after it on screen, as the
+# spans of the text do not isolate them ("Trojan Source", Boucher and Anderson 2021)
+BIDI_CONTROLS = frozenset(map(chr, (*range(0x202A, 0x202F), *range(0x2066, 0x206A))))
+
+
 def esc(text: str) -> str:
-    """Escape for HTML text and attribute values, and make control characters visible (except newline/tab)."""
-    shown = "".join(
-        c if c in "\n\t" or (ord(c) >= 32 and ord(c) != 127) else f"\\x{ord(c):02x}" for c in text
-    )
-    return html.escape(shown, quote=True)
+    """Escape for HTML text and attribute values, and make control characters visible: C0 (except newline and tab),
+    DEL, C1 and the bidi controls, as \\xNN or \\uNNNN."""
+    def shown(c: str) -> str:
+        o = ord(c)
+        if c in "\n\t" or (32 <= o < 127 or o > 159) and c not in BIDI_CONTROLS:
+            return c
+        return f"\\x{o:02x}" if o < 256 else f"\\u{o:04x}"
+
+    return html.escape("".join(map(shown, text)), quote=True)
+
+
+MD_SPECIAL = "\\`*_[]|~"  # what Markdown would read as markup inside a line; `|` would also end a table cell
+
+
+def md_cell(text: str) -> str:
+    """Model text (already HTML-escaped) for one cell of a Markdown table or a line of Markdown, shown as it is: a
+    backslash, `*`, `_`, `` ` ``, `[`, `]` or `~` would format it, a `|` would end the cell and shift every later
+    column, a line break would end the row. So each of those characters is escaped, and line breaks become spaces."""
+    return "".join("\\" + c if c in MD_SPECIAL else " " if c in "\r\n" else c for c in text)
 
 
 def trh(key: str, lang: str | None, /, **params) -> str:
@@ -354,12 +373,14 @@ PLAIN_REASON_KEY = {"fallback": "reason.fallback", "prefill": "reason.prefill"}
 
 
 def step_caption(rounds: list[Round], cursor: int, lang: str | None = None) -> str:
-    """The step-through caption (Markdown text; the numbers and the catalogue's words carry no markup)."""
+    """The step-through caption (Markdown text; the numbers and the catalogue's words carry no markup, and the round's
+    caption, which quotes tokens, is escaped for HTML and Markdown: gr.Markdown draws HTML)."""
     if not rounds:
         return tr("step.generate_first", lang)
     if cursor == 0:
         return tr("step.before", lang, n=len(rounds))
-    return tr("step.round", lang, i=cursor, n=len(rounds), caption=round_caption(rounds[cursor - 1], lang))
+    caption = md_cell(esc(round_caption(rounds[cursor - 1], lang)))  # its quoted tokens are model text
+    return tr("step.round", lang, i=cursor, n=len(rounds), caption=caption)
 
 
 # ------------------------------------------------------------------------------------------------ draft trees

@@ -235,20 +235,10 @@ def sweep_view(sweep: dict | None, lang=None, presenter=False) -> dict:
 DIVERGENCE_KEY = {True: "race.differs_tie", False: "race.differs_bug"}
 
 
-MD_SPECIAL = "\\`*_[]|~"  # what Markdown would read as markup inside a line; `|` would also end a table cell
-
-
-def md_cell(text: str) -> str:
-    """Model text (already HTML-escaped) for one cell of a Markdown table, shown as it is: a backslash, `*`, `_`,
-    `` ` ``, `[`, `]` or `~` would format it, a `|` would end the cell and shift every later column, a line break
-    would end the row. So each of those characters is escaped, and line breaks become spaces."""
-    return "".join("\\" + c if c in MD_SPECIAL else " " if c in "\r\n" else c for c in text)
-
-
 def divergence_text(d, lang=None) -> str:
     """A T = 0 difference from target-only decoding, in words (a table cell): where, which tokens, both gaps."""
-    return tr(DIVERGENCE_KEY[d.near_tie], lang, pos=d.position, spec=md_cell(render.esc(repr(d.spec_text))),
-              base=md_cell(render.esc(repr(d.base_text))), gv=f"{d.gap_verify:+.3f}", gs=f"{d.gap_step:+.3f}",
+    return tr(DIVERGENCE_KEY[d.near_tie], lang, pos=d.position, spec=render.md_cell(render.esc(repr(d.spec_text))),
+              base=render.md_cell(render.esc(repr(d.base_text))), gv=f"{d.gap_verify:+.3f}", gs=f"{d.gap_step:+.3f}",
               tol=f"{d.tolerance:.3f}")
 
 
@@ -298,7 +288,7 @@ def dist_text(dist: dict, lang=None) -> str:
     if len(before) > 60:
         before = "…" + before[-60:]
     where = (tr("dist.first", lang, who=who) if dist.get("position", 1) == 1 else
-             tr("dist.later", lang, pos=dist["position"], who=who, before=md_cell(render.esc(repr(before)))))
+             tr("dist.later", lang, pos=dist["position"], who=who, before=render.md_cell(render.esc(repr(before)))))
     parts = [where] + ([tr(note, lang)] if (note := DIST_NOTE_KEY.get(dist.get("source"))) else [])
     parts += [tr("dist.summary", lang, n=dist["n"], tv=f"{dist['tv']:.3f}", tv_ref=f"{dist['tv_ref']:.3f}")]
     if dist.get("tv_pq") is not None:
@@ -360,11 +350,11 @@ def decoding_info(desc: dict, lang=None) -> str:
     mode = desc.get("decoding")
     if not mode:  # a pair state saved before the pair said how it decodes
         return ""
-    shown = tr(DECODING_KEY[mode], lang) if mode in DECODING_KEY else md_cell(render.esc(str(mode)))
+    shown = tr(DECODING_KEY[mode], lang) if mode in DECODING_KEY else render.md_cell(render.esc(str(mode)))
     note = (desc.get("decoding_note") or "").strip()
     if not note:
         return tr("pair.decoding_bare", lang, mode=shown)
-    why = tr(DECODING_NOTE_KEY[note], lang) if note in DECODING_NOTE_KEY else md_cell(render.esc(note))
+    why = tr(DECODING_NOTE_KEY[note], lang) if note in DECODING_NOTE_KEY else render.md_cell(render.esc(note))
     return tr("pair.decoding", lang, mode=shown, note=why)
 
 
