@@ -492,3 +492,26 @@ def test_a_tree_of_unset_sizes_drafts_the_cuda_default_on_cuda(pair32):
     assert tree_shape(unset, pair32.head)[:2] == (own.get("topk", 2), own.get("depth", 4))
     named = SpecConfig(strategy="tree", tree_topk=3, tree_depth=2, tree_budget=5)
     assert tree_shape(named, pair32.head, cuda=True) == tree_shape(named, pair32.head) == (3, 2, 5)
+
+
+def test_a_round_that_an_eos_draft_ends_counts_only_the_drafts_it_keeps(monkeypatch):
+    """An EOS among the accepted drafts ends the output there: the round's n_accepted, its caption and the run's
+    `accepted` count the kept drafts (the output's accepted tokens), not the drafts the target accepted after it."""
+    from specdemo.engine.events import Trace
+    from specdemo.models.loading import load_pair_uncached
+
+    pair = load_pair_uncached("shakespeare", device="cpu", dtype="float32")
+    ids = pair.encode("ROMEO:\nI will")
+    spec = SpecConfig(k=8, max_new_tokens=60, strategy="fixed", top_candidates=0)
+    cut = 0
+    for eos in (12, 199, 333):  # tokens this greedy run drafts and the target accepts mid-round
+        monkeypatch.setattr(pair.target.generation_config, "eos_token_id", eos)
+        trace = Trace("speculative", "x", ids, settings={})
+        trace.rounds = list(speculative_rounds(pair, ids, SamplingConfig(0.0), spec))
+        last = trace.rounds[-1]
+        assert last.stop_reason == "eos" and last.tokens[-1].token_id == eos
+        kept = [sum(t.label == "accepted" for t in r.tokens) for r in trace.rounds]
+        assert [r.n_accepted for r in trace.rounds] == kept
+        assert trace.metrics()["accepted"] == sum(kept) and f"kept {kept[-1]}" in last.caption
+        cut += sum(d.accepted for d in last.drafts) > kept[-1]
+    assert cut, "no EOS fell among accepted drafts: the test checks nothing"

@@ -381,3 +381,62 @@ def test_one_device_under_two_names_has_one_lock():
     assert device_lock(torch.device("cuda")) is device_lock("cuda:0")
     assert device_lock("cuda:1") is not device_lock("cuda:0")
     assert device_lock("cuda:1") is device_lock(torch.device("cuda", 1))
+
+
+def window_model(path, seed: int, layers: int) -> None:
+    """A random Gemma 3 whose layers attend over a sliding window of 4 tokens (all but the last of the target's), on
+    the toy tokenizer, with a scaled, untied head so that its next tokens vary."""
+    from conftest import TOY_WORDS
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(TOY_WORDS)}, unk_token="a"))
+    tok.pre_tokenizer, tok.decoder = pre_tokenizers.WhitespaceSplit(), decoders.WordPiece(prefix="##")
+    torch.manual_seed(seed)
+    kinds = ["sliding_attention"] * layers if layers == 1 else ["sliding_attention"] * (layers - 1) + ["full_attention"]
+    config = Gemma3TextConfig(vocab_size=len(TOY_WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                              num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=4,
+                              max_position_embeddings=64, layer_types=kinds, tie_word_embeddings=False,
+                              bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    model = Gemma3ForCausalLM(config)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    model.save_pretrained(path)
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="a").save_pretrained(path)
+
+
+def test_a_sliding_window_pair_rolls_back_and_matches_the_target(tmp_path):
+    """Layers that attend over a window (Gemma 3, Mistral v0.1): a round's rollback crops the cache past the window,
+    which transformers' sliding-window cache layers refuse (a custom Gemma 3 pair crashed at its first rejection),
+    so the caches keep every layer's history and the model's mask keeps the window. Cached forwards with a crop give
+    one forward's logits; greedy decoding gives transformers' generate; a sampled run with rejections finishes; a
+    static cache, whose window layers crashed too, is not used for such a pair, which says why."""
+    from specdemo import SamplingConfig, SpecConfig, speculative_generate
+    from specdemo.models import CachedLM
+    from specdemo.models.static import WHY_WINDOW
+
+    window_model(tmp_path / "draft", 1, 1)
+    window_model(tmp_path / "target", 2, 3)
+    pair = load_pair((str(tmp_path / "draft"), str(tmp_path / "target")), device="cpu", dtype="float32")
+    ids = torch.tensor(pair.encode("a b c d e f g h a b c d e f g h a b c d"))
+    with torch.no_grad():
+        whole = pair.target(input_ids=ids.view(1, -1)).logits[0].float()
+    lm = CachedLM(pair.target, pair.vocab_size)
+    first = lm.feed(ids[:6], keep_logits=6)
+    lm.feed(ids[6:10], keep_logits=4)
+    lm.crop(8)  # past the window of 4
+    rest = [lm.feed(ids[8:13], keep_logits=5)] + [lm.feed(ids[i : i + 1]) for i in range(13, len(ids))]
+    assert (torch.cat([first, *rest]) - torch.cat([whole[:6], whole[8:]])).abs().max() < 1e-5
+    prompt = "a b c d e f"
+    target_ids = pair.target.generate(torch.tensor([pair.encode(prompt)]), max_new_tokens=24, do_sample=False,
+                                      pad_token_id=0)[0, 6:].tolist()
+    for k in (2, 5):
+        greedy = speculative_generate(pair, prompt, SamplingConfig(0.0), SpecConfig(k=k, max_new_tokens=24))
+        assert greedy.output_ids == target_ids and sum(r.n_accepted < r.k for r in greedy.rounds) > 0
+    sampled = speculative_generate(pair, prompt, SamplingConfig(1.0), SpecConfig(k=4, max_new_tokens=24, seed=1))
+    assert len(sampled.output_ids) == 24 and any(r.n_accepted < r.k for r in sampled.rounds)
+    static = load_pair((str(tmp_path / "draft"), str(tmp_path / "target")), device="cpu", dtype="float32",
+                       decoding="static")
+    assert (static.decoding, static.decoding_note) == ("eager", WHY_WINDOW)
+    assert speculative_generate(static, prompt, SamplingConfig(0.0), SpecConfig(k=4, max_new_tokens=24)
+                                ).output_ids == target_ids

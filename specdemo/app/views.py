@@ -340,7 +340,7 @@ def missing_notice(name: str, err: Exception, lang=None) -> str:
 
 DECODING_KEY = {"eager": "decoding.eager", "static": "decoding.static", "graphs": "decoding.graphs"}
 DECODING_NOTE_KEY = {static.WHY_CPU: "decoding.why_cpu", static.WHY_GRAPHS: "decoding.why_graphs",
-                     static.WHY_ZEROGPU: "decoding.why_zerogpu"}  # the loader's usual reasons (decoding_info)
+                     static.WHY_ZEROGPU: "decoding.why_zerogpu", static.WHY_WINDOW: "decoding.why_window"}  # the loader's usual reasons (decoding_info)
 
 
 def decoding_info(desc: dict, lang=None) -> str:

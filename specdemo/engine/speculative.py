@@ -266,7 +266,8 @@ def speculative_rounds(
         busy += t3 - t0
         yield Round(
             index=index, k=proposal.k, prefix_len=seq.numel() - len(new_ids), drafts=positions, tokens=tokens,
-            n_accepted=judged.n_acc, draft_ms=clock.ms(m0, m1), verify_ms=clock.ms(m1, m2),
+            n_accepted=min(judged.n_acc, len(new_ids)),  # an EOS among the kept drafts ends the output there
+            draft_ms=clock.ms(m0, m1), verify_ms=clock.ms(m1, m2),
             overhead_ms=max(0.0, (t3 - t0) * 1e3 - clock.ms(m0, m2)), elapsed_s=busy, lossy=spec.lossy,
             stop_reason=stop_reason, bonus_top=bonus_top, source=proposal.source,
             copied_from=proposal.copied_from, ngram=proposal.ngram, unsure=proposal.unsure, tree=judged.nodes,

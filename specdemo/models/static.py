@@ -29,11 +29,12 @@ import weakref
 from dataclasses import dataclass, field
 
 import torch
+import transformers
 
 from .devices import MAX_TREE_NODES, upload_ids, zerogpu_space
 from .eagle import EagleHead
 from .head_graphs import HeadSlot
-from .lm import cache_argument, float32_head, head_logits
+from .lm import cache_argument, float32_head, head_logits, keeps_a_window
 from .row_moves import RowMoves
 from .static_parts import (CAPTURED, MIN_WINDOW, ReplayStandIn, buckets_for, cache_bytes, cache_view, fitting_window,
                            kv_shape, plan_window, pool_handle, record, tree_made)
@@ -329,6 +330,7 @@ CPU_MODE = "eager"  # what `auto` picks on a CPU: decided by measurement (docs/d
 # the reasons choose_mode gives most often, named so that the page can say them in its language (app/views.py)
 WHY_CPU = "a CPU: dynamic KV cache, eager forwards (a static cache measured no faster here)"
 WHY_GRAPHS = "CUDA graphs over a static cache"
+WHY_WINDOW = "sliding-window attention, whose static cache cannot roll back a round: dynamic KV cache, eager forwards"
 WHY_ZEROGPU = "ZeroGPU lends the GPU one call at a time, in a worker process: no graphs to keep (docs/deploy.md)"
 
 
@@ -408,6 +410,8 @@ def prepare(pair, asked: str | None = None, widths: tuple[int, ...] = WIDTHS, ma
     models = {"target": pair.target} | ({"draft": pair.draft} if pair.draft is not pair.target else {})
     if mode != "eager" and any(float32_head(m) is None for m in models.values()):
         mode, why = "eager", "a model computes its own logits (soft-capped or scaled): eager forwards"
+    if mode != "eager" and any(keeps_a_window(transformers.DynamicCache(config=m.config)) for m in models.values()):
+        mode, why = "eager", WHY_WINDOW  # its layers' write position is a host counter a rollback cannot move
     if mode != "eager":
         pad = max(*widths, MAX_TREE_NODES + 1)  # a round's rows after the window's last token: a tree's, or K + 1
         free = torch.cuda.mem_get_info(pair.device)[0] if pair.device.type == "cuda" else None
