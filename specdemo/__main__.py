@@ -146,7 +146,8 @@ def cmd_generate(args, pair, sampling) -> int:
         head = f" with EAGLE-3 head {trace.settings['head']}" if "head" in trace.settings else ""
         print(f"[{spec.strategy}{head}: {m['new_tokens']} tokens in {m['rounds']} target calls "
               f"({m['target_calls_saved']} saved), "
-              f"acceptance {m['acceptance_rate']:.2f}, mean accepted length {m['mean_accepted_length']:.2f}, "
+              f"alpha {m['alpha_empirical']:.2f} (accepted / judged), "  # the page's two figures, by its names
+              f"{m['mean_accepted_length']:.2f} tokens per target call, "
               f"{m['tokens_per_s']:.1f} tok/s{', LOSSY' if m['lossy'] else ''}]")
         if base is not None:
             bm = base.metrics()

@@ -72,6 +72,10 @@ def test_piped_output_is_the_text_the_target_kept(trace):
     assert rejected, "the seed should give at least one rejected draft"
     assert out.startswith(f"--- sample 1 (seed 1) ---\n{PROMPT}{trace['text']}\n[fixed: 32 tokens in "), out
     assert "round 1:" not in out and "[-" not in out  # the rounds only when asked
+    # the summary says the page's figures by the page's names: alpha (accepted / judged), tokens per target call
+    m = trace["metrics"]
+    assert (f"alpha {m['alpha_empirical']:.2f} (accepted / judged), {m['mean_accepted_length']:.2f} tokens per target "
+            f"call, ") in out
 
 
 def test_rounds_flag_marks_rejected_drafts(trace):

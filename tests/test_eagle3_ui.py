@@ -1,7 +1,7 @@
 """A published EAGLE-3 head on the page (issue 46), in headless Chromium: the custom pair's form takes the fixture's
 verifier and its head (folders, as SPECDEMO_ALLOW_LOCAL=1 allows), the pair line names the head, the strategy
 selector offers the tree, and Generate draws the head's trees with captions that name it. A head made for another
-target is refused in one sentence, and the page keeps its pair."""
+target is refused in one sentence, and the page keeps its pair and its strategy."""
 
 from __future__ import annotations
 
@@ -63,6 +63,8 @@ def test_the_page_refuses_a_head_for_another_target_in_one_sentence(browser, app
     (bad / "config.json").write_text(json.dumps(meta))
     context, page = open_page(browser, app_url)
     try:
+        open_settings(page)
+        page.locator("#sd-strategy input[value='tree']").check()
         choose_custom(page, str(verifier), str(verifier), str(bad))
         sentence = ("The EAGLE-3 head local:wide-head reads hidden states 32 wide, but the target "
                     "local:tiny-llama-verifier's are 16 wide.")
@@ -71,6 +73,8 @@ def test_the_page_refuses_a_head_for_another_target_in_one_sentence(browser, app
         assert "Traceback" not in page.inner_text("body")
         # the selector goes back to the pair that is loaded (the embedded one), so Generate runs that pair
         page.wait_for_function("document.querySelector('#sd-pair input').value === 'shakespeare'")
+        # and so does the tree, which the custom pair (no head of its own until it loads) had set aside
+        page.wait_for_function("document.querySelector('#sd-strategy input[value=\"tree\"]')?.checked === true")
     finally:
         context.close()
 

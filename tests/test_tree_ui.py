@@ -245,8 +245,12 @@ def test_the_strategy_choices_offer_the_tree_only_with_a_head():
     assert "tree" not in [v for _, v in views.strategy_choices("gpt2")]
     from specdemo.app import handlers
 
-    assert handlers.update_strategies("gpt2", "tree")["value"] == "fixed"  # a pair change away from the head
-    assert handlers.update_strategies("smollm2-135m", "tree")["value"] == "tree"
+    away, held = handlers.update_strategies("gpt2", "tree")  # a pair change away from the head
+    assert away["value"] == "fixed" and held == "tree"
+    back, held = handlers.update_strategies("smollm2-135m", "fixed", held)  # and back: the tree comes back
+    assert back["value"] == "tree" and held == ""
+    assert handlers.update_strategies("smollm2-135m", "tree")[0]["value"] == "tree"
+    assert handlers.update_strategies("smollm2-135m", "lookup", "")[0]["value"] == "lookup"  # the visitor's pick
 
 
 # ------------------------------------------------------------------------------------------------ the CLI

@@ -119,8 +119,7 @@ def user_errors(fn):
 
 
 def snapshot(trace: Trace | None) -> Trace | None:
-    """The trace as it is now: the run goes on appending to its own lists after this update is sent (and, after a
-    Stop, one round that the page never shows)."""
+    """The trace as it is now: the run goes on appending to its lists after this update is sent (after a Stop too)."""
     return None if trace is None else dataclasses.replace(trace, rounds=list(trace.rounds), steps=list(trace.steps),
                                                           settings=dict(trace.settings))
 
@@ -200,8 +199,7 @@ def coalesced(stream):
     their rounds: spec and base are the run's own traces, and each event handed on holds every round so far. The
     run's last events may be dropped too; the caller's final update, after the stream ends, shows the whole run.
     Between two events handed on the run goes on without a yield, so Stop ends it at the next one (other sessions
-    still get the device between rounds: runs.py takes its lock per round). UPDATE_INTERVAL_S = 0 hands on every
-    event."""
+    still get the device between rounds: runs.py locks per round). UPDATE_INTERVAL_S = 0 hands on every event."""
     phase, sent, took = None, 0.0, 0.0
     for spec, base, now_phase in stream:
         started = now_phase != phase
@@ -360,11 +358,14 @@ def step_key(state, lang, evt: gr.EventData, request: gr.Request = None) -> dict
 # ----------------------------------------------------------------------------------------------- the pair
 
 
-def update_strategies(pair_name, strategy):
-    """On a pair change: list eagle and tree only where they are offered; a pair without a head falls back to
-    fixed."""
-    value = strategy if strategy not in ("eagle", "tree") or has_head(pair_name) else "fixed"
-    return gr.update(choices=views.strategy_choices(pair_name), value=value)
+def update_strategies(pair_name, strategy, held=""):
+    """On a pair change: eagle and tree only where a head offers them. A pair without one falls back to fixed and
+    holds the strategy it had, which a pair with a head takes back (as a failed custom pair's selector goes back)."""
+    choices, offered = views.strategy_choices(pair_name), has_head(pair_name)
+    if strategy in ("eagle", "tree") and not offered:
+        return gr.update(choices=choices, value="fixed"), strategy
+    back = held if held and offered else strategy
+    return gr.update(choices=choices, value=back), "" if back == held else held
 
 
 def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, head_id="", progress=gr.Progress(),
@@ -423,8 +424,7 @@ def open_pair(pair_name, draft_id, target_id, lang=None, loaded=None, head_id=""
 
 
 def initial_lang(browser_lang: str | None, request: gr.Request):
-    """The page's first language: the browser's (navigator.language, sent by page_js.DETECT_JS), else its
-    Accept-Language header, else English."""
+    """The page's first language: the browser's (page_js.DETECT_JS), else its Accept-Language header, else English."""
     header = request.headers.get("accept-language") if request is not None else None
     return i18n.pick(browser_lang, header)
 

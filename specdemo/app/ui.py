@@ -361,8 +361,10 @@ def wire_page(demo: gr.Blocks, u, wire, view: list) -> None:
                        concurrency_id="pairs", concurrency_limit=env_int("SPECDEMO_CONCURRENCY", 4))
     c["head"].change(lambda head: head, c["head"], u.head_state, api_visibility="private", queue=False)
     c["pair"].change(**pair_change)
-    c["pair"].change(handlers.update_strategies, [c["pair"], c["strategy"]], c["strategy"],
+    held = gr.State("")  # the strategy a pair without a head set aside (handlers.update_strategies)
+    c["pair"].change(handlers.update_strategies, [c["pair"], c["strategy"], held], [c["strategy"], held],
                      api_visibility="private", queue=False)
+    c["strategy"].input(lambda: "", None, held, api_visibility="private", queue=False)  # the visitor's own pick
     u.load_btn.click(**pair_change)
     u.examples.click(lambda sample: sample[0] if isinstance(sample, (list, tuple)) else sample, u.examples,
                      c["prompt"], api_visibility="private")
