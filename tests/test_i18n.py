@@ -5,6 +5,7 @@ out in the language asked for, escaped. The page itself is tested in tests/test_
 from __future__ import annotations
 
 import ast
+import dataclasses
 import html
 import re
 import string
@@ -226,6 +227,10 @@ def test_redraw_keeps_a_run_and_switches_everything(run):
     assert "有损" in out["dist_md"] and out["pair_status"].startswith("**已加载**")
     empty = handlers.redraw("en", False, None, 1, 1, None, None, None, None)
     assert "Rounds appear here" in empty["film"] and "pair_status" not in empty  # pair status skipped, not blanked
+    # a switch while the run still drafts says it runs, in the new language (it said "done ()" until its next update)
+    running = dataclasses.replace(run, stop_reason=None)
+    mid = handlers.redraw("zh-CN", False, {"spec": running, "base": None}, 1, 1, None, None, None, None)["stats"]
+    assert tr("status.speculative", "zh-CN") in mid and "完成" not in mid
     assert "Generate first" in empty["insp_reason"]
 
 

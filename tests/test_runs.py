@@ -115,6 +115,27 @@ def test_the_distribution_checks_chi_square_sees_a_lossy_run(pair):
     assert dist["pvalue"] < 1e-6, dist
 
 
+def test_a_distribution_check_that_finds_no_draft_is_refused_and_changes_nothing(pair, monkeypatch):
+    """Where no round drafts (prompt lookup with nothing to copy, here within one round), the check is refused after
+    its rounds, in one sentence, and sent nothing before that: the previous result stays (its first update cleared
+    it). One that ends without a result by Stop still clears it."""
+    import gradio as gr
+
+    from specdemo.app import experiments, stops
+
+    monkeypatch.setattr(runs, "DIST_SEARCH_ROUNDS", 1)
+    check = experiments.distribution_ui("shakespeare", "", "", "Why?", 0.8, 0, 1.0, 1.0, 20, 0, strategy="lookup")
+    sent = []
+    with pytest.raises(gr.Error, match="drafted nothing"):
+        sent.extend(check)
+    assert sent and all(update == {} for update in sent), sent
+    token = stops.new_token()
+    stops.stop(token)  # Stop before its first result
+    check = experiments.distribution_ui("shakespeare", "", "", "ROMEO:\n", 0.8, 0, 1.0, 1.0, 20, 0, run_token=token)
+    assert next(check)["dist_state"] is None
+    check.close()
+
+
 def test_the_distribution_checks_device_work_takes_the_devices_turn(pair, monkeypatch):
     """Its generator and its result's counts and draws run on the pair's device: on a shared GPU they take the
     device lock, as a run's rounds do (a capture by another session meanwhile would fail; found by reading)."""

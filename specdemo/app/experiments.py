@@ -34,22 +34,30 @@ def shown(outputs: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n for n in outputs if not n.endswith("_state"))
 
 
-def experiment(events, view, state_name: str, lang, limits: Limits, token: str = ""):
+def experiment(events, view, state_name: str, lang, limits: Limits, token: str = "", cleared: dict | None = None):
     """Stream an experiment from runs.py: nothing between rounds (a place where Stop ends it), its view and state
     after each result, and a warning if the time limit ended it. Each experiment's handler first checks its inputs
     (a refusal changes nothing), then clears its outputs and state, so that an experiment that ends before its
     first result (Stop, the time limit) leaves no earlier result on the page, nor in the state a redraw reads. Stop
-    ends it after the round it lands in (stops.Guard), and gradio's cancel then ends the stream (stops.linger)."""
-    guard = stops.Guard(token)
+    ends it after the round it lands in (stops.Guard), and gradio's cancel then ends the stream (stops.linger).
+    cleared: for an experiment that can still refuse after its first rounds (the distribution check, where no round
+    drafts), the clearing update, sent only where it ends without a result by Stop or the time limit, so that its
+    refusal too changes nothing."""
+    guard, shown = stops.Guard(token), False
     for item in guard(events):
         if item is None:
             yield {}
         elif item == runs.TIME_LIMIT:
+            if cleared is not None and not shown:
+                yield cleared
             gr.Warning(tr(TIME_LIMIT_KEY[state_name], lang, s=limits.time_limit_s))
             return
         else:
+            shown = True
             yield view(item) | {state_name: item}
     if guard.cut:
+        if cleared is not None and not shown:
+            yield cleared
         yield from stops.linger()
 
 
@@ -103,13 +111,13 @@ def distribution_ui(pair_name, draft_id, target_id, prompt, temperature, top_k, 
                     tree_budget=0, head_id="", run_token=""):
     """Draw N speculative samples of the first drafted token with the page's strategy (its K, n-gram size and tree
     sizes), as the engine draws and verifies it, and compare their histogram with the exact p
-    (runs.first_token_distribution). Streams DIST_OUTPUTS; like the other experiments it first clears them (see
-    `experiment`)."""
+    (runs.first_token_distribution). Streams DIST_OUTPUTS; unlike the other experiments it clears them only where
+    it ends without a result, as it can refuse after its first rounds (see `experiment`)."""
     limits = Limits.from_env()
     n = as_number(Msg("field.samples"), n_samples, int, 10, limits.max_samples)
     req = validate(pair_name, draft_id, target_id, prompt, k, temperature, top_k, top_p, 1, seed, False, lenience,
                    limits, chat, strategy, ngram, tree_topk, tree_depth, tree_budget, head_id=head_id)
     pair = fitted(req, req.spec.strategy)
-    yield views.dist_view(None) | {"dist_state": None}  # see `experiment`
-    events = runs.first_token_distribution(pair, req, n, limits)
-    yield from experiment(events, lambda d: views.dist_view(d, lang, presenter), "dist_state", lang, limits, run_token)
+    events = runs.first_token_distribution(pair, req, n, limits)  # cleared once it cannot refuse (see `experiment`)
+    yield from experiment(events, lambda d: views.dist_view(d, lang, presenter), "dist_state", lang, limits, run_token,
+                          cleared=views.dist_view(None) | {"dist_state": None})

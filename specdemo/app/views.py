@@ -76,8 +76,10 @@ def run_view(spec: Trace | None, base: Trace | None, status: str | None = None, 
     if spec is None:
         return {"tokens": render.tokens_html("", [], lang=lang), "stats": render.stats_html(None, lang=lang),
                 "film": render.filmstrip_html([], lang=lang)}
-    if status is None:  # a recorded run says what it is instead (render.recorded_note)
-        status = "" if spec.settings.get("recorded") is not None else render.done_status(spec, lang)
+    if status is None:  # a recorded run says what it is instead (render.recorded_note); one still running, so
+        #                 (a language switch redraws it mid-run, until its next update)
+        status = ("" if spec.settings.get("recorded") is not None else render.done_status(spec, lang)
+                  if spec.stop_reason is not None else tr("status.speculative", lang))
     return {"tokens": render.tokens_html(shown_prompt(spec), spec.rounds, lang=lang),
             "stats": render.stats_html(spec, base, status, lang),
             "film": render.filmstrip_html(spec.rounds, None if selected is None else selected - 1, lang)}
