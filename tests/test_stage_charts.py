@@ -199,6 +199,7 @@ CHIPS = {  # token text -> the chip's words, in English and in Chinese
     "\n\t ": ("\u21b5\u21e5\u2423 blank", "\u21b5\u21e5\u2423 空白"),
     "\x07": ("ctrl U+0007", "控制 U+0007"),
     "\u200b": ("ctrl U+200B", "控制 U+200B"),
+    "\u2028": ("ctrl U+2028", "控制 U+2028"),  # a line separator, not a space
     "": ("\u00b7 piece", "\u00b7 字符片段"),
     "\ufffd": ("\u00b7 piece", "\u00b7 字符片段"),
     "<|im_end|>": ("im_end", "im_end"),

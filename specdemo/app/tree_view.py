@@ -121,7 +121,8 @@ def chip_words(text: str, lang: str | None = None) -> tuple[str, str] | None:
         return f"{PIECE} {tr('tree.chip_piece', lang)}", "blank"
     if not all(invisible(c) for c in text):
         return None
-    control = next((c for c in NEWLINE.sub("", text) if c != "\t" and unicodedata.category(c) in ("Cc", "Cf")), None)
+    control = next((c for c in NEWLINE.sub("", text)  # U+2028 and U+2029 separate lines without being spaces
+                    if c != "\t" and unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")), None)
     if control is not None:
         return tr("tree.chip_control", lang, code=f"U+{ord(control):04X}"), "blank"
     n_newlines, rest = len(NEWLINE.findall(text)), NEWLINE.sub("", text)
