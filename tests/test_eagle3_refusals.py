@@ -59,7 +59,7 @@ def set_in(path: tuple, value):
     return change
 
 
-def authors(ids: list[int] | None = None, where: str = "eagle_config", arch: str = "LlamaForCausalLMEagle3"):
+def authors(ids: list[int] | int | None = None, where: str = "eagle_config", arch: str = "LlamaForCausalLMEagle3"):
     """The fixture's config rewritten in the EAGLE authors' layout (a Llama config, draft_vocab_size at its top),
     naming the aux ids `where` (eagle_config: SpecForge's numbering; top: vLLM's; none: no ids)."""
     def change(meta):
@@ -108,6 +108,9 @@ CASES = {
     "aux-range-specforge": (dict(config=authors([1, 2, 7])),
                             "The EAGLE-3 head local:bad-head reads the target's layers [1, 2, 7], but "
                             "local:tiny-llama-verifier has 4 layers, so its ids run from 0 to 2, each once."),
+    "aux-not-a-list": (dict(config=authors(7)),
+                       "The head local:bad-head is not a speculators EAGLE-3 checkpoint: a field is missing or "
+                       "malformed (eagle_aux_hidden_state_layer_ids)."),
     "no-embedding-width": (dict(config=set_in(("transformer_layer_config", "hidden_size"), 32),
                                 weights=lambda s: s.pop("embed_tokens.weight")),
                            "The EAGLE-3 head local:bad-head has no embedding of its own and is 32 wide, so it cannot "

@@ -76,8 +76,8 @@ def run_view(spec: Trace | None, base: Trace | None, status: str | None = None, 
     if spec is None:
         return {"tokens": render.tokens_html("", [], lang=lang), "stats": render.stats_html(None, lang=lang),
                 "film": render.filmstrip_html([], lang=lang)}
-    if status is None:  # a recorded run says what it is instead (render.recorded_note); one still running, so
-        #                 (a language switch redraws it mid-run, until its next update)
+    if status is None:  # a recorded run says what it is (render.recorded_note); a running one, redrawn by a
+        #                 language switch before its next update, that it runs
         status = ("" if spec.settings.get("recorded") is not None else render.done_status(spec, lang)
                   if spec.stop_reason is not None else tr("status.speculative", lang))
     return {"tokens": render.tokens_html(shown_prompt(spec), spec.rounds, lang=lang),
@@ -341,8 +341,8 @@ def missing_notice(name: str, err: Exception, lang=None) -> str:
 
 
 DECODING_KEY = {"eager": "decoding.eager", "static": "decoding.static", "graphs": "decoding.graphs"}
-DECODING_NOTE_KEY = {static.WHY_CPU: "decoding.why_cpu", static.WHY_GRAPHS: "decoding.why_graphs",
-                     static.WHY_ZEROGPU: "decoding.why_zerogpu", static.WHY_WINDOW: "decoding.why_window"}  # the loader's usual reasons (decoding_info)
+DECODING_NOTE_KEY = {static.WHY_CPU: "decoding.why_cpu", static.WHY_GRAPHS: "decoding.why_graphs",  # the loader's
+                     static.WHY_ZEROGPU: "decoding.why_zerogpu", static.WHY_WINDOW: "decoding.why_window"}  # reasons
 
 
 def decoding_info(desc: dict, lang=None) -> str:

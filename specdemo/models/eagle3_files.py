@@ -37,6 +37,7 @@ CONFIG_FILE = "config.json"
 # speculators_model_type -> the name people know it by (the types that speculators 0.9 defines besides eagle3)
 OTHER_TYPES = {"dflash": "DFlash", "dflash2": "DFlash-2", "mtp": "MTP", "peagle": "P-EAGLE", "dspark": "DSpark",
                "xpress": "Xpress", "eagle": "EAGLE-1", "independent": "an independent draft model"}
+AUX_FIELD = "eagle_aux_hidden_state_layer_ids"
 AUTHORS_ARCHS = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")  # the EAGLE authors' layout (vLLM maps both)
 
 
@@ -82,7 +83,9 @@ def read_config(folder: Path, name: str) -> Eagle3Config:
         ids, shift = meta.get("eagle_aux_hidden_state_layer_ids") or (), 0
         if not ids:  # as SGLang reads them: the output of layer i where the smallest is 1 (the module docstring)
             ids = (meta.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or ()
-            shift = int(all(isinstance(i, int) for i in ids) and min(ids) == 1)
+            shift = int(isinstance(ids, list) and ids != [] and all(type(i) is int for i in ids) and min(ids) == 1)
+        if not isinstance(ids, (list, tuple)):
+            raise ModelLoadError("err.eagle3_config", head=name, what=Msg("eagle3.bad_field", error=AUX_FIELD))
         return config_from(meta, meta, tuple(ids), {}, name, shift)  # no ids: the EAGLE code's, once L is known
     if kind is None:
         raise ModelLoadError("err.eagle3_config", head=name, what=Msg("eagle3.no_type"))
@@ -92,6 +95,8 @@ def read_config(folder: Path, name: str) -> Eagle3Config:
     if not isinstance(layer, dict):
         raise ModelLoadError("err.eagle3_config", head=name, what=Msg("eagle3.no_layer"))
     ids = meta.get("eagle_aux_hidden_state_layer_ids") or ()
+    if not isinstance(ids, (list, tuple)):
+        raise ModelLoadError("err.eagle3_config", head=name, what=Msg("eagle3.bad_field", error=AUX_FIELD))
     verifier = (meta.get("speculators_config") or {}).get("verifier") or {}
     return config_from(meta, layer, tuple(ids), verifier, name)
 
