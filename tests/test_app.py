@@ -284,19 +284,29 @@ def test_the_cap_counts_a_composite_config_and_every_expert(client, monkeypatch,
     """The cap counts what would load: a target whose config nests its text model (Gemma 3's, a 27B) is refused
     from its config.json alone; the formula used before read it as 0 parameters and let it on to the download.
     The count is the real model's where it loads, and an MoE's experts are in it."""
+    import transformers
     from transformers import Gemma3Config, Qwen3MoeConfig
 
     from specdemo.config import EMBEDDED_DRAFT
     from specdemo.models import estimate_parameters, load_pair
 
     shakespeare = load_pair("shakespeare")
-    assert estimate_parameters(shakespeare.target.config) == sum(p.numel() for p in shakespeare.target.parameters())
+    config = shakespeare.target.config
+    dtype, builds, defaults = config.dtype, [], []
+    build = transformers.AutoModelForCausalLM.from_config
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_config",
+                        lambda *a, **k: builds.append(a) or build(*a, **k))
+    monkeypatch.setattr(torch, "set_default_dtype", lambda d: defaults.append(d))  # process-wide: other runs see it
+    assert estimate_parameters(config) == sum(p.numel() for p in shakespeare.target.parameters())
+    assert len(builds) == 1 and config.dtype == dtype and defaults == []  # built from a copy, default dtype kept
     moe = Qwen3MoeConfig(hidden_size=256, intermediate_size=512, moe_intermediate_size=128, num_experts=64,
                          num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, vocab_size=1000)
     assert estimate_parameters(moe) > 64 * 4 * 3 * 256 * 128  # every expert's MLP, in each of the 4 layers
     gemma = Gemma3Config(text_config={"hidden_size": 5376, "intermediate_size": 21504, "num_hidden_layers": 62,
                                       "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128})
     assert estimate_parameters(gemma) > 25e9
+    tower = Gemma3Config(text_config={"num_hidden_layers": 1}, vision_config={"num_hidden_layers": 8000})
+    assert estimate_parameters(tower) > 0 and len(builds) == 3  # counted by formula: building it took 18 s
     folder = tmp_path / "gemma-3-27b"
     folder.mkdir()
     gemma.save_pretrained(folder)  # its config alone: the cap must refuse it before any weights are looked for

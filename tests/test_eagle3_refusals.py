@@ -108,7 +108,7 @@ CASES = {
     "aux-range-specforge": (dict(config=authors([1, 2, 7])),
                             "The EAGLE-3 head local:bad-head reads the target's layers [1, 2, 7], but "
                             "local:tiny-llama-verifier has 4 layers, so its ids run from 0 to 2, each once."),
-    "aux-not-a-list": (dict(config=authors(7)),
+    "aux-not-a-list": (dict(config=authors(7, "top")),
                        "The head local:bad-head is not a speculators EAGLE-3 checkpoint: a field is missing or "
                        "malformed (eagle_aux_hidden_state_layer_ids)."),
     "no-embedding-width": (dict(config=set_in(("transformer_layer_config", "hidden_size"), 32),
@@ -139,14 +139,16 @@ def test_each_mismatch_is_refused_in_its_sentence(pair3, tmp_path, case):
     assert refusal(pair3, bad_copy(tmp_path, **changes)) == sentence
 
 
-@pytest.mark.parametrize("arch,ids", [("LlamaForCausalLMEagle3", [1, 2, 3]), ("Eagle3LlamaForCausalLM", [1, 2, 3]),
-                                      ("LlamaForCausalLMEagle3", [3, 1, 2])])
-def test_the_eagle_authors_layout_reads_as_the_same_head(pair3, tmp_path, reference, arch, ids):
+@pytest.mark.parametrize("arch,where,ids", [("LlamaForCausalLMEagle3", "top", [1, 2, 3]),
+                                             ("Eagle3LlamaForCausalLM", "top", [1, 2, 3]),
+                                             ("LlamaForCausalLMEagle3", "top", [3, 1, 2]),
+                                             ("LlamaForCausalLMEagle3", "eagle_config", [0, 1, 2]),
+                                             ("Eagle3LlamaForCausalLM", "eagle_config", [2, 0, 1])])
+def test_the_eagle_authors_layout_reads_as_the_same_head(pair3, tmp_path, reference, arch, where, ids):
     """The fixture's head rewritten in the EAGLE authors' layout (a Llama config with draft_vocab_size at its top,
-    midlayer.* for layers.0.*), under both architecture names vLLM maps to it, with top-level aux ids in vLLM's
-    numbering, in any order: it reads the layers it was trained on (the inputs of 1, 2, 3) and gives the same first
-    logits. (SpecForge's eagle_config ids name those layers only from a fourth one on: the test below.)"""
-    where = "top"
+    midlayer.* for layers.0.*), under both architecture names vLLM maps to it, with top-level aux ids (vLLM's
+    numbering: the inputs of layers 1, 2, 3) or SpecForge's eagle_config ids (the outputs of layers 0, 1, 2, as
+    SGLang reads them), in any order: it reads the layers it was trained on and gives the same first logits."""
     from test_eagle3 import TOL, target_features
 
     from specdemo.config import SamplingConfig
@@ -165,13 +167,11 @@ def test_the_eagle_authors_layout_reads_as_the_same_head(pair3, tmp_path, refere
 
 @pytest.mark.parametrize("where,ids,read", [("eagle_config", [1, 46, 90], (2, 47, 91)),
                                             ("eagle_config", [90, 1, 46], (2, 47, 91)),
-                                            ("eagle_config", [2, 47, 91], (2, 47, 91)),
                                             ("top", [1, 46, 90], (1, 46, 90))])
 def test_the_authors_aux_ids_are_read_as_the_engine_that_trained_them_reads_them(tmp_path, where, ids, read):
-    """SpecForge writes eagle_config ids and captures them through SGLang, which reads a list whose smallest id is 1
-    as layers' outputs (the input of layer i + 1) and any other as layers' inputs (sgl-project/sglang#25454):
-    SpecForge's default for a 94-layer Qwen3-235B-A22B, [1, 46, 90], names the EAGLE code's (2, 47, 91). A
-    top-level list is vLLM's numbering, read as it is."""
+    """SpecForge writes eagle_config ids and captures them through SGLang, whose Llama and Qwen models read id i as
+    the output of layer i (the input of layer i + 1): SpecForge's default for a 94-layer Qwen3-235B-A22B, [1, 46, 90],
+    names the EAGLE code's (2, 47, 91). A top-level list is vLLM's numbering, read as it is."""
     from specdemo.models.eagle3_files import read_config
 
     folder = bad_copy(tmp_path, config=authors(ids, where))

@@ -39,7 +39,7 @@ def test_the_prefill_round_says_the_target_read_the_prompt_and_chose_the_first_t
     reason = render.reason(rnd, 1, lang)  # where the inspector opens a round without drafts
     film = render.filmstrip_html(eagle_run.rounds, lang=lang).split('data-round="1"')[0]  # round 1's row
     title = plots.inspector(rnd, 1, lang=lang).layout.title.text
-    assert words[0] in caption and render.esc(first) in render.esc(caption)
+    assert words[0] in caption and render.md_cell(render.esc(first)) in caption  # Markdown: model text escaped
     assert reason.startswith(words[1]) and render.esc(first) in reason
     for text in (caption, reason, re.sub(r'class="[^"]*"', "", film), title):
         assert "0 drafts" not in text and "0/0" not in text and "bonus" not in text and "额外" not in text, text

@@ -63,9 +63,9 @@ LEGEND_KEY = {"accepted": "legend.accepted", "rejected": "legend.rejected", "res
 KEYS = {"next": ("\u2192", "PageDown"), "prev": ("\u2190", "PageUp"), "first": ("Home",)}
 
 
-# bidi embeddings, overrides and isolates: inside a token they would reorder the tokens after it on screen, as the
-# spans of the text do not isolate them ("Trojan Source", Boucher and Anderson 2021)
-BIDI_CONTROLS = frozenset(map(chr, (*range(0x202A, 0x202F), *range(0x2066, 0x206A))))
+# bidi embeddings, overrides, isolates and marks: inside a token they would reorder the tokens after it on screen, as
+# the spans of the text do not isolate them ("Trojan Source", Boucher and Anderson 2021)
+BIDI_CONTROLS = frozenset(map(chr, (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C)))
 
 
 def esc(text: str) -> str:

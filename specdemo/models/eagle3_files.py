@@ -15,10 +15,10 @@ Llama config with `draft_vocab_size` at its top level, `midlayer.*` for `layers.
 target's shapes are still checked; AngelSlim's heads name the architecture Eagle3LlamaForCausalLM). Its aux ids: a
 top-level `eagle_aux_hidden_state_layer_ids` where the config has one, read as vLLM reads it (the input of layer k);
 else `eagle_config.eagle_aux_hidden_state_layer_ids`, which SpecForge writes and trains with through SGLang, read as
-SGLang reads them (sgl-project/sglang#25454): where the smallest is 1, id i is the output of layer i (the input of
-layer i + 1, so here i + 1), else the input of layer i. SpecForge's own default, [1, L // 2 - 1, L - 4], names the
-same three layers as the EAGLE code's (its qwen3-235B-A22B config: [1, 46, 90] for 94 layers); else the EAGLE
-code's fixed (2, L // 2, L - 3).
+SGLang's Llama and Qwen models read them: id i is the output of layer i, the input of layer i + 1, so here i + 1
+(their `set_eagle3_layers_to_capture`; its DeepSeek-V2 model adds 1 only where the first id is 1, since
+sgl-project/sglang#25454). SpecForge's own default, [1, L // 2 - 1, L - 4], names the same three layers as the EAGLE
+code's (its qwen3-235B-A22B config: [1, 46, 90] for 94 layers); else the EAGLE code's fixed (2, L // 2, L - 3).
 """
 
 from __future__ import annotations
@@ -79,11 +79,12 @@ def read_config(folder: Path, name: str) -> Eagle3Config:
     """The head's Eagle3Config from config.json alone, or a one-sentence refusal."""
     meta = read_json(folder, name, name, CONFIG_FILE)
     kind = meta.get("speculators_model_type")
-    if kind is None and set(AUTHORS_ARCHS) & set(meta.get("architectures") or []):
-        ids, shift = meta.get("eagle_aux_hidden_state_layer_ids") or (), 0
-        if not ids:  # as SGLang reads them: the output of layer i where the smallest is 1 (the module docstring)
-            ids = (meta.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or ()
-            shift = int(isinstance(ids, list) and ids != [] and all(type(i) is int for i in ids) and min(ids) == 1)
+    archs = meta.get("architectures")
+    if kind is None and isinstance(archs, list) and any(a in AUTHORS_ARCHS for a in archs if isinstance(a, str)):
+        ids, shift = meta.get(AUX_FIELD) or (), 0
+        if not ids:  # as SGLang's Llama and Qwen read them: the output of layer i (the module docstring)
+            extra = meta.get("eagle_config")
+            ids, shift = (extra.get(AUX_FIELD) or () if isinstance(extra, dict) else ()), 1
         if not isinstance(ids, (list, tuple)):
             raise ModelLoadError("err.eagle3_config", head=name, what=Msg("eagle3.bad_field", error=AUX_FIELD))
         return config_from(meta, meta, tuple(ids), {}, name, shift)  # no ids: the EAGLE code's, once L is known
@@ -94,7 +95,7 @@ def read_config(folder: Path, name: str) -> Eagle3Config:
     layer = meta.get("transformer_layer_config")
     if not isinstance(layer, dict):
         raise ModelLoadError("err.eagle3_config", head=name, what=Msg("eagle3.no_layer"))
-    ids = meta.get("eagle_aux_hidden_state_layer_ids") or ()
+    ids = meta.get(AUX_FIELD) or ()
     if not isinstance(ids, (list, tuple)):
         raise ModelLoadError("err.eagle3_config", head=name, what=Msg("eagle3.bad_field", error=AUX_FIELD))
     verifier = (meta.get("speculators_config") or {}).get("verifier") or {}

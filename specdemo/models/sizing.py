@@ -3,31 +3,58 @@ models (app/validation.py) and the memory budget of a load (loading.load_bytes).
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import torch
 
-BUILD_LAYERS_MAX = 1024  # a config with more layers is counted by formula: building it, even on meta, could take long
+BUILD_LAYERS_MAX = 512  # layers over a config and its sub-configs (a vision tower's too) that it may build to count
+BUILD_EXPERTS_MAX = 1024  # experts a layer may name (DeepSeek-V3: 256); past either, the formula counts
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "depth", "encoder_layers", "decoder_layers")
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
 
 def estimate_parameters(config) -> int:
     """A model's parameter count from its config alone, for the size cap and the memory budget: counted exactly on a
-    model built on the meta device (no memory, no weights; tied weights once; a composite config's vision tower and
-    an MoE's experts included), else, where transformers cannot build it, or it names over BUILD_LAYERS_MAX layers,
-    by `parameter_formula` over its text config. The formula alone read 0 for a composite config (Gemma 3's)
-    and left out an MoE's experts (docs/decisions.md, "the size cap counts what loads")."""
+    model built from a copy of it on the meta device (no tensor memory, no weights; tied weights once; a composite
+    config's vision tower and an MoE's experts included), else by `parameter_formula` over its text config: where
+    transformers cannot build it, or where it names more layers or experts than BUILD_LAYERS_MAX and
+    BUILD_EXPERTS_MAX (a config can ask for a build that takes minutes). The formula alone read 0 for a composite
+    config (Gemma 3's) and left out an MoE's experts (docs/decisions.md, "the size cap counts what loads")."""
     from transformers import AutoModelForCausalLM
 
     rough = parameter_formula(config)
-    if text_layers(config) > BUILD_LAYERS_MAX:
+    layers, experts = build_size(config)
+    if layers > BUILD_LAYERS_MAX or experts > BUILD_EXPERTS_MAX:
         return rough
     try:
+        # dtype=None: from_config would otherwise set torch's default dtype to the config's for the whole process
+        # while it builds, and a run in another thread would then draw its uniforms in bf16
         with torch.device("meta"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+            model = AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=None, trust_remote_code=False)
     except Exception:  # noqa: BLE001 - an architecture transformers cannot build here: the formula's estimate
         return rough
     return int(sum(p.numel() for p in model.parameters()))
+
+
+def build_size(config) -> tuple[int, int]:
+    """The layers a config names, summed over it and every sub-config, and the most experts any of them names."""
+    layers = experts = 0
+
+    def walk(fields: dict) -> None:
+        nonlocal layers, experts
+        for key, value in fields.items():
+            if isinstance(value, dict):
+                walk(value)
+            elif isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                if key in LAYER_KEYS:
+                    layers += value
+                elif key in EXPERT_KEYS:
+                    experts = max(experts, value)
+
+    walk(config.to_dict())
+    return layers, experts
 
 
 def text_layers(config) -> int:
