@@ -44,7 +44,7 @@ def add_common(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lenience", type=float, default=1.0, help="b in (0,1]; below 1 is lossy")
     ap.add_argument("--strategy", default="fixed", help="drafting strategy: fixed, adaptive, lookup, eagle (the "
-                    "pair's EAGLE head drafts a chain, for the embedded pairs) or tree (it drafts a tree, EAGLE-2)")
+                    "pair's EAGLE head drafts a chain, for a pair with a head) or tree (it drafts a tree, EAGLE-2)")
     ap.add_argument("--ngram", type=int, default=3, help="lookup: the longest n-gram matched (1-8)")
     ap.add_argument("--tree-topk", type=int, default=0, help="tree: children per node, and nodes expanded per "
                     "depth (1-16; 0 = the head's own)")

@@ -273,7 +273,7 @@ def generate_api(pair: str = DEFAULT_PRESET, prompt: str = PRESETS[DEFAULT_PRESE
     the pair's own, the one the page opens it with (tree for smollm2-135m, fixed for shakespeare and custom
     pairs); "fixed" (K drafts a round), "adaptive" (the draft stops when unsure; K is ignored), "lookup" (copy
     after a matching n-gram of up to `ngram` tokens; no draft model), "eagle" (the pair's EAGLE head drafts up
-    to K tokens from the target's features; the embedded pairs only, refused in one sentence elsewhere) or "tree"
+    to K tokens from the target's features; pairs with a head only, refused in one sentence elsewhere) or "tree"
     (the head drafts a tree, EAGLE-2: `tree_topk` children per node and nodes expanded per depth, `tree_depth` deep,
     at most `tree_budget` nodes, the server's SPECDEMO_MAX_TREE at most; 0 takes the head's own size; nodes whose
     cumulative head probability is below `tree_prune` are left out, 0 for none, a negative number (the default)
