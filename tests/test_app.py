@@ -283,12 +283,14 @@ def test_parameter_cap_refuses_big_custom_models_before_loading(client, monkeypa
 def test_the_cap_counts_a_composite_config_and_every_expert(client, monkeypatch, allow_local, tmp_path):
     """The cap counts what would load: a target whose config nests its text model (Gemma 3's, a 27B) is refused
     from its config.json alone; the formula used before read it as 0 parameters and let it on to the download.
-    The count is the real model's where it loads, and an MoE's experts are in it."""
+    The count is the real model's where it loads, an MoE's experts and a model's buffers are in it, and a config
+    that no build can count is refused."""
     import transformers
-    from transformers import Gemma3Config, Qwen3MoeConfig
+    from transformers import Gemma3Config, GPTBigCodeConfig, LlamaConfig, Qwen3MoeConfig
 
     from specdemo.config import EMBEDDED_DRAFT
     from specdemo.models import estimate_parameters, load_pair
+    from specdemo.models.sizing import count_parameters
 
     shakespeare = load_pair("shakespeare")
     config = shakespeare.target.config
@@ -306,13 +308,20 @@ def test_the_cap_counts_a_composite_config_and_every_expert(client, monkeypatch,
                                       "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128})
     assert estimate_parameters(gemma) > 25e9
     tower = Gemma3Config(text_config={"num_hidden_layers": 1}, vision_config={"num_hidden_layers": 8000})
-    assert estimate_parameters(tower) > 0 and len(builds) == 3  # counted by formula: building it took 18 s
-    folder = tmp_path / "gemma-3-27b"
-    folder.mkdir()
-    gemma.save_pretrained(folder)  # its config alone: the cap must refuse it before any weights are looked for
+    assert count_parameters(tower) is None and len(builds) == 3  # not built: building it took 18 s and 677 MB
     monkeypatch.setenv("SPECDEMO_MAX_PARAMS_M", "500")
-    with pytest.raises(Exception, match="over this server's cap"):
-        gen(client, pair="custom", draft=str(EMBEDDED_DRAFT), target=str(folder))
+    # each config alone in a folder, refused before any weights are looked for: Gemma 3's 27B by the count; a
+    # gpt_bigcode of 5 M parameters whose causal-mask buffer holds 9e8 elements (a 300 KB repository that would
+    # take gigabytes); a config too large to build, which nothing can count
+    for name, config, refusal in (("gemma-3-27b", gemma, "over this server's cap"),
+                                  ("bigcode", GPTBigCodeConfig(n_layer=1, n_embd=64, n_head=4, n_positions=30000),
+                                   "over this server's cap"),
+                                  ("deep", LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=600,
+                                                       num_attention_heads=2, vocab_size=64), "cannot be counted")):
+        folder = tmp_path / name
+        config.save_pretrained(folder)
+        with pytest.raises(Exception, match=refusal):
+            gen(client, pair="custom", draft=str(EMBEDDED_DRAFT), target=str(folder))
 
 
 def test_local_custom_paths_load_only_when_the_operator_allows_them(client, monkeypatch, toy_dirs):

@@ -234,6 +234,32 @@ def test_redraw_keeps_a_run_and_switches_everything(run):
     assert "Generate first" in empty["insp_reason"]
 
 
+def test_redraws_take_turns_over_all_sessions(run):
+    """A redraw answers outside the queue (queue=False), so at most two run at once over every session: a third,
+    from a session of its own, waits for a place (a caller with a new session per call took every core)."""
+    import threading
+
+    from specdemo.app import session_locks
+
+    class Session:
+        session_hash = "another"
+
+    for _ in range(2):
+        session_locks.REDRAWS.acquire()
+    done = []
+    third = threading.Thread(target=lambda: done.append(handlers.redraw("en", False, {"spec": run, "base": None}, 1, 1,
+                                                                        None, None, None, None, Session())))
+    try:
+        third.start()
+        third.join(timeout=3)
+        assert third.is_alive() and not done, "a third redraw ran beside two"
+    finally:
+        session_locks.REDRAWS.release()
+        session_locks.REDRAWS.release()
+    third.join(timeout=60)
+    assert len(done) == 1 and "done" in done[0]["stats"]  # and then it ran
+
+
 def test_a_redraw_waits_for_a_step_and_draws_its_cursor(run):
     """A switch's redraw and a step key of the same session take turns on the session's lock, and the redraw draws
     the cursor as the step left it: the step view never goes back to the round the redraw's event read."""

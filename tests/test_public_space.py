@@ -155,6 +155,30 @@ def test_a_repo_id_that_names_a_local_folder_is_answered_as_a_hub_miss(client, m
     assert there.replace("assets/models", "ID") == absent.replace("assets/nomodels", "ID")
 
 
+@pytest.mark.skipif(Path.cwd() != REPO, reason="needs the repository root as the working directory")
+def test_a_head_id_that_names_a_local_folder_is_looked_for_on_the_hub(monkeypatch):
+    """The same rule for an EAGLE-3 head's id in the served app: `assets/models` was read as a local head folder, so
+    the answer differed from a hub miss's (and read the folder). The CLI and the Python API still read folders."""
+    from specdemo.models import eagle3_files
+
+    monkeypatch.delenv("SPECDEMO_ALLOW_LOCAL", raising=False)
+    monkeypatch.setattr(eagle3_files, "SERVED", True)
+    answers = []
+    for head in ("assets/models", "assets/nomodels"):
+        with pytest.raises(Exception) as info:
+            eagle3_files.head_folder(head)
+        answers.append(str(info.value).replace(head, "ID"))
+    assert answers[0] == answers[1] and "Hub" in answers[0]
+    monkeypatch.setattr(eagle3_files, "SERVED", False)
+    assert eagle3_files.head_folder("assets/models") == Path("assets/models")
+
+
+def test_uploads_are_refused_the_page_has_no_file_input(app_url):
+    """gradio's upload route took any file and served it back for hours: a file drop. The app takes none."""
+    sent = httpx.post(f"{app_url}/gradio_api/upload", files={"files": ("x.bin", b"x" * 5000)}, timeout=30)
+    assert sent.status_code >= 400, sent.text[:200]
+
+
 def test_repo_ids_pass_the_hub_validator_and_paths_do_not():
     from specdemo.app.validation import is_repo_id
 

@@ -28,7 +28,7 @@ from specdemo.models import ModelLoadError
 from specdemo.models.lm import release_cuda_cache
 
 from . import plots, render, runs, stops, views
-from .session_locks import session_turn
+from .session_locks import redraw_turn, session_turn
 from .validation import CUSTOM, UserError, error_text, get_pair, has_head, pair_key, validate
 from .zerogpu import gpu, pair_summary
 
@@ -441,7 +441,7 @@ def redraw(lang, presenter, state, round_no, position, sweep, dist, race, pair_d
     It draws the step view from the cursor, so it takes the session's step lock (step_round): a key press that
     lands during a switch's redraw waits for it or goes first, and each draws the cursor as the other left it, never
     the one the redraw's event read before it. (Their replies travel apart, so a press's view may still land first.)"""
-    with session_turn(request):
+    with redraw_turn(request):  # at most two at once over all sessions (session_locks.REDRAWS)
         return views.everything(lang, presenter, state, round_no, position, sweep, dist, race, pair_desc)
 
 

@@ -22,6 +22,7 @@ import gradio as gr
 from specdemo import i18n
 from specdemo.config import DEFAULT_PRESET, NGRAM_RANGE, PRESETS, TREE_DEPTH_RANGE, TREE_TOPK_RANGE, env_int
 from specdemo.limits import Limits
+from specdemo.models import eagle3_files
 
 from . import experiments, handlers, plots, recorded, render, stops, style, tree_view, views
 from .page_js import (CLAMP_JS, CLICK_JS, DETECT_JS, DOWNLOAD_JS, FILM_CLICK_JS, KEYS_JS, LOCALE_JS, RESIZE_JS, SUBMIT_JS,
@@ -393,6 +394,7 @@ def wire_page(demo: gr.Blocks, u, wire, view: list) -> None:
 def build_demo(pair_name: str = DEFAULT_PRESET, missing: tuple[str, Exception] | None = None) -> gr.Blocks:
     """The page, opened on `pair_name` and its recorded run (recorded.py) where it has one. missing: (the default
     pair, why it could not be loaded) when app.py opened another pair instead; the page says so in one sentence."""
+    eagle3_files.SERVED = True  # a visitor's head id names no folder here unless the operator allows it
     limits = Limits.from_env()
     L = i18n.label
     u = SimpleNamespace()  # every component, by the name the handlers use for it
@@ -433,6 +435,8 @@ def launch(demo: gr.Blocks, **kwargs):
     """Launch with specdemo's CSS, theme and message catalogue (gradio 6 takes all three at launch). Host and port
     follow gradio's own settings (GRADIO_SERVER_NAME, GRADIO_SERVER_PORT) unless given here."""
     kwargs.setdefault("show_error", False)
+    # the page has no file input, but gradio's upload route takes any file and serves it back for hours
+    kwargs.setdefault("max_file_size", "1kb")
     # system fonts only: the page makes no request outside the server (works offline, no third-party font host)
     theme = gr.themes.Soft(font=["ui-sans-serif", "system-ui", "sans-serif"],
                            font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "monospace"])

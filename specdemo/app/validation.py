@@ -35,7 +35,6 @@ from specdemo.models import (
     ModelLoadError,
     ModelPair,
     StrategyUnavailable,
-    estimate_parameters,
     hub_cache,
     load_config,
     load_pair,
@@ -43,6 +42,7 @@ from specdemo.models import (
 )
 from specdemo.models.devices import zerogpu_space
 from specdemo.models.lm import release_cuda_cache
+from specdemo.models.sizing import BUILD_LAYERS_MAX, count_parameters
 from specdemo.models.weights import load_error, role_name
 
 CUSTOM = "custom"  # the pair selector's value for a custom draft/target pair
@@ -97,12 +97,14 @@ def check_custom_ids(draft_id: str, target_id: str, limits: Limits, head_id: str
     """The app's one rule for custom model ids, applied before anything is read or downloaded.
 
     1. Custom ids can be switched off (SPECDEMO_ALLOW_CUSTOM=0).
-    2. Unless SPECDEMO_ALLOW_LOCAL=1, both ids must be hub repo ids (`is_repo_id`). Everything else (an absolute or
-       relative path, ~, a Windows path, a typo) gets the same message, NOT_A_REPO_ID, decided from the string alone,
-       so the answer says nothing about the server's disk. A repo id that also names a folder under the server's
-       working directory (transformers would read that folder) is answered as a hub miss, as if the folder were not
-       there. The CLI and the Python API do not pass through here: they load paths.
-    3. Models over the size cap (SPECDEMO_MAX_PARAMS_M) are refused from their config, before any weights load.
+    2. Unless SPECDEMO_ALLOW_LOCAL=1, both ids (and a head's) must be hub repo ids (`is_repo_id`). Everything else
+       (an absolute or relative path, ~, a Windows path, a typo) gets the same message, NOT_A_REPO_ID, decided from
+       the string alone, so the answer says nothing about the server's disk. A repo id that also names a folder
+       under the server's working directory (transformers would read that folder) is answered as a hub miss, as
+       if the folder were not there; a head's is looked for on the hub only (eagle3_files.head_folder). The CLI and the Python API do not pass through
+       here: they load paths.
+    3. Models over the size cap (SPECDEMO_MAX_PARAMS_M), or that no build can count (sizing.count_parameters), are
+       refused from their config, before any weights load.
     4. Before any config is read, the ids (and the head's, if given) are claimed: a repository that this read or
        the load brings into the hub cache is the visitors', deleted again past a budget (models/hub_cache.py).
     """
@@ -110,6 +112,8 @@ def check_custom_ids(draft_id: str, target_id: str, limits: Limits, head_id: str
         raise UserError("err.custom_off")
     hub_only = not limits.allow_local
     if hub_only and not (is_repo_id(draft_id) and is_repo_id(target_id)):
+        raise UserError("err.not_a_repo_id")
+    if head_id and hub_only and not is_repo_id(head_id):
         raise UserError("err.not_a_repo_id")
     hub_cache.claim_quietly([draft_id, target_id] + ([head_id] if is_repo_id(head_id) else []))
     for role, model_id in (("draft", draft_id), ("target", target_id)):
@@ -119,12 +123,12 @@ def check_custom_ids(draft_id: str, target_id: str, limits: Limits, head_id: str
             config = load_config(model_id, role, local=False if hub_only else None)
         except ModelLoadError as err:
             raise user_error(err) from None
-        n = estimate_parameters(config)
+        n = count_parameters(config)
+        if n is None:  # no build counted it: nothing bounds what it would load
+            raise UserError("err.uncountable", role=role_name(role), model=repr(model_id), layers=BUILD_LAYERS_MAX)
         if n > limits.max_params_m * 1_000_000:
             raise UserError("err.too_big", role=role_name(role), model=repr(model_id), billions=f"{n / 1e9:.1f}",
                             cap=limits.max_params_m)
-    if head_id and hub_only and not is_repo_id(head_id):
-        raise UserError("err.not_a_repo_id")
 
 
 @dataclass(frozen=True)

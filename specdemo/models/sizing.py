@@ -14,28 +14,36 @@ LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "depth", "encoder_la
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
 
-def estimate_parameters(config) -> int:
-    """A model's parameter count from its config alone, for the size cap and the memory budget: counted exactly on a
-    model built from a copy of it on the meta device (no tensor memory, no weights; tied weights once; a composite
-    config's vision tower and an MoE's experts included), else by `parameter_formula` over its text config: where
-    transformers cannot build it, or where it names more layers or experts than BUILD_LAYERS_MAX and
-    BUILD_EXPERTS_MAX (a config can ask for a build that takes minutes). The formula alone read 0 for a composite
-    config (Gemma 3's) and left out an MoE's experts (docs/decisions.md, "the size cap counts what loads")."""
+def count_parameters(config) -> int | None:
+    """A model's size from its config alone, for the size cap on visitors' models: its parameters and the elements
+    of its buffers (gpt_bigcode keeps a causal mask of n_positions² elements, which a 300 KB repository can make
+    gigabytes), counted exactly on a model built from a copy of the config on the meta device (no tensor memory,
+    no weights; tied weights once; a composite config's vision tower and an MoE's experts included). None where
+    transformers cannot build it here, or where it names more layers or experts than BUILD_LAYERS_MAX and
+    BUILD_EXPERTS_MAX (a config can ask for a build that takes minutes): then nothing counts it.
+    The formula that came before read 0 for a composite config (Gemma 3's) and left out an MoE's experts
+    (docs/decisions.md, "the size cap counts what loads")."""
     from transformers import AutoModelForCausalLM
 
-    rough = parameter_formula(config)
     layers, experts = build_size(config)
     if layers > BUILD_LAYERS_MAX or experts > BUILD_EXPERTS_MAX:
-        return rough
+        return None
     try:
         # dtype=None: from_config would otherwise set torch's default dtype to the config's for the whole process
         # while it builds, and a run in another thread would then draw its uniforms in bf16
         with torch.device("meta"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model = AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=None, trust_remote_code=False)
-    except Exception:  # noqa: BLE001 - an architecture transformers cannot build here: the formula's estimate
-        return rough
-    return int(sum(p.numel() for p in model.parameters()))
+    except Exception:  # noqa: BLE001 - an architecture transformers cannot build here
+        return None
+    return int(sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers()))
+
+
+def estimate_parameters(config) -> int:
+    """count_parameters where it counts, else `parameter_formula`: for the memory a load will take
+    (loading.load_bytes), where the load itself will say what it cannot do."""
+    n = count_parameters(config)
+    return parameter_formula(config) if n is None else n
 
 
 def build_size(config) -> tuple[int, int]:
@@ -63,7 +71,8 @@ def text_layers(config) -> int:
 
 
 def parameter_formula(config) -> int:
-    """A decoder's parameters from its (text) config: embeddings + attention + MLP, the MLP once per expert."""
+    """A decoder's parameters from its (text) config: embeddings (positions too, as if learned) + attention + MLP,
+    the MLP once per expert. A rough figure: where nothing could build the model."""
     c = config.get_text_config() if hasattr(config, "get_text_config") else config
     d = getattr(c, "hidden_size", None) or getattr(c, "n_embd", None) or getattr(c, "d_model", 0) or 0
     vocab = getattr(c, "vocab_size", 0) or 0
@@ -73,4 +82,5 @@ def parameter_formula(config) -> int:
     if experts:
         inner = (getattr(c, "moe_intermediate_size", None) or inner) * experts
     mlp = (3 if getattr(c, "intermediate_size", None) else 2) * d * inner
-    return int(vocab * d + text_layers(c) * (4 * d * d + mlp))
+    positions = getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", None) or 0  # if learned
+    return int((vocab + positions) * d + text_layers(c) * (4 * d * d + mlp))
