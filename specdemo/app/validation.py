@@ -101,8 +101,8 @@ def check_custom_ids(draft_id: str, target_id: str, limits: Limits, head_id: str
        (an absolute or relative path, ~, a Windows path, a typo) gets the same message, NOT_A_REPO_ID, decided from
        the string alone, so the answer says nothing about the server's disk. A repo id that also names a folder
        under the server's working directory (transformers would read that folder) is answered as a hub miss, as
-       if the folder were not there; a head's is looked for on the hub only (eagle3_files.head_folder). The CLI and the Python API do not pass through
-       here: they load paths.
+       if the folder were not there; a head's is looked for on the hub only (eagle3_files.head_folder). The CLI
+       and the Python API do not pass through here: they load paths.
     3. Models over the size cap (SPECDEMO_MAX_PARAMS_M), or that no build can count (sizing.count_parameters), are
        refused from their config, before any weights load.
     4. Before any config is read, the ids (and the head's, if given) are claimed: a repository that this read or
