@@ -169,6 +169,7 @@ def test_a_head_id_that_names_a_local_folder_is_looked_for_on_the_hub(monkeypatc
             eagle3_files.head_folder(head)
         answers.append(str(info.value).replace(head, "ID"))
     assert answers[0] == answers[1] and "Hub" in answers[0]
+    assert eagle3_files.head_folder(str(REPO / "assets/models")) == REPO / "assets/models"  # a path: the operator's
     monkeypatch.setattr(eagle3_files, "SERVED", False)
     assert eagle3_files.head_folder("assets/models") == Path("assets/models")
 

@@ -46,18 +46,19 @@ AUTHORS_ARCHS = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")  # the EAGL
 SERVED = False  # the app sets it (ui.build_demo): there a visitor's head id names a folder only if the operator allows
 
 
-def folders_allowed() -> bool:
+def folders_allowed(source: str) -> bool:
     """Whether a head id may name a folder on this machine: always from the CLI and the Python API; in the served app
-    only with SPECDEMO_ALLOW_LOCAL=1, as for custom model ids (validation.check_custom_ids). Otherwise a repo id
-    that is also a folder under the server's working directory is looked for on the hub, as if it were not there."""
-    return not SERVED or env_int("SPECDEMO_ALLOW_LOCAL", 0) != 0
+    a name like a repo id only with SPECDEMO_ALLOW_LOCAL=1, as for custom model ids (validation.check_custom_ids),
+    so that one that is also a folder under the server's working directory is looked for on the hub, as if it were
+    not there. (A path, absolute or starting with . or ~, reaches here from a visitor only where local ids are on.)"""
+    return not SERVED or source.startswith(("/", ".", "~")) or env_int("SPECDEMO_ALLOW_LOCAL", 0) != 0
 
 
 def head_folder(source: str) -> Path:
     """A local folder, or a Hub id fetched into the Hub cache: config.json and the safetensors files only (never
     config.py, never a pickle)."""
     source = source.strip()
-    if folders_allowed() and (is_local(source) or Path(source).expanduser().is_dir()):
+    if folders_allowed(source) and (is_local(source) or Path(source).expanduser().is_dir()):
         folder = Path(source).expanduser()
         if not folder.is_dir():
             raise ModelLoadError("err.eagle3_no_folder", head=display_id(source))

@@ -9,7 +9,7 @@ import warnings
 import torch
 
 BUILD_LAYERS_MAX = 512  # layers over a config and its sub-configs (a vision tower's too) that it may build to count
-BUILD_EXPERTS_MAX = 1024  # experts a layer may name (DeepSeek-V3: 256); past either, the formula counts
+BUILD_EXPERTS_MAX = 1024  # experts a layer may name (DeepSeek-V3: 256); past either, count_parameters builds nothing
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "depth", "encoder_layers", "decoder_layers")
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
