@@ -440,3 +440,33 @@ def test_a_sliding_window_pair_rolls_back_and_matches_the_target(tmp_path):
     assert (static.decoding, static.decoding_note) == ("eager", WHY_WINDOW)
     assert speculative_generate(static, prompt, SamplingConfig(0.0), SpecConfig(k=4, max_new_tokens=24)
                                 ).output_ids == target_ids
+
+
+def test_a_visitors_chat_template_renders_once_in_a_child_within_its_limits(toy_dirs, monkeypatch):
+    """A chat template is code that jinja's sandbox bounds in neither time nor memory, and a custom pair brings its
+    own. It renders once per pair, in a forked child with a time and a memory limit: a template that loops for
+    ever or allocates gigabytes is refused in one sentence (in seconds, the server unharmed); an ordinary one gives
+    what transformers renders."""
+    import time
+
+    from specdemo.models import chat_frame
+    from specdemo.models.loading import load_pair_uncached
+
+    pair = load_pair_uncached((str(toy_dirs[0]), str(toy_dirs[1])), device="cpu")
+    tok = pair.tokenizer
+    tok.chat_template = ("{% for m in messages %}<u> {{ m['content'] }} </u>{% endfor %}"
+                         "{% if add_generation_prompt %} <a>{% endif %}")
+    before, after = chat_frame.render(tok).split(chat_frame.MARKER)
+    assert pair.encode_chat("a b") == pair.encode(before) + pair.encode("a b") + pair.encode(after)
+    assert pair._chat_frame == (before, after)  # rendered once, kept
+    monkeypatch.setattr(chat_frame, "RENDER_S", 1.0)
+    for template, words in (("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+                             "longer than 1 s"),
+                            ("{{ 'x' * 3000000000 }}{{ messages[0]['content'] }}", "more than 512 MB"),
+                            ("no message here", "exactly once")):
+        tok.chat_template = template
+        t0 = time.monotonic()
+        with pytest.raises(ModelLoadError, match=words) as info:
+            chat_frame.frame(tok, False, pair.target_label)
+        assert time.monotonic() - t0 < 20 and "local:target" in str(info.value)
+        assert info.value.text("zh-CN") != str(info.value)

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specdemo.config import PRESETS
 from specdemo.i18n import Msg, Translatable
 
+from . import chat_frame
 from .devices import dtype_name
 from .lm import CachedLM, device_lock
 from .static import StaticLM
@@ -105,6 +107,7 @@ class ModelPair:
     chat: bool = False  # prompts are chat messages by default (an instruct target with a chat template)
     _token_texts: list[str] | None = field(default=None, repr=False)
     _token_bytes: list[bytes] | None = field(default=None, repr=False)
+    _chat_frame: tuple[str, str] | None = field(default=None, repr=False)  # the text around a chat message
     draft_dtype: torch.dtype | None = None  # None: the same as the target's
     head: object | None = None  # the EAGLE head that drafts from this target's features, if any (eagle.EagleHead,
     #                             eagle3.Eagle3Head)
@@ -198,11 +201,11 @@ class ModelPair:
         """One user message wrapped with the tokenizer's chat template, ending where the assistant's reply starts.
 
         The template's own markers become special tokens; the message itself is tokenized with special tokens split,
-        so a typed "<|im_end|>" stays plain text and cannot close the turn early."""
-        marker = "\x00specdemo-message\x00"
-        text = self.tokenizer.apply_chat_template([{"role": "user", "content": marker}], add_generation_prompt=True,
-                                                  tokenize=False)
-        before, after = text.split(marker)
+        so a typed "<|im_end|>" stays plain text and cannot close the turn early. The text around the message is
+        rendered once (chat_frame.py): a template that is not a preset's in a child with a time and memory limit."""
+        if self._chat_frame is None:
+            self._chat_frame = chat_frame.frame(self.tokenizer, self.name in PRESETS, self.target_label)
+        before, after = self._chat_frame
         body = self.tokenizer(message, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         return self.encode(before) + body + self.encode(after)
 
