@@ -292,6 +292,11 @@ def test_the_cap_counts_a_composite_config_and_every_expert(client, monkeypatch,
     from specdemo.models import estimate_parameters, load_pair
     from specdemo.models.sizing import count_parameters
 
+    from collections import OrderedDict
+
+    from specdemo.models import sizing
+
+    monkeypatch.setattr(sizing, "_COUNTS", OrderedDict())  # no count kept from an earlier load: each one builds
     shakespeare = load_pair("shakespeare")
     config = shakespeare.target.config
     dtype, builds, defaults = config.dtype, [], []
@@ -301,6 +306,7 @@ def test_the_cap_counts_a_composite_config_and_every_expert(client, monkeypatch,
     monkeypatch.setattr(torch, "set_default_dtype", lambda d: defaults.append(d))  # process-wide: other runs see it
     assert estimate_parameters(config) == sum(p.numel() for p in shakespeare.target.parameters())
     assert len(builds) == 1 and config.dtype == dtype and defaults == []  # built from a copy, default dtype kept
+    assert estimate_parameters(config) == sum(p.numel() for p in shakespeare.target.parameters()) and len(builds) == 1
     moe = Qwen3MoeConfig(hidden_size=256, intermediate_size=512, moe_intermediate_size=128, num_experts=64,
                          num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, vocab_size=1000)
     assert estimate_parameters(moe) > 64 * 4 * 3 * 256 * 128  # every expert's MLP, in each of the 4 layers

@@ -43,21 +43,21 @@ def experiment(events, view, state_name: str, lang, limits: Limits, token: str =
     cleared: for an experiment that can still refuse after its first rounds (the distribution check, where no round
     drafts), the clearing update, sent only where it ends without a result by Stop or the time limit, so that its
     refusal too changes nothing."""
-    guard, answered = stops.Guard(token), False
+    guard, answered, timed_out = stops.Guard(token), False, False
     for item in guard(events):
         if item is None:
             yield {}
         elif item == runs.TIME_LIMIT:
-            if cleared is not None and not answered:
-                yield cleared
-            gr.Warning(tr(TIME_LIMIT_KEY[state_name], lang, s=limits.time_limit_s))
-            return
+            timed_out = True
+            break
         else:
             answered = True
             yield view(item) | {state_name: item}
-    if guard.cut:
-        if cleared is not None and not answered:
-            yield cleared
+    if cleared is not None and not answered and (timed_out or guard.cut):
+        yield cleared
+    if timed_out:
+        gr.Warning(tr(TIME_LIMIT_KEY[state_name], lang, s=limits.time_limit_s))
+    elif guard.cut:
         yield from stops.linger()
 
 

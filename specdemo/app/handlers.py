@@ -388,8 +388,8 @@ def change_pair(pair_name, draft_id, target_id, lang=None, loaded=None, head_id=
     try:
         pair = pair_summary(pair_key(pair_name, draft_id, target_id, Limits.from_env(), head_id))
     except UserError as err:
-        gr.Warning(render.esc(err.text(lang)))  # the toast draws HTML, and the sentence may quote a typed id
-        out = {"pair_status": tr("pair.failed", lang, error=render.esc(err.text(lang)))}
+        gr.Warning(said := render.esc(err.text(lang)))  # the toast draws HTML; the sentence may quote a typed id
+        out = {"pair_status": tr("pair.failed", lang, error=said)}
         back = (loaded or {}).get("chosen")
         if back is None:  # nothing loaded yet to go back to
             return out | {"custom_box": gr.update(visible=custom)}

@@ -21,21 +21,13 @@ def cache_argument(forward) -> str:
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
-def keeps_a_window(cache) -> bool:
-    """Whether a transformers cache keeps only a sliding window of some layers (Gemma 3, Mistral v0.1)."""
-    from transformers.cache_utils import DynamicSlidingWindowLayer, StaticSlidingWindowLayer
-
-    return any(isinstance(layer, (DynamicSlidingWindowLayer, StaticSlidingWindowLayer)) for layer in cache.layers)
-
-
-def full_history(cache):
-    """The cache, or, where it keeps only a sliding window of some layers, one that keeps every layer's whole
-    history: transformers' sliding-window layers cannot be cropped once past their window, and a round's rollback
-    crops. The model's own mask still limits those layers to their window, so each forward computes what it did
-    (tests/test_models.py); the cost is the memory of the tokens outside the window."""
+def keeps_a_window(config) -> bool:
+    """Whether transformers caches some of this model's layers as a sliding window only (Gemma 3, Mistral v0.1):
+    such a layer cannot be cropped once past its window, and a round's rollback crops."""
     from transformers import DynamicCache
+    from transformers.cache_utils import DynamicSlidingWindowLayer
 
-    return DynamicCache() if keeps_a_window(cache) else cache
+    return any(isinstance(layer, DynamicSlidingWindowLayer) for layer in DynamicCache(config=config).layers)
 
 
 class CachedLM:
@@ -52,7 +44,11 @@ class CachedLM:
 
         self.model = model
         self.vocab_size = vocab_size
-        self._new_cache = lambda: full_history(DynamicCache(config=model.config))
+        # a model with window layers gets a cache that keeps every layer's whole history: its own mask still limits
+        # those layers to their window, so each forward computes what it did (tests/test_models.py), at the memory
+        # of the tokens outside the window
+        full = keeps_a_window(model.config)
+        self._new_cache = (lambda: DynamicCache()) if full else (lambda: DynamicCache(config=model.config))
         self.cache = self._new_cache()
         self.calls = 0
         self.head32 = float32_head(model)

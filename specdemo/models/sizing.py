@@ -4,12 +4,17 @@ models (app/validation.py) and the memory budget of a load (loading.load_bytes).
 from __future__ import annotations
 
 import copy
+import threading
 import warnings
+from collections import OrderedDict
 
 import torch
 
 BUILD_LAYERS_MAX = 512  # layers over a config and its sub-configs (a vision tower's too) that it may build to count
 BUILD_EXPERTS_MAX = 1024  # experts a layer may name (DeepSeek-V3: 256); past either, count_parameters builds nothing
+COUNTS_KEPT = 32  # configs whose count is kept: a custom pair is counted by the cap, then by its load's budget
+_COUNTS: OrderedDict[tuple[str, str], int | None] = OrderedDict()
+_COUNTS_GUARD = threading.Lock()
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "depth", "encoder_layers", "decoder_layers")
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
@@ -20,9 +25,25 @@ def count_parameters(config) -> int | None:
     gigabytes), counted exactly on a model built from a copy of the config on the meta device (no tensor memory,
     no weights; tied weights once; a composite config's vision tower and an MoE's experts included). None where
     transformers cannot build it here, or where it names more layers or experts than BUILD_LAYERS_MAX and
-    BUILD_EXPERTS_MAX (a config can ask for a build that takes minutes): then nothing counts it.
+    BUILD_EXPERTS_MAX (a config can ask for a build that takes minutes): then nothing counts it. The last
+    COUNTS_KEPT configs' counts are kept, by their JSON: a custom pair's models are counted by the size cap, then
+    again by its load's memory budget (loading.load_bytes).
     The formula that came before read 0 for a composite config (Gemma 3's) and left out an MoE's experts
     (docs/decisions.md, "the size cap counts what loads")."""
+    key = (type(config).__name__, config.to_json_string())
+    with _COUNTS_GUARD:
+        if key in _COUNTS:
+            return _COUNTS[key]
+    n = built_count(config)
+    with _COUNTS_GUARD:
+        _COUNTS[key] = n
+        while len(_COUNTS) > COUNTS_KEPT:
+            _COUNTS.popitem(last=False)
+    return n
+
+
+def built_count(config) -> int | None:
+    """count_parameters without its memory of the configs it has counted."""
     from transformers import AutoModelForCausalLM
 
     layers, experts = build_size(config)

@@ -29,7 +29,6 @@ import weakref
 from dataclasses import dataclass, field
 
 import torch
-import transformers
 
 from .devices import MAX_TREE_NODES, upload_ids, zerogpu_space
 from .eagle import EagleHead
@@ -410,7 +409,7 @@ def prepare(pair, asked: str | None = None, widths: tuple[int, ...] = WIDTHS, ma
     models = {"target": pair.target} | ({"draft": pair.draft} if pair.draft is not pair.target else {})
     if mode != "eager" and any(float32_head(m) is None for m in models.values()):
         mode, why = "eager", "a model computes its own logits (soft-capped or scaled): eager forwards"
-    if mode != "eager" and any(keeps_a_window(transformers.DynamicCache(config=m.config)) for m in models.values()):
+    if mode != "eager" and any(keeps_a_window(m.config) for m in models.values()):
         mode, why = "eager", WHY_WINDOW  # its layers' write position is a host counter a rollback cannot move
     if mode != "eager":
         pad = max(*widths, MAX_TREE_NODES + 1)  # a round's rows after the window's last token: a tree's, or K + 1
