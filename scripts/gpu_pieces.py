@@ -102,8 +102,10 @@ def print_calls(root: Path, budget: int) -> None:
         if x not in small[:1]:
             print(f"  bash .gpu/run.sh part {x}   carrying .gpu/{x}")
     with_c = f"bash .gpu/run.sh part {small[0]} && " if small else ""
-    print(f"  {with_c}bash .gpu/run.sh run bash scripts/gpu_bench.sh   carrying .gpu/c"
-          + (f" .gpu/{small[0]}" if small else "") + "  (later runs: .gpu/c only)")
+    # the GPU machine's copy of the tree may hold an assets/models folder of empty model folders, which run.sh
+    # would not replace by its link to the staged models: every folder model then fails on its tokenizer
+    print(f"  {with_c}rm -rf assets/models; bash .gpu/run.sh run bash scripts/gpu_bench.sh   carrying .gpu/c"
+          + (f" .gpu/{small[0]}" if small else "") + "  (later runs: .gpu/c only, and the same rm first)")
 
 
 if __name__ == "__main__":

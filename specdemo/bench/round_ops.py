@@ -75,6 +75,12 @@ class Uploads(torch.overrides.TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+# the words of torch's warning at each synchronizing call in "warn" mode (c10/cuda: warn_or_error_on_sync). Entering
+# the mode the first time in a process also warns, once, that it "does not yet detect all synchronizing operations":
+# that notice is no sync, and counting it was the `fixed` drafter's "first-call sync" on the H200 (2026-11-27/28)
+SYNC_REPORT = "called a synchronizing CUDA operation"
+
+
 class CudaSyncs(contextlib.AbstractContextManager):
     """On CUDA, the synchronizing calls made while it is entered, by torch.cuda.set_sync_debug_mode("warn"):
     `where`, the 'file:line' of the Python line that made each, and `stacks`, each one's Python stack (innermost
@@ -95,7 +101,7 @@ class CudaSyncs(contextlib.AbstractContextManager):
         return self
 
     def _seen(self, message, category, filename, lineno, file=None, line=None) -> None:
-        if "synchronizing" not in str(message):
+        if SYNC_REPORT not in str(message):  # not torch's notice on the mode's first use, which says "synchronizing"
             return
         self.where.append(f"{filename}:{lineno}")
         frames = [f for f in traceback.extract_stack()[:-1] if not f.filename.endswith("warnings.py")]
