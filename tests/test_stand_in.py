@@ -310,12 +310,15 @@ def test_the_bench_times_replays_only_where_graphs_are_captured_on_first_use(own
     c = res["settings"]["captures"]
     assert c["every_prompt_warmed"] and c["warm_up"] > 0 and c["timed"] == 0, c
     assert f"graphs captured on first use: {c['warm_up']} in the warm-up" in format_strategies(res)
+    # the verify's cost at each captured width a tree pads to (16 and 32 rows here), for the CUDA tree's rule
+    assert {15, 31} <= set(res["isolated"]["verify_ms"]), res["isolated"]["verify_ms"]
+    assert "16 tokens" in format_strategies(res) and "32 tokens" in format_strategies(res)
     decode_as(own_pair, "eager")
     res = run_strategies(own_pair, SamplingConfig(0.7), k=3, max_new_tokens=24, n_prompts=1, k_search=False,
                          include_hf=False, log=lambda *a: None)
     c = res["settings"]["captures"]
     assert not c["every_prompt_warmed"] and c["warm_up"] == c["timed"] == 0, c
-    assert "graphs captured" not in format_strategies(res)
+    assert "graphs captured" not in format_strategies(res) and not {15, 31} & set(res["isolated"]["verify_ms"])
 
 
 def test_a_failed_capture_of_the_heads_read_leaves_the_run_its_own_positions(own_pair, monkeypatch):  # noqa: F811

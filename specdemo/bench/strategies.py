@@ -93,9 +93,11 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
                          compiler) for d, v in views.items()})
     groups = race.time_groups({"general": general, "copy": copy}, seed, log)
     # isolated costs, hot caches, same run, through each decoding's caches: one draft step, one target step (each
-    # dtype), one (k+1)-token verify; the head's step has its own cache and is measured once
+    # dtype), one (k+1)-token verify, and under captured graphs one verify at each wider captured width (the rows a
+    # tree pads to: what the CUDA tree's rule in docs/decisions.md needs); the head's step is measured once
     head_ms = head_step_ms(pair) if pair.head is not None else None
-    iso = {d: isolated(v[own], v, sorted({*ks, k, lookup_k}), head_ms) for d, v in views.items()}
+    iso = {d: isolated(v[own], v, sorted({*ks, k, lookup_k, *captured_tree_widths(v[own])}), head_ms)
+           for d, v in views.items()}
     settings = {
         "k": k, "lookup_k": lookup_k, "ngram": ngram, "max_new_tokens": max_new_tokens, "temperature":
         sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p, "general_prompts": len(general),
@@ -196,6 +198,14 @@ class Race:
             log(f"  {group} prompt {i + 1}/{len(prompts)}, tok/s so far: " + ", ".join(
                 f"{row} {t['tokens'] / t['seconds']:.1f}" for row, t in tot.items() if t["seconds"] > 0))
         return tot
+
+
+def captured_tree_widths(pair: ModelPair) -> list[int]:
+    """The drafts (rows - 1) of each width above 8 rows that the pair's target has captured (or recorded, on the
+    graphs' stand-in), where a wide tree's verify replays; none for a target that captures nothing, since there a
+    verify costs what its rows cost and a wide one is slow to time on a CPU."""
+    slot = pair.static_slots.get("target")
+    return [w - 1 for w in slot.widths if w > 8] if slot is not None and slot.graphs else []
 
 
 def isolated(pair: ModelPair, targets: dict[str, ModelPair], verify_ks: list[int], head_ms: float | None) -> dict:
