@@ -11,7 +11,8 @@
 #              use, every row runs once on every prompt before the timing, which then captures nothing (the count
 #              and seconds of both are printed: 'graphs captured on first use')
 #   window     scripts/experiments/window_cost.py: a target step through the whole window's cache against the
-#              request's, with and without the cache-length buckets (issue 45's first floor)
+#              request's, with and without the cache-length buckets, and whole target-only runs of the bench's
+#              prompts through the pair as the app loads it against request-sized caches (issue 45's first floor)
 #   rounds     python -m specdemo.bench.round_ops: operators launched outside the graphs, host reads and CUDA's
 #              syncs, per eagle and tree round (issue 45's floor: at most 40 and 1), and the lines that synced
 #   cuda-tests python -m pytest -m cuda -q over the test files that hold a `cuda` test (the others import gradio,
@@ -55,7 +56,7 @@ while [ $# -gt 0 ]; do
     --steps) STEPS=$2; shift 2 ;;
     --out) RESULTS=$2; shift 2 ;;
     --budget) BUDGET=$2; shift 2 ;;
-    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -u$/{/^set -u$/!p}' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)"; exit 2 ;;
   esac
 done
@@ -73,7 +74,7 @@ else
   ID_PROMPTS=8; ID_TOKENS=64; B_PROMPTS=10; B_TOKENS=128
 fi
 # per-step timeouts in seconds (4x on a CPU); each is also cut to what is left of the budget
-declare -A LIMIT=([identity]=150 [t0]=240 [t07]=240 [window]=90 [rounds]=90 [cuda-tests]=180 [load]=90 [fused]=240
+declare -A LIMIT=([identity]=150 [t0]=240 [t07]=240 [window]=120 [rounds]=90 [cuda-tests]=180 [load]=90 [fused]=240
                   [compiled]=300 [compiled-cpu]=150)
 BENCH=(-m specdemo bench --pair "$PAIR" --device "$DEVICE" --strategies --decoding graphs --no-k-search --no-hf
        --prompts "$B_PROMPTS" --max-new-tokens "$B_TOKENS")
@@ -84,7 +85,8 @@ if [ "$DEVICE" = cpu ]; then
   STEPS=${STEPS/compiled/compiled-cpu}
 fi
 BUDGET=${BUDGET:-570}
-W_ARGS=(--passes 3); [ "$QUICK" = 1 ] && W_ARGS=(--passes 1 --reps 3 --contexts 64,290)
+W_ARGS=(--passes 3 --runs "$B_PROMPTS" --tokens "$B_TOKENS")
+[ "$QUICK" = 1 ] && W_ARGS=(--passes 1 --reps 3 --contexts 64,290 --runs 1 --tokens "$B_TOKENS")
 
 START=$(date +%s)
 declare -a NAMES STATUS SECS
@@ -227,7 +229,7 @@ fi
     [ -s "$RESULTS/$f.out" ] || tail -n 3 "$RESULTS/$f.log"  # no result: how it ended
   done
   for f in window rounds; do
-    if [ -f "$RESULTS/$f.log" ]; then echo; echo "### $f"; grep -h "^|\|^smollm2\|on cuda\|on cpu\|^lines that" "$RESULTS/$f.log"; fi
+    if [ -f "$RESULTS/$f.log" ]; then echo; echo "### $f"; grep -h "^|\|^smollm2\|on cuda\|on cpu\|^lines that\|^whole runs" "$RESULTS/$f.log"; fi
   done
   if [ -f "$RESULTS/cuda-tests.log" ]; then echo; echo "### cuda-tests"; tail -n 3 "$RESULTS/cuda-tests.log"; fi
   if [ -f "$RESULTS/load.log" ]; then

@@ -8,22 +8,33 @@ switched off, the code before issue 45). One-token steps after each context leng
 variants alternated pass by pass so that the machine's load falls on all of them alike. Prints each variant's
 milliseconds and the ratios that the rule reads.
 
+With --runs N, whole runs too (issue 45's floor: the pair as the app loads it runs target-only at 0.9x or more of the
+request-sized caches): greedy target-only runs of --tokens tokens on the first N bench prompts, through the pair as
+the app loads it (graphs on CUDA, static on a CPU; caches of the whole window) and through a copy prepared with
+caches sized to the longest of those requests, as the bench's are, the two alternated prompt by prompt.
+
     .venv/bin/python scripts/experiments/window_cost.py                       # SmolLM2, as the app loads it
-    .venv/bin/python scripts/experiments/window_cost.py --device cuda --passes 5   # with graphs on a GPU
+    .venv/bin/python scripts/experiments/window_cost.py --device cuda --passes 5 --runs 10   # with graphs on a GPU
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from specdemo.bench.decodings import longest_request  # noqa: E402
+from specdemo.bench.methods import bench_prompts  # noqa: E402
 from specdemo.bench.timing import forward_ms  # noqa: E402
+from specdemo.config import SamplingConfig  # noqa: E402
+from specdemo.engine.autoregressive import baseline_generate  # noqa: E402
 from specdemo.models import static  # noqa: E402
 from specdemo.models.loading import load_pair_uncached  # noqa: E402
 
@@ -46,7 +57,11 @@ def main() -> None:
     ap.add_argument("--contexts", default="64,160,290")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=0, help="whole target-only runs on this many bench prompts")
+    ap.add_argument("--tokens", type=int, default=128, help="new tokens of each whole run")
     args = ap.parse_args()
+    if args.runs:
+        whole_runs(args)
     pair = load_pair_uncached(args.pair, device=args.device, decoding="eager")
     pad = max(static.WIDTHS)
     graphs = pair.device.type == "cuda"
@@ -71,6 +86,33 @@ def main() -> None:
         names = list(variants)
         print(f"| {c} | " + " | ".join(f"{med[n]:.2f} ms" for n in names)
               + f" | {med[names[0]] / med[names[2]]:.3f}× | {med[names[1]] / med[names[3]]:.3f}× |")
+
+
+def whole_runs(args) -> None:
+    """Target-only runs through the app's whole-window caches against request-sized ones (see the docstring)."""
+    mode = "graphs" if args.device.startswith("cuda") else "static"
+    app = load_pair_uncached(args.pair, device=args.device, decoding=mode)  # the whole window, as the app loads it
+    prompts = bench_prompts(app)[:args.runs]
+    request = longest_request(app, prompts, args.tokens)
+    sized = copy.copy(app)  # shares the models; its own caches (and graphs), as the bench's decodings do
+    static.prepare(sized, mode, max_request=request)
+    pairs = {"the app's pair": app, "request-sized": sized}
+    sizes = {name: p.static_slots["target"].max_len for name, p in pairs.items()}
+    totals = {name: [0, 0.0] for name in pairs}
+    greedy = SamplingConfig(0.0)
+    for p in pairs.values():  # warm-up: allocations, and any graph captured on first use
+        baseline_generate(p, prompts[0], greedy, args.tokens)
+    for i, prompt in enumerate(prompts):
+        for name in (list(pairs) if i % 2 == 0 else list(pairs)[::-1]):
+            t0 = time.perf_counter()
+            trace = baseline_generate(pairs[name], prompt, greedy, args.tokens, seed=i)
+            totals[name][1] += time.perf_counter() - t0
+            totals[name][0] += len(trace.output_ids)
+    rate = {name: n / s for name, (n, s) in totals.items()}
+    ratio = rate["the app's pair"] / rate["request-sized"]
+    print(f"whole runs, target-only, T = 0, {len(prompts)} prompts x {args.tokens} tokens, decoding {mode}: "
+          + ", ".join(f"{name} ({sizes[name]} slots) {rate[name]:.1f} tok/s" for name in pairs)
+          + f"; the app's pair / request-sized = {ratio:.3f}x")
 
 
 if __name__ == "__main__":
