@@ -234,6 +234,23 @@ def test_redraw_keeps_a_run_and_switches_everything(run):
     assert "Generate first" in empty["insp_reason"]
 
 
+def test_a_switch_while_the_baseline_runs_says_it_runs():
+    """A language or presenter switch during the target-only baseline drew the finished speculative run's "done"
+    until the baseline's next update: it says the baseline runs, with its count, as the run's own updates do."""
+    from specdemo.app import recorded
+
+    spec, base = recorded.load("smollm2-135m")
+    spec = dataclasses.replace(spec, settings={k: v for k, v in spec.settings.items() if k != "recorded"})  # live
+    running = dataclasses.replace(base, stop_reason=None, steps=base.steps[:5])
+    total = spec.settings["max_new_tokens"]
+    for lang in ("en", "zh-CN"):
+        stats = handlers.redraw(lang, False, {"spec": spec, "base": running}, 1, 1, None, None, None, None)["stats"]
+        assert html.escape(tr("status.baseline", lang, n=5, total=total), quote=False) in stats, stats
+        assert tr("status.done", lang, reason="")[:2] not in stats
+    done = handlers.redraw("en", False, {"spec": spec, "base": base}, 1, 1, None, None, None, None)["stats"]
+    assert "running" not in done
+
+
 def test_redraws_take_turns_over_all_sessions(run):
     """A redraw answers outside the queue (queue=False), so at most two run at once over every session: a third,
     from a session of its own, waits for a place (a caller with a new session per call took every core)."""

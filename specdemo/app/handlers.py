@@ -170,9 +170,7 @@ def generate_ui(pair_name, draft_id, target_id, prompt, k, temperature, top_k, t
             elif first:  # nothing shows the previous run's charts, even if this run stops before the next redraw
                 out |= views.empty_charts(lang, presenter)
         else:
-            done, total = len(base.steps), req.spec.max_new_tokens
-            out = {"stats": render.stats_html(spec, None, tr("status.baseline", lang, n=done, total=total), lang,
-                                              pending=True, progress=(done, total))}
+            out = views.baseline_stats(spec, base, lang)
             if started:  # the whole speculative run, whose last rounds the coalesced updates may not have shown
                 out = views.run_view(spec, None, lang=lang) | views.charts(spec, base, lang, presenter) | out
                 redraw = True

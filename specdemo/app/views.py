@@ -85,6 +85,13 @@ def run_view(spec: Trace | None, base: Trace | None, status: str | None = None, 
             "film": render.filmstrip_html(spec.rounds, None if selected is None else selected - 1, lang)}
 
 
+def baseline_stats(spec: Trace, base: Trace, lang: str | None = None) -> dict:
+    """The stats while the target-only baseline runs: the finished speculative run's cards, and how far it is."""
+    done, total = len(base.steps), spec.settings["max_new_tokens"]
+    return {"stats": render.stats_html(spec, None, tr("status.baseline", lang, n=done, total=total), lang,
+                                       pending=True, progress=(done, total))}
+
+
 def round_slider(state, reset: bool = True, value: int = 1) -> dict:
     """The round slider for the run in `state`: as many stops as rounds (a slider needs max > min), on round
     `value` unless reset is False."""
@@ -405,6 +412,9 @@ def everything(lang, presenter, state, round_no, position, sweep, dist, race, pa
     out |= charts(spec, base, lang, presenter) | inspector(state, round_no, position, lang, presenter)
     out |= step_view(state, lang) | sweep_view(sweep, lang, presenter) | dist_view(dist, lang, presenter)
     out |= race_view(race, lang, presenter)
+    part = state.get("base") if state else None  # a baseline that runs still: say so, as the run's updates do
+    if spec is not None and spec.stop_reason is not None and part is not None and part.stop_reason is None:
+        out |= baseline_stats(spec, part, lang)
     if state and state.get("stopped"):
         out |= stopped_view(state, lang)
     if pair_desc:
