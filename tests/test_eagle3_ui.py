@@ -31,11 +31,14 @@ def test_the_page_draws_a_published_heads_trees_and_names_it(browser, app_url, a
     verifier = verifier_folder(tmp_path)
     context, page = open_page(browser, app_url)
     try:
+        open_settings(page)
+        page.locator("#sd-strategy input[value='tree']").check()  # the default pair's own head drafts trees
         choose_custom(page, str(verifier), str(verifier), str(FIXTURE / "head-llama"))
         page.wait_for_function("document.querySelector('#sd-pair-status').innerText.includes("
                                "'The EAGLE-3 head local:head-llama drafts for it')", timeout=60000)
-        open_settings(page)
-        page.locator("#sd-strategy input[value='tree']").check()
+        # the tree, set aside while the custom pair had no head, comes back once it has loaded with one
+        page.wait_for_function("document.querySelector('#sd-strategy input[value=\"tree\"]')?.checked === true",
+                               timeout=10000)
         set_held(page, {"sd-temperature": 0, "sd-max-new": 16})
         set_prompt(page, "ROMEO:\n")
         page.click("#sd-generate")

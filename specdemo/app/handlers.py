@@ -356,10 +356,12 @@ def step_key(state, lang, evt: gr.EventData, request: gr.Request = None) -> dict
 # ----------------------------------------------------------------------------------------------- the pair
 
 
-def update_strategies(pair_name, strategy, held=""):
+def update_strategies(pair_name, strategy, held="", loaded=None):
     """On a pair change: eagle and tree only where a head offers them. A pair without one falls back to fixed and
-    holds the strategy it had, which a pair with a head takes back (as a failed custom pair's selector goes back)."""
-    choices, offered = views.strategy_choices(pair_name), has_head(pair_name)
+    holds the strategy it had, which a pair with a head takes back (as a failed custom pair's selector goes back,
+    and a custom pair once `loaded` with a head)."""
+    head = pair_name == CUSTOM and bool((loaded or {}).get("head"))
+    choices, offered = views.strategy_choices(pair_name, head), has_head(pair_name) or head
     if strategy in ("eagle", "tree") and not offered:
         return gr.update(choices=choices, value="fixed"), strategy
     back = held if held and offered else strategy

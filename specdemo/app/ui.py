@@ -365,6 +365,8 @@ def wire_page(demo: gr.Blocks, u, wire, view: list) -> None:
     held = gr.State("")  # the strategy a pair without a head set aside (handlers.update_strategies)
     c["pair"].change(handlers.update_strategies, [c["pair"], c["strategy"], held], [c["strategy"], held],
                      api_visibility="private", queue=False)
+    u.pair_state.change(handlers.update_strategies, [c["pair"], c["strategy"], held, u.pair_state],
+                        [c["strategy"], held], api_visibility="private", queue=False)  # a custom pair's head
     c["strategy"].input(lambda: "", None, held, api_visibility="private", queue=False)  # the visitor's own pick
     u.load_btn.click(**pair_change)
     u.examples.click(lambda sample: sample[0] if isinstance(sample, (list, tuple)) else sample, u.examples,
