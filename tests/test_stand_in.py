@@ -313,6 +313,9 @@ def test_the_bench_times_replays_only_where_graphs_are_captured_on_first_use(own
     # the verify's cost at each captured width a tree pads to (16 and 32 rows here), for the CUDA tree's rule
     assert {15, 31} <= set(res["isolated"]["verify_ms"]), res["isolated"]["verify_ms"]
     assert "16 tokens" in format_strategies(res) and "32 tokens" in format_strategies(res)
+    # the caches' size it prints is the target's, not the head's (which keeps room for a tree besides)
+    slots = own_pair.static_slots
+    assert next(iter(res["decoding_info"].values()))["cache_tokens"] == slots["target"].max_len < slots["head"].max_len
     decode_as(own_pair, "eager")
     res = run_strategies(own_pair, SamplingConfig(0.7), k=3, max_new_tokens=24, n_prompts=1, k_search=False,
                          include_hf=False, log=lambda *a: None)

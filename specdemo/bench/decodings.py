@@ -64,7 +64,9 @@ def decoding_info(views: dict[str, ModelPair]) -> dict:
     first = next(iter(views.values()))
     slots = first.static_slots
     return {"decoding": first.decoding, "note": first.decoding_note,
-            "cache_tokens": max((s.max_len for s in slots.values()), default=None),
+            # the target's slots (a head's cache keeps room for a tree besides: the H200's log of 2026-11-28 said
+            # "static caches of 471 tokens" for a target of 295)
+            "cache_tokens": slots["target"].max_len if "target" in slots else None,
             "capture_s": {name: sum(s.capture_s for s in p.static_slots.values()) for name, p in views.items()}}
 
 

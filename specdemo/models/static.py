@@ -125,6 +125,7 @@ class StaticSlot:
             torch.cuda.synchronize(self.device)
         self.compile_s = time.perf_counter() - t0
         return self.compile_s
+
     @property
     def nbytes(self) -> int:
         """The cache's bytes (the captured graphs' own pool is not counted)."""
@@ -369,8 +370,9 @@ def compiled_or_plain(slot: StaticSlot, why: str) -> tuple[StaticSlot, str, str]
 
 def warm(slot: StaticSlot) -> None:
     """One step through the slot as a run makes it, before any run owns it: the replay and the eager LM head on the
-    current stream, and a draw, so that a run's first round pays for no lazy set-up (issue 45: `fixed`'s first
-    propose synced once on CUDA)."""
+    current stream, and a draw, so that a run's first round pays for no lazy set-up. (It was added for `fixed`'s
+    "first-call sync" on CUDA, which turned out to be torch's notice on entering the sync debug mode:
+    bench/round_ops.SYNC_REPORT.)"""
     lm = StaticLM(slot)
     cdf = lm.feed(torch.zeros(1, dtype=torch.long, device=slot.device)).softmax(-1).cumsum(-1, dtype=torch.float64)
     u = torch.rand(1, 1, generator=torch.Generator(device=slot.device).manual_seed(0), device=slot.device,
