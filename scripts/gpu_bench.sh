@@ -74,7 +74,7 @@ else
   ID_PROMPTS=8; ID_TOKENS=64; B_PROMPTS=10; B_TOKENS=128
 fi
 # per-step timeouts in seconds (4x on a CPU); each is also cut to what is left of the budget
-declare -A LIMIT=([identity]=150 [t0]=240 [t07]=240 [window]=120 [rounds]=90 [cuda-tests]=180 [load]=90 [fused]=240
+declare -A LIMIT=([identity]=150 [t0]=240 [t07]=240 [window]=150 [rounds]=90 [cuda-tests]=180 [load]=90 [fused]=240
                   [compiled]=300 [compiled-cpu]=150)
 BENCH=(-m specdemo bench --pair "$PAIR" --device "$DEVICE" --strategies --decoding graphs --no-k-search --no-hf
        --prompts "$B_PROMPTS" --max-new-tokens "$B_TOKENS")
@@ -229,7 +229,9 @@ fi
     [ -s "$RESULTS/$f.out" ] || tail -n 3 "$RESULTS/$f.log"  # no result: how it ended
   done
   for f in window rounds; do
-    if [ -f "$RESULTS/$f.log" ]; then echo; echo "### $f"; grep -h "^|\|^smollm2\|on cuda\|on cpu\|^lines that\|^whole runs" "$RESULTS/$f.log"; fi
+    if [ -f "$RESULTS/$f.log" ]; then
+      echo; echo "### $f"; grep -h "^|\|^smollm2\|on cuda\|on cpu\|^lines that\|^whole runs" "$RESULTS/$f.log"
+    fi
   done
   if [ -f "$RESULTS/cuda-tests.log" ]; then echo; echo "### cuda-tests"; tail -n 3 "$RESULTS/cuda-tests.log"; fi
   if [ -f "$RESULTS/load.log" ]; then

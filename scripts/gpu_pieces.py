@@ -104,7 +104,7 @@ def print_calls(root: Path, budget: int) -> None:
     with_c = f"bash .gpu/run.sh part {small[0]} && " if small else ""
     # the GPU machine's copy of the tree may hold an assets/models folder of empty model folders, which run.sh
     # would not replace by its link to the staged models: every folder model then fails on its tokenizer
-    print(f"  {with_c}rm -rf assets/models; bash .gpu/run.sh run bash scripts/gpu_bench.sh   carrying .gpu/c"
+    print(f"  {with_c}rm -rf assets/models && bash .gpu/run.sh run bash scripts/gpu_bench.sh   carrying .gpu/c"
           + (f" .gpu/{small[0]}" if small else "") + "  (later runs: .gpu/c only, and the same rm first)")
 
 

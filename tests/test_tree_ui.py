@@ -251,6 +251,16 @@ def test_the_strategy_choices_offer_the_tree_only_with_a_head():
     assert back["value"] == "tree" and held == ""
     assert handlers.update_strategies("smollm2-135m", "tree")[0]["value"] == "tree"
     assert handlers.update_strategies("smollm2-135m", "lookup", "")[0]["value"] == "lookup"  # the visitor's pick
+    # a custom pair loaded with an EAGLE-3 head offers the head's strategies, also when the selector comes back to it
+    # (a failed change away puts it back on the loaded pair, whose state did not change); any other pair state not
+    with_head = {"chosen": {"pair": "custom", "draft": "d", "target": "t", "head": "h"}, "head": "local:h"}
+    away, held = handlers.update_strategies("gpt2", "tree", "", with_head)
+    assert away["value"] == "fixed" and held == "tree"
+    back, held = handlers.update_strategies("custom", "fixed", held, with_head)
+    assert back["value"] == "tree" and held == "" and "tree" in [v for _, v in back["choices"]]
+    for loaded in (None, {"chosen": {"pair": "custom", "draft": "d", "target": "t"}},
+                   {"chosen": {"pair": "smollm2-135m"}, "head": "local:h"}):
+        assert handlers.update_strategies("custom", "tree", "", loaded)[0]["value"] == "fixed", loaded
 
 
 # ------------------------------------------------------------------------------------------------ the CLI

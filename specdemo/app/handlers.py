@@ -358,9 +358,9 @@ def step_key(state, lang, evt: gr.EventData, request: gr.Request = None) -> dict
 
 def update_strategies(pair_name, strategy, held="", loaded=None):
     """On a pair change: eagle and tree only where a head offers them. A pair without one falls back to fixed and
-    holds the strategy it had, which a pair with a head takes back (as a failed custom pair's selector goes back,
-    and a custom pair once `loaded` with a head)."""
-    head = pair_name == CUSTOM and bool((loaded or {}).get("head"))
+    holds the strategy it had, which a pair with a head takes back (as a failed custom pair's selector goes back).
+    A custom pair has a head where the pair state (`loaded`) is a custom pair loaded with one."""
+    head = pair_name == CUSTOM == (loaded or {}).get("chosen", {}).get("pair") and bool((loaded or {}).get("head"))
     choices, offered = views.strategy_choices(pair_name, head), has_head(pair_name) or head
     if strategy in ("eagle", "tree") and not offered:
         return gr.update(choices=choices, value="fixed"), strategy

@@ -363,10 +363,10 @@ def wire_page(demo: gr.Blocks, u, wire, view: list) -> None:
     c["head"].change(lambda head: head, c["head"], u.head_state, api_visibility="private", queue=False)
     c["pair"].change(**pair_change)
     held = gr.State("")  # the strategy a pair without a head set aside (handlers.update_strategies)
-    c["pair"].change(handlers.update_strategies, [c["pair"], c["strategy"], held], [c["strategy"], held],
-                     api_visibility="private", queue=False)
-    u.pair_state.change(handlers.update_strategies, [c["pair"], c["strategy"], held, u.pair_state],
-                        [c["strategy"], held], api_visibility="private", queue=False)  # a custom pair's head
+    strategies = dict(fn=handlers.update_strategies, inputs=[c["pair"], c["strategy"], held, u.pair_state],
+                      outputs=[c["strategy"], held], api_visibility="private", queue=False)
+    c["pair"].change(**strategies)
+    u.pair_state.change(**strategies)  # a custom pair that loaded with a head offers eagle and tree
     c["strategy"].input(lambda: "", None, held, api_visibility="private", queue=False)  # the visitor's own pick
     u.load_btn.click(**pair_change)
     u.examples.click(lambda sample: sample[0] if isinstance(sample, (list, tuple)) else sample, u.examples,
