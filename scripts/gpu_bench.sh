@@ -37,9 +37,9 @@
 # Options: --device cuda|cpu (cpu: a dry run, with 4x the timeouts; graphs run as static there, and the compiled row
 # is dry-run on the Shakespeare pair in a step of its own, since compiling SmolLM2 on a small CPU takes minutes),
 # --quick (2 prompts x 16 tokens), --steps a,b,... (a subset, in the order above; `floors` = t0,t07,rounds,cuda-tests,
-# issue 45's GPU floors, and `more` = identity,window,load,fused: the whole run no longer fits one 600-s call, and a
-# session's 15 minutes of device time may not hold both), --out DIR, --budget SECONDS (default 570 on cuda, 2400 on
-# cpu). $PYTHON: the interpreter (default python3).
+# issue 45's GPU floors, `more` = identity,window,load,fused, and `next` = window,cuda-tests,load,fused: the whole
+# run no longer fits one 600-s call, and a session's 15 minutes of device time may not hold two), --out DIR, --budget
+# SECONDS (default 570 on cuda, 2400 on cpu). $PYTHON: the interpreter (default python3).
 set -u
 cd "$(dirname "$(readlink -f "$0")")/.." || exit 2
 
@@ -63,6 +63,7 @@ done
 case "$STEPS" in
   floors) STEPS="t0,t07,rounds,cuda-tests" ;;
   more) STEPS="identity,window,load,fused" ;;
+  next) STEPS="window,cuda-tests,load,fused" ;;  # what the H200 run of 2026-11-28 left unmeasured or unrerun
 esac
 mkdir -p "$RESULTS" || exit 2
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} TOKENIZERS_PARALLELISM=false
