@@ -227,6 +227,7 @@ fi
       | awk '!seen[$0]++'
     # the general prompts' table (the first table of a strategies log)
     awk '/^general prompts/{on=1} /^copy prompts/{on=0} on' "$RESULTS/$f.log"
+    awk '/^copy prompts/{on=1} on && /^uneven:/ {print "copy prompts, " $0}' "$RESULTS/$f.log"  # a slow prompt there
     [ -s "$RESULTS/$f.out" ] || tail -n 3 "$RESULTS/$f.log"  # no result: how it ended
   done
   for f in window rounds; do

@@ -322,6 +322,24 @@ def test_the_bench_times_replays_only_where_graphs_are_captured_on_first_use(own
     c = res["settings"]["captures"]
     assert not c["every_prompt_warmed"] and c["warm_up"] == c["timed"] == 0, c
     assert "graphs captured" not in format_strategies(res) and not {15, 31} & set(res["isolated"]["verify_ms"])
+    # each row's rate on each prompt, and how its rounds spread: an uneven row is named under its table
+    for group, n in (("general", 1), ("copy", res["settings"]["copy_prompts"])):
+        for name, row in res["groups"][group].items():
+            rates = row["prompt_rates"]
+            assert len(rates) == n and min(rates) * 0.999 <= row["tokens_per_s"] <= max(rates) * 1.001, (name, row)
+            if "c_loop" in row and "round_ms_median" in row:
+                assert 0 < row["round_ms_median"] <= row["round_ms_max"] and row["slow_rounds"] >= 0
+    copy_rows = res["groups"]["copy"]
+    for row in copy_rows.values():
+        row["prompt_rates"], row["slow_rounds"] = [row["tokens_per_s"]] * len(row["prompt_rates"]), 0
+    assert "uneven:" not in format_strategies(res)
+    name = next(m for m, r in copy_rows.items() if "round_ms_median" in r)
+    row = copy_rows[name]
+    row["prompt_rates"][2], row["slow_rounds"], row["slow_share"] = 0.25 * row["tokens_per_s"], 3, 0.4
+    line = next(x for x in format_strategies(res).splitlines() if x.startswith("uneven:"))
+    assert line.startswith(f"uneven: {name}: prompt 3 at {0.25 * row['tokens_per_s']:.1f} tok/s (0.25x the row's); "
+                           f"its rounds: median {row['round_ms_median']:.2f} ms"), line
+    assert line.endswith(", 3 over 3x the median (40% of their time)"), line
 
 
 def test_a_failed_capture_of_the_heads_read_leaves_the_run_its_own_positions(own_pair, monkeypatch):  # noqa: F811

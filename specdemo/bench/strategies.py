@@ -185,7 +185,8 @@ class Race:
 
     def time_group(self, group: str, prompts: list[str], seed: int, log) -> dict[str, dict]:
         """Every row on every prompt of one group (the i-th prompt with seed + i), with a line of rates so far."""
-        tot = {row: {"tokens": 0, "seconds": 0.0, "calls": 0, "rounds": [], "steps": []} for row in self.meta}
+        tot = {row: {"tokens": 0, "seconds": 0.0, "calls": 0, "rounds": [], "steps": [], "prompt_rates": []}
+               for row in self.meta}
         for i, prompt in enumerate(prompts):
             for row in self.order(i):
                 n, secs, calls, tr = self.run(row, prompt, seed + i)
@@ -193,11 +194,28 @@ class Race:
                 t["tokens"] += n
                 t["seconds"] += secs
                 t["calls"] += calls
+                t["prompt_rates"].append(n / secs if secs > 0 else 0.0)
                 if tr is not None:
                     t["rounds" if tr.mode == "speculative" else "steps"] += tr.rounds or tr.steps
             log(f"  {group} prompt {i + 1}/{len(prompts)}, tok/s so far: " + ", ".join(
                 f"{row} {t['tokens'] / t['seconds']:.1f}" for row, t in tot.items() if t["seconds"] > 0))
         return tot
+
+
+SLOW_ROUND = 3.0  # a round that takes over this many times the row's median round is counted as slow
+
+
+def round_spread(rounds: list) -> dict:
+    """How a row's rounds spread in time, leaving out each run's first round (it reads the prompt): the median and
+    the slowest round's milliseconds, how many took over SLOW_ROUND times the median (a fallback, a capture or a
+    stall; the H200's tree had one prompt at a third of its rate on 2026-11-28), and their share of the time."""
+    times = sorted(r.draft_ms + r.verify_ms + r.overhead_ms for r in rounds if r.index > 0)
+    if not times:
+        return {}
+    median = times[len(times) // 2]
+    slow = [x for x in times if x > SLOW_ROUND * median]
+    return {"round_ms_median": median, "round_ms_max": times[-1], "slow_rounds": len(slow),
+            "slow_share": sum(slow) / sum(times) if sum(times) > 0 else 0.0}
 
 
 def captured_tree_widths(pair: ModelPair) -> list[int]:
@@ -321,7 +339,7 @@ def summarise(tot: dict, meta: dict, own: str, iso: dict, reference: str) -> tup
         d = decoding or reference
         row = {"method": method, "decoding": decoding, "tokens_per_s": tps[name],
                "speedup_same_dtype": tps[name] / tps[own_row[d]], "speedup_vs_fastest": tps[name] / tps[fastest],
-               "target_calls": t["calls"], "tokens": t["tokens"]}
+               "target_calls": t["calls"], "tokens": t["tokens"], "prompt_rates": t["prompt_rates"]}
         if decoding is not None and decoding != reference:
             row["vs_reference"] = tps[name] / tps[row_name(method, reference, True)]
         rounds = t["rounds"]
@@ -343,7 +361,7 @@ def summarise(tot: dict, meta: dict, own: str, iso: dict, reference: str) -> tup
                     "c_loop_over_isolated": c_loop / c_iso if c_iso else None, "verify_cost": v,
                     "ceiling": ceiling, "fraction_of_ceiling": row["speedup_same_dtype"] / ceiling,
                     "fallback_rounds": sum(r.source == "fallback" for r in rounds),
-                    "overhead_ms_per_round": sum(r.overhead_ms for r in rounds) / len(rounds)}
+                    "overhead_ms_per_round": sum(r.overhead_ms for r in rounds) / len(rounds)} | round_spread(rounds)
         elif t["calls"]:
             row["mean_accepted_length"] = t["tokens"] / t["calls"]
         out[name] = row

@@ -7,7 +7,7 @@ decodings side by side where several raced, and each strategy against its transf
 from __future__ import annotations
 
 from .decodings import decoding_line
-from .strategies import HF_COMPILED
+from .strategies import HF_COMPILED, SLOW_ROUND
 
 
 def format_strategies(res: dict) -> str:
@@ -87,7 +87,7 @@ def group_lines(res: dict, group: str, rows: dict, modes: list) -> list[str]:
         lines += [(f"speedup (same dtype): against target-only {s['target_dtype']} under the row's decoding; "
                    f"speedup (fastest target-only): against the fastest target-only row of this run, {fastest} "
                    f"({rows[fastest]['tokens_per_s']:.1f} tok/s)"), ""]
-    lines += table_lines(rows)
+    lines += table_lines(rows) + uneven_lines(rows)
     if len(modes) > 1:
         lines += ratio_lines(rows, modes, (res.get("ratios") or {}).get(group) or {})
     return lines + comparison_lines(rows, modes[0])
@@ -111,6 +111,27 @@ def table_lines(rows: dict) -> list[str]:
             cells += ["", "", ""]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+UNEVEN = 0.5  # a prompt run at under this share of its row's rate is named
+
+
+def uneven_lines(rows: dict) -> list[str]:
+    """The rows with a prompt run at under UNEVEN of the row's rate (the H200's tree ran one copy prompt at a
+    quarter of its rate on 2026-11-28), each with how its rounds spread (strategies.round_spread). A few slow rounds
+    alone are not named: on a shared CPU they come and go with the machine's load. Nothing where none."""
+    lines = []
+    for m, r in rows.items():
+        rates = r.get("prompt_rates") or []
+        if not rates or min(rates) >= UNEVEN * r["tokens_per_s"]:
+            continue
+        i = rates.index(min(rates))
+        line = f"uneven: {m}: prompt {i + 1} at {rates[i]:.1f} tok/s ({rates[i] / r['tokens_per_s']:.2f}x the row's)"
+        if "round_ms_median" in r:
+            line += (f"; its rounds: median {r['round_ms_median']:.2f} ms, the slowest {r['round_ms_max']:.2f} ms, "
+                     f"{r['slow_rounds']} over {SLOW_ROUND:g}x the median ({100 * r['slow_share']:.0f}% of their time)")
+        lines.append(line)
+    return [""] + lines if lines else []
 
 
 def comparison_lines(rows: dict, reference: str | None) -> list[str]:
