@@ -147,6 +147,34 @@ def test_hostile_prompt_renders_as_inert_text(page):
     assert page.locator("img[src='x']").count() == 0
 
 
+def test_model_text_in_markdown_makes_no_link(browser):
+    """The step caption, the distribution check's message and the race's verdicts quote model text in gr.Markdown,
+    which makes a link of a URL, a "www." name or an address (GFM's autolinks): on a public Space, a link the model
+    wrote. Through render.md_cell it shows as written and links nothing (gr.Markdown linked all three before)."""
+    import gradio as gr
+
+    from specdemo.app import render
+
+    texts = ["see https://evil.example/x now", "go WWW.evil.example today", "mail a@b.example ok",
+             "10:30 a|b *c* [d](e)"]
+    with gr.Blocks() as demo:
+        for i, text in enumerate(texts):
+            gr.Markdown(render.md_cell(render.esc(text)), elem_id=f"sd-md{i}")
+    port = free_port()
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.goto(f"http://127.0.0.1:{port}")
+        page.wait_for_selector(f"#sd-md{len(texts) - 1}")
+        for i, text in enumerate(texts):
+            assert page.locator(f"#sd-md{i} a, #sd-md{i} em, #sd-md{i} strong").count() == 0, text
+            assert page.inner_text(f"#sd-md{i}").strip() == text
+    finally:
+        context.close()
+        demo.close()
+
+
 def test_step_through_advances_one_round_at_a_time(page):
     """After Generate, the step-through opens on the live run before its first round, not on the recorded run the
     page opened with (it kept that one's prompt and count until a step key was pressed)."""

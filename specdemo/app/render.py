@@ -12,6 +12,7 @@ dotted outline on yellow.
 from __future__ import annotations
 
 import html
+import re
 
 from specdemo.engine.captions import round_caption, said, stop_text, tree_end
 from specdemo.engine.events import Round, Step, Trace
@@ -80,14 +81,20 @@ def esc(text: str) -> str:
     return html.escape("".join(map(shown, text)), quote=True)
 
 
-MD_SPECIAL = "\\`*_[]|~"  # what Markdown would read as markup inside a line; `|` would also end a table cell
+# what Markdown would read as markup inside a line (`|` would also end a table cell), and what starts gr.Markdown's
+# autolinks (GFM's): a `:` after a scheme, an `@` in an address; a `.` after "www" is escaped apart (WWW_DOT)
+MD_SPECIAL = "\\`*_[]|~:@"
+WWW_DOT = re.compile(r"(?i)(?<=www)\.")
 
 
 def md_cell(text: str) -> str:
     """Model text (already HTML-escaped) for one cell of a Markdown table or a line of Markdown, shown as it is: a
     backslash, `*`, `_`, `` ` ``, `[`, `]` or `~` would format it, a `|` would end the cell and shift every later
-    column, a line break would end the row. So each of those characters is escaped, and line breaks become spaces."""
-    return "".join("\\" + c if c in MD_SPECIAL else " " if c in "\r\n" else c for c in text)
+    column, a line break would end the row, and gr.Markdown makes a link of "https://...", "www.x.y" or "a@b.c"
+    (on a public Space, a link the model wrote). So each of those characters is escaped, and line breaks become
+    spaces."""
+    cell = "".join("\\" + c if c in MD_SPECIAL else " " if c in "\r\n" else c for c in text)
+    return WWW_DOT.sub(r"\\.", cell)
 
 
 def trh(key: str, lang: str | None, /, **params) -> str:
