@@ -532,7 +532,7 @@ def test_the_decoding_reason_reaches_the_page_escaped():
     for lang, mode in (("en", "CUDA graphs"), ("zh-CN", "CUDA 图")):
         line = views.pair_info(desc | {"decoding": "graphs", "decoding_note": hostile}, lang)
         assert f"**{mode}**" in line and "<img" not in line and "&lt;img src=x onerror=alert(1)&gt;" in line
-        assert r"\*x\* \_y\_ \[a\](b) \| c ): eager forwards" in line and "\n)" not in line
+        assert r"\*x\* \_y\_ \[a\](b) \| c )\: eager forwards" in line and "\n)" not in line  # `:` too: autolinks
     odd = views.pair_info(desc | {"decoding": "<b>turbo</b>", "decoding_note": ""}, "en")
     assert odd.endswith("Decoding: **&lt;b&gt;turbo&lt;/b&gt;**.")
     assert views.pair_info(desc, "en") == views.pair_info(desc | {"decoding": None}, "en")
