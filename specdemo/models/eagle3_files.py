@@ -28,7 +28,6 @@ from pathlib import Path
 
 import torch
 
-from specdemo.config import env_int
 from specdemo.i18n import Msg
 
 from .eagle3 import LAYER_TYPES, Eagle3Config, Eagle3Head
@@ -51,7 +50,9 @@ def folders_allowed(source: str) -> bool:
     a name like a repo id only with SPECDEMO_ALLOW_LOCAL=1, as for custom model ids (validation.check_custom_ids),
     so that one that is also a folder under the server's working directory is looked for on the hub, as if it were
     not there. (A path, absolute or starting with . or ~, reaches here from a visitor only where local ids are on.)"""
-    return not SERVED or source.startswith(("/", ".", "~")) or env_int("SPECDEMO_ALLOW_LOCAL", 0) != 0
+    from specdemo.limits import Limits  # here: specdemo.limits imports this package
+
+    return not SERVED or source.startswith(("/", ".", "~")) or Limits.from_env().allow_local
 
 
 def head_folder(source: str) -> Path:
