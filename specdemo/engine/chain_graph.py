@@ -1,11 +1,12 @@
 """The EAGLE head's chain of k drafts as one replay (issue 45, item 2: the drafting captured).
 
 Where the head's step is captured (models/head_graphs.py, HeadSlot), EagleDrafter.draft_chain would replay the step
-k - 1 times with its picks, warps, confidences and copies launched from the host between them. Here the whole
-chain is one graph per (k, cache bucket) and sampling setting: from the predicted feature the read left, k times
-the head's logits, the warped q (T > 0), the pick (the argmax, or a draw from q with a uniform drawn before the
-replay), the draft-to-target id, the next step over the shared head cache; then q over the whole vocabulary (zero
-outside the draft vocabulary) and the confidence stop's cut (drafters.DraftedChain.cut), all on the device.
+k - 1 times with its picks, warps and copies launched from the host between them. Here the whole chain is one
+graph per (k, cache bucket) and sampling setting: from the predicted feature the read left, k times the head's
+logits, the warped q (T > 0), the pick (the argmax, or a draw from q with a uniform drawn before the replay), the
+draft-to-target id, the next step over the shared head cache; then q over the whole vocabulary (zero outside the
+draft vocabulary), all on the device. It has no confidence stop: the verify's graph takes all k + 1 rows anyway
+(drafters.EagleDrafter).
 
 Same arithmetic as the step-by-step chain, so at T = 0 the same drafts. At T > 0 the draws come from one block of
 k uniforms drawn before the replay instead of one per step: the chain is as exact (each pick is a draw from its q),
@@ -24,7 +25,7 @@ from specdemo.config import SamplingConfig
 from specdemo.models.head_graphs import HeadSlot, step_over
 from specdemo.models.static_parts import CAPTURED, record
 
-from .sampling import device_confidence, sample, stop_cut, uniforms, warp
+from .sampling import sample, uniforms, warp
 
 log = logging.getLogger(__name__)
 GRAPHS_KEPT = 24  # chain graphs a head slot keeps, over every setting, k and bucket (the least recently used go)
@@ -33,8 +34,8 @@ GRAPHS_KEPT = 24  # chain graphs a head slot keeps, over every setting, k and bu
 class ChainGraphs:
     """One sampling setting's chain graphs over a HeadSlot; `draft` replays the one for (k, bucket)."""
 
-    def __init__(self, slot: HeadSlot, sampling: SamplingConfig, stop_below: float, vocab: int):
-        self.slot, self.sampling, self.stop_below, self.vocab = slot, sampling, stop_below, vocab
+    def __init__(self, slot: HeadSlot, sampling: SamplingConfig, vocab: int):
+        self.slot, self.sampling, self.vocab = slot, sampling, vocab
         head = slot.head
         self.g = torch.zeros(1, head.cfg.hidden_size, dtype=slot.dtype, device=slot.device)
         self.pos = torch.zeros((), dtype=torch.long, device=slot.device)
@@ -42,12 +43,10 @@ class ChainGraphs:
 
     def _forward(self, k: int, length: int, u: torch.Tensor | None):
         slot, head, greedy = self.slot, self.slot.head, self.sampling.greedy
-        g, tokens, rows, confs = self.g, [], [], []
+        g, tokens, rows = self.g, [], []
         logits = head.logits(g).float()  # [1, V_draft]
         for t in range(k):
             q = None if greedy else warp(logits, self.sampling)
-            if t and self.stop_below:  # before x_{t+1}
-                confs.append(device_confidence(logits, q))
             pick = logits.argmax(-1) if q is None else sample(q, None, u=u[t : t + 1])
             if q is not None:
                 rows.append(q)
@@ -60,11 +59,7 @@ class ChainGraphs:
             q_full = torch.zeros(k, self.vocab, device=g.device).scatter_(1, drafted.view(-1, 1), 1.0)
         else:
             q_full = torch.zeros(k, self.vocab, device=g.device).index_copy_(1, head.d2t, torch.cat(rows))
-        if confs:  # as DraftedChain.cut
-            cut, conf = stop_cut(confs, self.stop_below)
-        else:
-            cut, conf = torch.full((), k, dtype=torch.long, device=g.device), torch.zeros((), device=g.device)
-        return drafted, q_full, cut, conf
+        return drafted, q_full
 
     def _capture(self, k: int, length: int) -> tuple:
         slot, dev = self.slot, self.slot.device
@@ -75,9 +70,9 @@ class ChainGraphs:
         return graph, u, out
 
     def draft(self, view, g: torch.Tensor, k: int, gen: torch.Generator):
-        """k drafts from the predicted feature g [1, H] at the view's next position: (tokens [k], q [k, V], cut
-        (c, the confidence at c, stop_below) or None where the head has no stop), the graph's own buffers until its next
-        replay; None where the head's cache cannot hold them (the caller drafts step by step)."""
+        """k drafts from the predicted feature g [1, H] at the view's next position: (tokens [k], q [k, V]), the
+        graph's own buffers until its next replay; None where the head's cache cannot hold them (the caller drafts
+        step by step)."""
         slot = self.slot
         if view.length + k - 1 > slot.max_len:
             return None
@@ -98,7 +93,7 @@ class ChainGraphs:
             while len(graphs) > GRAPHS_KEPT:
                 graphs.popitem(last=False)
         graphs.move_to_end(key)
-        graph, u, (tokens, q, cut, conf) = graphs[key]
+        graph, u, (tokens, q) = graphs[key]
         slot.take(view)
         self.g.copy_(g)
         self.pos.fill_(view.length)
@@ -107,16 +102,16 @@ class ChainGraphs:
         with torch.profiler.record_function(CAPTURED):
             graph.replay()
         view.length += k - 1  # the steps after x_1 wrote their positions
-        return tokens, q, (cut, conf, self.stop_below) if self.stop_below else None
+        return tokens, q
 
 
-def chain_graphs(slot: HeadSlot, sampling: SamplingConfig, stop_below: float, vocab: int) -> ChainGraphs:
+def chain_graphs(slot: HeadSlot, sampling: SamplingConfig, vocab: int) -> ChainGraphs:
     """The slot's ChainGraphs for this setting (made on first use; their graphs are captured per (k, bucket))."""
     settings = slot.__dict__.setdefault("chain_settings", OrderedDict())
     slot.__dict__.setdefault("chains", OrderedDict())
-    key = (sampling.temperature, sampling.top_k, sampling.top_p, stop_below)
+    key = (sampling.temperature, sampling.top_k, sampling.top_p)
     if key not in settings:
-        settings[key] = ChainGraphs(slot, sampling, stop_below, vocab)
+        settings[key] = ChainGraphs(slot, sampling, vocab)
         while len(settings) > 8:
             old = settings.popitem(last=False)[1]
             for gk in [gk for gk in slot.chains if gk[0] == id(old)]:

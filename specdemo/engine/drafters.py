@@ -30,7 +30,8 @@ DRAFT.
              norm(max(0, p - q)) covers those tokens, so the output stays exact. It drafts up to K tokens a
              round: from the second draft on, it stops where its top probability (`confidence`, as adaptive's) is
              below the head's `stop_below`, read before that token is drawn (a dynamic draft length, as in
-             SpecDec++, arXiv:2405.19715; EAGLE-2 shows a head's confidence tracks its acceptance). The first
+             SpecDec++, arXiv:2405.19715; EAGLE-2 shows a head's confidence tracks its acceptance), except where
+             its chain is captured, where the stop would save nothing (EagleDrafter). The first
              round has no target features yet: it is one plain target step that reads the prompt
              (source "prefill").
   tree     - the EAGLE head drafts a tree instead of a chain: tree_drafter.TreeDrafter, an EagleDrafter.
@@ -56,7 +57,7 @@ from specdemo.models import CachedLM
 from specdemo.models.eagle import HeadCache
 
 from .chain_graph import chain_graphs
-from .sampling import device_confidence, sample, stop_cut, warp
+from .sampling import sample, warp
 from .tree import DraftTree
 
 ADAPTIVE_MAX_K = 12  # the adaptive drafter's cap (it chooses K per round), lowered to the server's K limit
@@ -78,9 +79,6 @@ class Proposal:
     #                                            top probability for the next position, its stop_below)
     tree: DraftTree | None = None  # a draft tree (tree.py): the tokens are its nodes, verified by walk.py; None: a
     #                                chain, verified by the modified rejection test with q
-    cut: tuple[torch.Tensor, torch.Tensor, float] | None = None  # eagle on captured graphs: its confidence stop
-    #    decided on the device (EagleDrafter.draft_chain): (c, the confidence at c, stop_below); the verify and the
-    #    verdict treat the round as proposing x_1..x_c (sampling.verify's cut), and the one copy says c
 
     @property
     def k(self) -> int:
@@ -99,10 +97,10 @@ def confidence(logits: torch.Tensor, q: torch.Tensor | None) -> float:
     The one host read a drafter makes while drafting: a stop rule decides on the host whether to draft the next
     token, so it reads one number per position it decides at (adaptive: after every draft; eagle with a
     stop_below: before every draft but the first). On a CPU that costs nothing; on a GPU each is a sync that waits
-    for the draft step just queued. Where the head's step is captured (a GPU's graphs, or their stand-in) the
-    eagle chain instead drafts all K and decides the stop on the device (`device_confidence`, Proposal.cut): a
-    replayed step costs little there, and the round reads the device once. Elsewhere the read is kept, since
-    drafting all K would spend the draft forwards the stop exists to save."""
+    for the draft step just queued. Where the head's chain is captured (a GPU's graphs, or their stand-in) the
+    eagle chain has no stop: it drafts all K in one replay and the verify's graph takes K + 1 rows whatever the
+    stop would say, so stopping would save nothing there and lose the drafts after it (EagleDrafter).
+    Elsewhere the read is kept, since drafting all K would spend the draft forwards the stop exists to save."""
     if q is None:
         return float(logits.float().softmax(-1).max())
     return float(q.max())
@@ -292,7 +290,6 @@ class DraftedChain(NamedTuple):
     q: torch.Tensor | None  # [k, V_draft] the warped rows they were drawn from (None: greedy, the argmax)
     unsure: tuple[float, float] | None  # the confidence stop's (conf, stop_below), if it ended the chain early
     head_p: torch.Tensor | None  # [k] the head's unwarped probability of each token, if asked for
-    cut: tuple[torch.Tensor, torch.Tensor, float] | None = None  # the stop decided on the device (Proposal.cut)
 
 
 class EagleDrafter(Drafter):
@@ -316,7 +313,10 @@ class EagleDrafter(Drafter):
         self.feature_layers = head.cfg.feature_layers  # the target layers it reads besides the last
         self.pending: list[torch.Tensor] = []  # true features not yet read by the head, from position cache.length
         self.true_len = 0  # head positions that carry true features (the rest of a round is cropped off)
-        self.stop_below = head.cfg.stop_below  # the head's confidence stop (0: it always drafts k_max tokens)
+        # the head's confidence stop (0: it always drafts k_max tokens). None where the chain is captured: there
+        # all K drafts cost one replay and the verify's graph takes K + 1 rows whatever the stop says, so a stop
+        # would only throw verified drafts away (docs/decisions.md, "the captured chain judges every draft")
+        self.stop_below = 0.0 if self.slot else head.cfg.stop_below
 
     def step(self, feat: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """Head positions for (feat [n, H], tokens [n]) -> the last one's predicted feature [1, H]."""
@@ -348,21 +348,18 @@ class EagleDrafter(Drafter):
             return Proposal(seq.new_empty(0), empty, "eagle")
         if self.slot:  # the shared head cache holds this run's positions from here to the round's end
             self.slot.take(self.cache)
-        # on captured graphs the confidence stop is decided on the device: every step is a cheap replay, and the
-        # round then reads the device once (Proposal.cut); elsewhere it reads each confidence and stops drafting
         g = self.read_pending(seq)
         if self.slot:  # the whole chain as one replay (engine/chain_graph.py)
-            drafted = chain_graphs(self.slot, self.sampling, self.stop_below, self.vocab_size).draft(
-                self.cache, g, k_max, gen)
+            drafted = chain_graphs(self.slot, self.sampling, self.vocab_size).draft(self.cache, g, k_max, gen)
             if drafted is not None:
-                return Proposal(drafted[0], drafted[1], "eagle", cut=drafted[2])
-        chain = self.draft_chain(g, k_max, gen, self.sampling.greedy, cut_on_device=self.slot is not None)
+                return Proposal(drafted[0], drafted[1], "eagle")
+        chain = self.draft_chain(g, k_max, gen, self.sampling.greedy)
         if chain.q is None:
             q_draft = one_hot(chain.tokens, self.vocab_size)
         else:  # q over the whole vocabulary: zero outside the draft vocabulary
             q_draft = torch.zeros(chain.q.shape[0], self.vocab_size, device=seq.device).index_copy_(
                 1, self.head.d2t, chain.q)
-        return Proposal(chain.tokens, q_draft, "eagle", unsure=chain.unsure, cut=chain.cut)
+        return Proposal(chain.tokens, q_draft, "eagle", unsure=chain.unsure)
 
     def read_pending(self, seq: torch.Tensor) -> torch.Tensor:
         """Read the true features of the newly fixed positions j with their next tokens x_{j+1}, in one step; return
@@ -374,18 +371,14 @@ class EagleDrafter(Drafter):
         self.pending, self.true_len = [], self.cache.length
         return g
 
-    def draft_chain(self, g: torch.Tensor, k_max: int, gen: torch.Generator, greedy: bool, head_p: bool = False,
-                    cut_on_device: bool = False):
+    def draft_chain(self, g: torch.Tensor, k_max: int, gen: torch.Generator, greedy: bool, head_p: bool = False):
         """Draft up to k_max tokens from the predicted feature g: feature -> q over the draft vocabulary -> token
-        (the argmax if greedy, else a draw from the warped q); then go on from the prediction. cut_on_device: the
-        confidence stop drafts all k_max and says on the device where it would have stopped (DraftedChain.cut)."""
-        tokens, rows, probs, picks, unsure, confs = [], [], [], [], None, []
+        (the argmax if greedy, else a draw from the warped q); then go on from the prediction."""
+        tokens, rows, probs, picks, unsure = [], [], [], [], None
         logits = self.head.logits(g).float()  # [1, V_draft]
         for t in range(k_max):
             q = None if greedy else warp(logits, self.sampling)
-            if t and self.stop_below and cut_on_device:
-                confs.append(device_confidence(logits, q))
-            elif t and self.stop_below and (conf := confidence(logits, q)) < self.stop_below:
+            if t and self.stop_below and (conf := confidence(logits, q)) < self.stop_below:
                 unsure = (conf, self.stop_below)
                 break  # unsure of x_{t+1}: leave that position to the target (its bonus token)
             pick = logits.argmax(-1) if q is None else sample(q, gen)
@@ -399,11 +392,8 @@ class EagleDrafter(Drafter):
             if t + 1 == k_max:
                 break
             g, logits = self.advance(g, x)
-        cut = None
-        if confs:
-            cut = (*stop_cut(confs, self.stop_below), self.stop_below)
         return DraftedChain(torch.cat(tokens), torch.cat(picks), None if greedy else torch.cat(rows), unsure,
-                            torch.cat(probs) if head_p else None, cut)
+                            torch.cat(probs) if head_p else None)
 
     def observe(self, outcome: RoundOutcome) -> None:
         self.cache.crop(self.true_len)  # drop the drafted positions: they were read from predicted features

@@ -55,7 +55,6 @@ class ChainJudge:
         self.sampling, self.lenience, self.top_m, self.vocab = sampling, lenience, top_m, slot.vocab_size
         self.device, self.stand_in, self.slot = slot.device, stand_in, slot
         self.graphs: dict[int, tuple] = {}
-        self.uncut: set[int] = set()  # the k whose cut buffer holds k (no cut), as captured
         self.failed = False
 
     def _capture(self, k: int) -> tuple:
@@ -64,17 +63,16 @@ class ChainJudge:
         tokens = torch.zeros(k, dtype=torch.long, device=dev)
         q = torch.full((k, self.vocab), 1.0 / self.vocab, device=dev)
         r, u = draw_verify(k, torch.Generator(device=dev).manual_seed(0), dev, greedy)
-        cut, conf = torch.full((), k, dtype=torch.long, device=dev), torch.zeros((), device=dev)
 
         def forward():
             logits = head_logits(slot.model, slot.head32, hidden, self.vocab)
             p = warp(logits, self.sampling)
-            v: Verdict = verify(tokens, q, p, None, greedy=greedy, lenience=self.lenience, drawn=(r, u), cut=cut)
-            flat = torch.cat([t.reshape(-1).float() for t in verdict_tensors(tokens, q, p, v, self.top_m, (cut, conf))])
+            v: Verdict = verify(tokens, q, p, None, greedy=greedy, lenience=self.lenience, drawn=(r, u))
+            flat = torch.cat([t.reshape(-1).float() for t in verdict_tensors(tokens, q, p, v, self.top_m)])
             return flat, flat
 
         graph, out = captured(forward, self.stand_in, self.slot)
-        return graph, hidden, tokens, q, r, u, cut, conf, out
+        return graph, hidden, tokens, q, r, u, out
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -82,11 +80,10 @@ class ChainJudge:
         return head_logits(self.slot.model, self.slot.head32, hidden, self.vocab)
 
     @torch.inference_mode()
-    def judge(self, hidden: torch.Tensor, tokens: torch.Tensor, q: torch.Tensor, gen: torch.Generator,
-              cut: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[float] | None:
+    def judge(self, hidden: torch.Tensor, tokens: torch.Tensor, q: torch.Tensor, gen: torch.Generator
+              ) -> list[float] | None:
         """The flat host copy of verdict_tensors for (the target's last hidden states [k+1, H], drafts [k], q
-        [k, V], a device cut (c, the confidence at c) or None for all k), its cut's pair last; None where no graph
-        could be captured (the caller judges eagerly, from `logits`)."""
+        [k, V]); None where no graph could be captured (the caller judges eagerly, from `logits`)."""
         k = tokens.numel()
         if k not in self.graphs:
             if self.failed:
@@ -94,23 +91,15 @@ class ChainJudge:
             try:  # once per (settings, k): on the stand-in its buffers and run count as captured work, not a round's
                 with torch.profiler.record_function(CAPTURED) if self.stand_in else contextlib.nullcontext():
                     self.graphs[k] = self._capture(k)
-                self.uncut.add(k)
             except Exception as err:  # noqa: BLE001 - any capture failure falls back to the eager judge
                 self.failed = True
                 log.warning("the chain's verdict could not be captured (%s: %s); judging eagerly",
                             type(err).__name__, err)
                 return None
-        graph, g_hidden, g_tokens, g_q, g_r, g_u, g_cut, g_conf, out = self.graphs[k]
+        graph, g_hidden, g_tokens, g_q, g_r, g_u, out = self.graphs[k]
         g_hidden.copy_(hidden)
         g_tokens.copy_(tokens)
         g_q.copy_(q)
-        if cut is not None:
-            g_cut.copy_(cut[0])
-            g_conf.copy_(cut[1])
-            self.uncut.discard(k)
-        elif k not in self.uncut:  # no cut: all k drafts (the buffers keep it until a cut comes)
-            g_cut.fill_(k)
-            self.uncut.add(k)
         draw_verify(k, gen, self.device, self.sampling.greedy, out=(g_r, g_u))
         graph.replay()
         return out.tolist()
@@ -269,9 +258,9 @@ def candidate_width(top_m: int, vocab: int) -> int:
 
 def split_flat(flat: list[float], k: int, top_m: int, vocab: int) -> list[list[float]]:
     """verdict_tensors' lists from the flat copy of k drafts: six per-draft rows, the verdict's two numbers, the next
-    token's p, the candidates' ids, p and q over k + 1 rows, and the cut's (c, confidence)."""
+    token's p, and the candidates' ids, p and q over k + 1 rows."""
     width = 2 * min(top_m, vocab) if top_m > 0 else 0
-    sizes = [k] * 6 + [2, 1] + ([(k + 1) * width] * 3 if width else []) + [2]
+    sizes = [k] * 6 + [2, 1] + ([(k + 1) * width] * 3 if width else [])
     assert sum(sizes) == len(flat), (sizes, len(flat))
     out, i = [], 0
     for n in sizes:

@@ -116,7 +116,6 @@ def verify(
     greedy: bool = False,
     lenience: float = 1.0,
     drawn: tuple[torch.Tensor, torch.Tensor | None] | None = None,
-    cut: torch.Tensor | None = None,
 ) -> Verdict:
     """The modified rejection test of speculative sampling, for all K positions at once.
 
@@ -124,10 +123,7 @@ def verify(
     target's warped distributions; the last row scores the bonus position). Accept x_t while r_t < min(1, p/q) with
     r_t ~ U[0, lenience); at the first rejection sample from norm(max(0, p_t - q_t)); if none is rejected, sample the
     bonus token from p_target[K]. drawn: (r [K], the residual draw's uniforms [K+1, 1] or None if greedy), as
-    `draw_verify` draws them before a captured replay; None draws them here, in the same order. cut: a device
-    scalar c <= K (a drafter's confidence stop decided on the device): only x_1..x_c were proposed, so positions
-    from c on are never accepted, and if all c are, the next token is the bonus from p_target[c]; the result is the
-    verdict of the c-draft round, decided without reading c on the host.
+    `draw_verify` draws them before a captured replay; None draws them here, in the same order.
     """
     k = draft_tokens.shape[0]
     assert q_draft.shape[0] == k and p_target.shape[0] == k + 1, (draft_tokens.shape, q_draft.shape, p_target.shape)
@@ -140,16 +136,11 @@ def verify(
     r_drawn, u_drawn = drawn if drawn is not None else (None, None)
     r = (torch.rand(k, generator=generator, device=p_target.device) if r_drawn is None else r_drawn) * lenience
     accepted = r < accept_prob
-    if cut is not None:
-        accepted = accepted & (torch.arange(k, device=p_target.device) < cut)
     # the number of leading acceptances: cumprod stays 1 until the first rejection
     n_accepted = accepted.long().cumprod(0).sum()
     # candidates for the next token at every position, chosen by n_accepted without a host sync:
     # rows 0..K-1 are residuals (used if that position rejects), row K is the target itself (the bonus)
     candidates = torch.cat([residual(p_target[:k], q_draft), p_target[k:]], dim=0)
-    if cut is not None:  # row c is the bonus of the c-draft round (row K when c = K, as above)
-        candidates = torch.where((torch.arange(k + 1, device=p_target.device) == cut).view(-1, 1), p_target,
-                                 candidates)
     next_tokens = sample(candidates, generator, greedy=greedy, u=u_drawn)
     overlap = torch.minimum(p_target[:k], q_draft).sum(-1)
     # gather, not next_tokens[n_accepted]: indexing with a 0-dim device tensor would be a host sync on a GPU
@@ -170,18 +161,3 @@ def draw_verify(k: int, generator: torch.Generator | None, device: torch.device,
         return out
     r = torch.rand(k, generator=generator, device=device)
     return r, None if greedy else uniforms(k + 1, generator, device)
-
-
-def device_confidence(logits: torch.Tensor, q: torch.Tensor | None) -> torch.Tensor:
-    """A drafter's top probability at one position (drafters.confidence) left on the device, a 0-dim tensor: of its
-    warped q at T > 0, of its unwarped softmax at T = 0, for a stop decided there."""
-    return logits.float().softmax(-1).max() if q is None else q.max()
-
-
-def stop_cut(confs: list[torch.Tensor], stop_below: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """A confidence stop decided on the device from the confidences before x_2, x_3, ... (device_confidence): (c,
-    the confidence at c), with c the drafts the host's stop would keep: x_1 always, x_{t+1} while every confidence
-    up to t reached stop_below, compared in double as the host compares a Python float."""
-    c = torch.stack(confs)
-    sure = (c.double() >= stop_below).long().cumprod(0).sum()
-    return sure + 1, torch.cat([c, c.new_zeros(1)]).gather(0, sure.view(1)).squeeze(0)

@@ -25,8 +25,8 @@ CUDA events, read after that copy, and drafters draft without reading anything b
 of the sequence), except that a drafter with a stop rule reads its confidence once per position where the rule
 decides (drafters.confidence: adaptive, and eagle with a stop_below), and a tree grown step by step reads one
 number a depth where it prunes (tree.grow, sampled_tree) and its lookup branch where it grafts one: a sync each on
-a GPU and free on a CPU. On captured graphs eagle's stop is decided on the device instead (Proposal.cut), a tree
-grows in one replay, and a verdict is one replay (judge_graph.py).
+a GPU and free on a CPU. On captured graphs eagle drafts all K in one replay with no stop (the verify's graph takes
+K + 1 rows anyway), a tree grows in one replay, and a verdict is one replay (judge_graph.py).
 """
 
 from __future__ import annotations
@@ -155,22 +155,19 @@ def judge(pair: ModelPair, proposal: Proposal, logits: torch.Tensor, gen: torch.
     verdict also moves the path's rows in the target's cache up to slot `base`, the first after the fixed tokens."""
     tree, top_m = proposal.tree, spec.top_candidates
     if tree is None:
-        cut = proposal.cut[:2] if proposal.cut is not None else None
-        flat = captured.judge(logits, proposal.tokens, proposal.q, gen, cut) if captured is not None else None
+        flat = captured.judge(logits, proposal.tokens, proposal.q, gen) if captured is not None else None
         if captured is not None and flat is None:  # no graph could be captured: judged eagerly
             logits = captured.logits(logits)
         if flat is not None:
-            drafts, rows, n_acc, next_tok, p_next, top, conf = verdict_from_host(
+            drafts, rows, n_acc, next_tok, p_next, top = verdict_from_host(
                 pair, split_flat(flat, proposal.k, top_m, captured.vocab), top_m,
-                candidate_width(top_m, captured.vocab), cut=True)
+                candidate_width(top_m, captured.vocab))
         else:
             p = warp(logits, sampling)
-            v = verify(proposal.tokens, proposal.q, p, gen, greedy=sampling.greedy, lenience=spec.lenience,
-                       cut=cut[0] if cut is not None else None)
-            drafts, rows, n_acc, next_tok, p_next, top, conf = verdict_on_host(pair, proposal.tokens, proposal.q, p,
-                                                                               v, top_m, cut)
-        return Judged(drafts, n_acc, next_tok, p_next, list(range(n_acc)), top, rows=rows,
-                      unsure=(conf, proposal.cut[2]) if conf is not None else None)
+            v = verify(proposal.tokens, proposal.q, p, gen, greedy=sampling.greedy, lenience=spec.lenience)
+            drafts, rows, n_acc, next_tok, p_next, top = verdict_on_host(pair, proposal.tokens, proposal.q, p, v,
+                                                                         top_m)
+        return Judged(drafts, n_acc, next_tok, p_next, list(range(n_acc)), top, rows=rows)
     host = captured.judge(logits, proposal.tokens, tree, gen, base) if captured is not None else None
     if host is not None:  # the walk and the round's numbers in one replay (judge_graph.TreeJudge)
         nodes, path, p_go, next_tok, p_next, leaf, top = tree_verdict_from_host(pair, host, tree, top_m,
@@ -249,10 +246,7 @@ def speculative_rounds(
 
         # 3. judge: accept or reject every draft at once; one copy to the host
         judged = judge(pair, proposal, logits, gen, sampling, spec, captured, fed_from + unseen)
-        if judged.unsure is not None:  # the confidence stop cut the chain on the device: the round proposed fewer
-            proposal = dataclasses.replace(proposal, tokens=proposal.tokens[: len(judged.drafts)],
-                                           q=proposal.q[: len(judged.drafts)], unsure=judged.unsure, cut=None)
-        elif proposal.tree is not None and proposal.tree.size is not None:  # grown in a graph: its real nodes
+        if proposal.tree is not None and proposal.tree.size is not None:  # grown in a graph: its real nodes
             proposal = dataclasses.replace(proposal, tokens=proposal.tokens[: len(judged.nodes)])
 
         # 4. keep the accepted drafts + the resampled/bonus token, cut at EOS and at the budget; roll the caches back

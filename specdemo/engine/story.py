@@ -29,8 +29,6 @@ class Judged(NamedTuple):
     nodes: list[TreeNode] | None = None  # a tree: every node, as the page draws it
     p_go: list[float] | None = None  # a tree: at each path step, the chance the walk went on
     leaf: bool = False  # a tree: the walk ended at a leaf (so the target's token is a bonus)
-    unsure: tuple[float, float] | None = None  # a chain cut on the device by the head's confidence stop: (the
-    #                                            confidence at the cut, its stop_below); its drafts are cut there
     moved: bool = False  # a tree judged in a graph, which also moved its path's rows in the target's cache
 
 
@@ -71,47 +69,33 @@ def top_candidates(pair: ModelPair, ids: list, p_vals: list, q_vals: list, width
 
 
 @torch.inference_mode()
-def verdict_tensors(draft_tokens, q_draft, p, v, top_m: int, cut=None) -> list[torch.Tensor]:
+def verdict_tensors(draft_tokens, q_draft, p, v, top_m: int) -> list[torch.Tensor]:
     """What a chain round's one copy carries, still on the device (so that it can be captured: judge_graph.py): the
     drafts, their per-position numbers (p, q, min(1, p/q), r, overlap), the verdict (accepted count and next
-    token), the next token's p and, for the inspector, the top_m candidates per position with their p and q; and
-    last, where a confidence stop cut the chain on the device (cut: (c, the confidence at c)), those two."""
+    token), the next token's p and, for the inspector, the top_m candidates per position with their p and q."""
     top_tensors = []
     if top_m > 0:
         q_padded = torch.cat([q_draft, torch.zeros_like(p[:1])])  # the bonus position has no draft distribution
-        if cut is not None:  # nor do the positions from the cut on: the round did not propose them
-            q_padded = q_padded * (torch.arange(q_padded.shape[0], device=p.device) < cut[0]).view(-1, 1)
         top_ids = candidate_ids(p, q_padded, top_m)
         top_tensors = [top_ids, p.gather(1, top_ids), q_padded.gather(1, top_ids)]
     return [draft_tokens, v.p_of_draft, v.q_of_draft, v.accept_prob, v.r, v.overlap,
             torch.stack([v.n_accepted, v.next_token]), p.view(-1).gather(0, v.n_accepted * p.shape[1] + v.next_token),
-            *top_tensors, *([torch.stack([cut[0].float(), cut[1].float()])] if cut is not None else [])]
+            *top_tensors]
 
 
-def verdict_from_host(pair: ModelPair, host: list[list[float]], top_m: int, width: int, cut: bool = False) -> tuple:
+def verdict_from_host(pair: ModelPair, host: list[list[float]], top_m: int, width: int) -> tuple:
     """verdict_tensors' lists, as the loop reads them: (drafts, (p, q, min(1, p/q), r, overlap), accepted count, next
-    token, its p, top candidates per position, the confidence at the cut or None); width: the candidates per row
-    (candidate_ids). cut: the copy ends with a device cut's (c, confidence); the drafts and rows are cut at c, and
-    row c is the bonus position, whose candidates have no q."""
-    (cut_at, conf), host = (host[-1], host[:-1]) if cut else ((None, None), host)
+    token, its p, top candidates per position); width: the candidates per row (candidate_ids)."""
     draft_list, p_x, q_x, acc, r, overlap, (n_acc, next_tok), (p_next,), *top_host = host
-    k = len(draft_list)
-    top = top_candidates(pair, *top_host, width=width) if top_m > 0 else [[] for _ in range(k + 1)]
-    if cut_at is not None and int(cut_at) < k:
-        k = int(cut_at)
-        draft_list, p_x, q_x, acc, r, overlap = (x[:k] for x in (draft_list, p_x, q_x, acc, r, overlap))
-        top = top[:k + 1]  # row c is the bonus position (its q zeroed on the device, verdict_tensors)
-    else:
-        conf = None
-    return ([int(t) for t in draft_list], (p_x, q_x, acc, r, overlap), int(n_acc), int(next_tok), p_next, top,
-            conf)
+    top = top_candidates(pair, *top_host, width=width) if top_m > 0 else [[] for _ in range(len(draft_list) + 1)]
+    return [int(t) for t in draft_list], (p_x, q_x, acc, r, overlap), int(n_acc), int(next_tok), p_next, top
 
 
-def verdict_on_host(pair: ModelPair, draft_tokens, q_draft, p, v, top_m: int, cut=None) -> tuple:
+def verdict_on_host(pair: ModelPair, draft_tokens, q_draft, p, v, top_m: int) -> tuple:
     """The round's one device-to-host copy of verdict_tensors, read by verdict_from_host."""
-    tensors = verdict_tensors(draft_tokens, q_draft, p, v, top_m, cut)
+    tensors = verdict_tensors(draft_tokens, q_draft, p, v, top_m)
     width = tensors[8].shape[1] if top_m > 0 else 0
-    return verdict_from_host(pair, to_host(*tensors), top_m, width, cut is not None)
+    return verdict_from_host(pair, to_host(*tensors), top_m, width)
 
 
 def round_tokens(pair: ModelPair, draft_list: list[int], rows: tuple, top: list, n_acc: int, k: int,
