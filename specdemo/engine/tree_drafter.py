@@ -24,9 +24,10 @@ from .tree import DraftTree, Drawn, graft, grow
 from .tree_graph import tree_graphs
 
 DEFAULT_TREE = {"topk": 2, "depth": 4, "budget": 8}  # a head whose config names no tree shape drafts this one
-# the default shape on CUDA, where a verify's rows cost little: chosen by a rule from the H200's costs (issue 45;
-# docs/decisions.md, "the default tree on CUDA")
-CUDA_TREE = {"topk": 2, "depth": 4, "budget": 8}
+# the default shape on CUDA, where a verify's rows cost little: chosen by rules from the H200's costs (issue 45;
+# docs/decisions.md, "the default tree on CUDA" and "the CUDA tree fills the width its verify replays"): 14 nodes,
+# the most top-2 children can give in 4 depths, and 15 rows in the 16-row verify graph that 8 nodes already replayed
+CUDA_TREE = {"topk": 2, "depth": 4, "budget": 14}
 
 
 def head_tree(head) -> dict:
