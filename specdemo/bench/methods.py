@@ -23,7 +23,7 @@ from specdemo.engine.autoregressive import baseline_generate
 from specdemo.engine.events import acceptance
 from specdemo.engine.speculative import speculative_generate
 from specdemo.engine.theory import expected_tokens_per_round, measure, predicted_speedup
-from specdemo.engine.tree_drafter import run_tree_shape, tree_children, tree_prune
+from specdemo.engine.tree_drafter import run_tree_prune, run_tree_shape, tree_children
 from specdemo.models import ModelPair
 from specdemo.models.devices import dtype_name
 
@@ -188,7 +188,7 @@ def summarize(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig, n_pro
         depth_of = [max(nd.depth for nd in r.tree) for r in full]
         result |= {
             "tree_shape": {"topk": tree[0], "depth": tree[1], "budget": tree[2],
-                           "prune_below": tree_prune(pair.head, spec), "lookup": spec.tree_lookup},
+                           "prune_below": run_tree_prune(spec, sampling, pair), "lookup": spec.tree_lookup},
             "tree_verify_ms_isolated": tree_verify_ms(pair, tree[2]),
             "head_ms_per_depth": sum(r.draft_ms for r in full) / max(1, sum(depth_of)),
             "head_ms_per_depth_isolated": iso_draft,

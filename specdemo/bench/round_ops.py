@@ -129,8 +129,9 @@ def outside_ops(events) -> int:
 
 
 def round_counts(rounds, skip: int = 1) -> list[tuple[int, int, int, int]]:
-    """(operators outside the captured forwards, host reads, tokens kept, tokens drafted) of each round of a
-    speculative_rounds generator after the first `skip` (round one reads the prompt), each profiled on its own."""
+    """(operators outside the captured forwards, host reads, tokens shown (Round.tokens: the kept ones and a rejected
+    draft), tokens drafted) of each round of a speculative_rounds generator after the first `skip` (round one reads
+    the prompt), each profiled on its own."""
     from torch.profiler import ProfilerActivity, profile
 
     out = []

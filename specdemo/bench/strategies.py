@@ -19,7 +19,7 @@ from specdemo.config import SamplingConfig, SpecConfig
 from specdemo.engine.autoregressive import baseline_generate
 from specdemo.engine.events import acceptance
 from specdemo.engine.speculative import speculative_generate
-from specdemo.engine.tree_drafter import run_tree_shape, tree_prune
+from specdemo.engine.tree_drafter import run_tree_prune, run_tree_shape
 from specdemo.models import ModelPair
 from specdemo.models.devices import dtype_name
 from specdemo.models.static_parts import Tally
@@ -272,7 +272,7 @@ def tree_methods(pair: ModelPair, sampling: SamplingConfig, sizes: tuple[int, in
     for children in ("top",) if sampling.greedy else ("top", "sampled"):
         spec = SpecConfig(strategy="tree", tree_topk=sizes[0], tree_depth=sizes[1], tree_budget=sizes[2],
                           tree_prune=prune_below, tree_children=children)
-        shape, prune = run_tree_shape(spec, sampling, pair), tree_prune(pair.head, spec)
+        shape, prune = run_tree_shape(spec, sampling, pair), run_tree_prune(spec, sampling, pair)
         out[tree_method(shape, children, prune)] = {"tree_topk": shape[0], "tree_depth": shape[1],
                                                     "tree_budget": shape[2], "tree_children": children,
                                                     "tree_prune": prune}

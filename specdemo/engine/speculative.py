@@ -50,7 +50,7 @@ from .sampling import verify, warp
 from .story import Judged, round_story, tree_verdict_from_host, tree_verdict_on_host, verdict_from_host, verdict_on_host
 from .strategy import make_drafter, max_drafts
 from .tree import TreeForward
-from .tree_drafter import run_tree_shape, tree_children, tree_prune
+from .tree_drafter import run_tree_prune, run_tree_shape, tree_children
 from .walk import walk, walk_sampled
 
 
@@ -315,7 +315,7 @@ def run_settings(pair: ModelPair, sampling: SamplingConfig, spec: SpecConfig | N
         if spec.strategy == "tree" and pair.head is not None:  # the sizes it drafted with (0s resolved, capped)
             out["tree_topk"], out["tree_depth"], out["tree_budget"] = run_tree_shape(spec, sampling, pair)
             out["tree_children"] = tree_children(spec, sampling, pair)
-            out["tree_prune_below"] = tree_prune(pair.head, spec)
+            out["tree_prune_below"] = run_tree_prune(spec, sampling, pair)
             if spec.tree_lookup:
                 out["tree_lookup"] = spec.tree_lookup
     if pair.device.type == "cpu" and "bfloat16" in (out["draft_dtype"], out["target_dtype"], out.get("head_dtype")):

@@ -13,7 +13,7 @@ from specdemo.limits import Limits
 from specdemo.models import CachedLM, ModelPair, StrategyUnavailable
 
 from .drafters import ADAPTIVE_MAX_K, AdaptiveDrafter, Drafter, EagleDrafter, LookupDrafter, ModelDrafter
-from .tree_drafter import TreeDrafter, run_tree_shape, tree_children, tree_prune
+from .tree_drafter import TreeDrafter, run_tree_prune, run_tree_shape, tree_children
 
 HEAD_STRATEGIES = ("eagle", "tree")  # the strategies that draft with the pair's EAGLE head
 
@@ -53,7 +53,7 @@ def make_drafter(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair, dr
     if spec.strategy == "tree":
         return TreeDrafter(pair.head, pair.target, sampling, pair.vocab_size, pair.context_window + 1,
                            run_tree_shape(spec, sampling, pair), tree_children(spec, sampling, pair),
-                           tree_prune(pair.head, spec), spec.tree_lookup, Limits.from_env().max_tree,
+                           run_tree_prune(spec, sampling, pair), spec.tree_lookup, Limits.from_env().max_tree,
                            pair.static_slots.get("head"))
     draft_lm = draft_lm or pair.new_lm("draft")
     if spec.strategy == "adaptive":

@@ -25,9 +25,9 @@ from .tree_graph import tree_graphs
 
 DEFAULT_TREE = {"topk": 2, "depth": 4, "budget": 8}  # a head whose config names no tree shape drafts this one
 # the default shape on CUDA, where a verify's rows cost little: chosen by rules from the H200's costs (issue 45;
-# docs/decisions.md, "the default tree on CUDA" and "the CUDA tree fills the width its verify replays"): 14 nodes,
-# the most top-2 children can give in 4 depths, and 15 rows in the 16-row verify graph that 8 nodes already replayed
-CUDA_TREE = {"topk": 2, "depth": 4, "budget": 14}
+# docs/decisions.md, "the default tree on CUDA" and "the CUDA tree fills the width its verify replays"): 15 nodes
+# and the root, 16 rows, fill the 16-row verify graph that (2, 4, 8), the default before, replayed with 7 rows empty
+CUDA_TREE = {"topk": 4, "depth": 4, "budget": 15}
 
 
 def head_tree(head) -> dict:
@@ -73,6 +73,17 @@ def tree_prune(head, spec: SpecConfig | None = None) -> float:
     if spec is not None and spec.tree_prune is not None:
         return float(spec.tree_prune)
     return float(head_tree(head).get("prune_below", 0.0))
+
+
+def run_tree_prune(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair) -> float:
+    """The prune_below a tree run drafts with (tree_prune), but 0 where the head's growth is captured, the run names
+    none, and its children are top-k at T = 0 or sampled: a captured tree holds `budget` nodes whatever pruning
+    drops, and the verify's graph takes them all, so pruning would only throw verified nodes away (measured for
+    those two; docs/decisions.md, "the captured tree keeps its low nodes")."""
+    captured = "head" in (getattr(pair, "static_slots", None) or {})
+    if spec.tree_prune is None and captured and (sampling.greedy or tree_children(spec, sampling, pair) == "sampled"):
+        return 0.0
+    return tree_prune(pair.head, spec)
 
 
 # What tree_children="auto" means at T > 0. Chosen by rules written before measuring: by tokens per target call
