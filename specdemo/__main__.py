@@ -53,7 +53,8 @@ def add_common(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--tree-budget", type=int, default=0, help="tree: the most nodes a tree keeps (0 = the head's "
                     "own; SPECDEMO_MAX_TREE caps it)")
     ap.add_argument("--tree-prune", type=float, default=None, help="tree: leave out nodes whose cumulative head "
-                    "probability is below this (0 = keep all; default: the head's own, 0.02 for smollm2-135m)")
+                    "probability is below this (0 = keep all; default: the head's own, 0.02 for smollm2-135m, but "
+                    "none where CUDA graphs grow the tree at T = 0)")
     ap.add_argument("--tree-lookup", type=int, default=0, help="tree, top-k children: also graft up to this many "
                     "tokens copied by prompt lookup onto each tree (0-16; 0 = none)")
     ap.add_argument("--tree-children", default="auto", help="tree: top (the head's top-k children), sampled "

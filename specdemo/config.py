@@ -102,8 +102,9 @@ class SpecConfig:
     replacement at T > 0 (sampled_tree.grow_sampled, verified by walk.walk_sampled; at T = 0 it is "top"); "auto" picks
     what tree_drafter.tree_children says at T > 0 (sampled, or top up to the head's measured T on a bf16 CPU).
     tree_prune: the cumulative head probability below which the tree leaves nodes out (tree.grow's prune_below; 0
-    prunes nothing, None takes the head's own, tree_drafter.tree_prune; a tree of top-k 1 is drafted as the chain and
-    is not pruned). tree_lookup > 0: each top-k tree also gets a branch of up to that many tokens copied by prompt
+    prunes nothing, None takes the run's default, tree_drafter.run_tree_prune: the head's own, or none where the tree
+    grows in one replay at T = 0; a tree of top-k 1 is drafted as the chain and is not
+    pruned). tree_lookup > 0: each top-k tree also gets a branch of up to that many tokens copied by prompt
     lookup (what followed the latest earlier occurrence of the last 3, 2 or 1 tokens; tree.graft); not for sampled
     children, nor for a top-k 1 chain.
     lenience b in (0, 1] draws the acceptance uniform from U[0, b); b = 1 is the exact algorithm, b < 1 accepts more

@@ -331,10 +331,11 @@ def rounds_and_syncs(pair, ids, cfg, spec) -> tuple[list, list[list[str]]]:
 @pytest.mark.parametrize("stop", [0.0, 0.05])
 def test_on_cuda_an_eagle_round_syncs_once(cuda_pair, monkeypatch, stop):
     """Issue 45 on a GPU: after the prompt's rounds, an eagle round (its read, chain, verify and verdict each one
-    replay; the captured chain has no confidence stop, whatever the head's config says) synchronises once, for the
-    verdict's copy, as torch's sync debug mode sees it. A failure names the lines that synchronised. (Its rounds are not compared with the
-    step-by-step chain's here: on a GPU the two attend over different buckets and verify widths, whose rounding
-    may part them at a near-tie; the identity test above holds every strategy to the target-only tokens.)"""
+    replay; the captured chain has no confidence stop, whatever the head's config says, so every round drafts K)
+    synchronises once, for the verdict's copy, as torch's sync debug mode sees it. A failure names the lines that
+    synchronised. (Its rounds are not compared with the step-by-step chain's here: on a GPU the two attend over
+    different buckets and verify widths, whose rounding may part them at a near-tie; the identity test above holds
+    every strategy to the target-only tokens.)"""
     pair = cuda_pair
     prepare(pair, "graphs")
     monkeypatch.setattr(pair.head, "cfg", dataclasses.replace(pair.head.cfg, stop_below=stop))
@@ -342,6 +343,7 @@ def test_on_cuda_an_eagle_round_syncs_once(cuda_pair, monkeypatch, stop):
     rounds, syncs = rounds_and_syncs(pair, ids, GREEDY, spec)
     assert len(rounds) > 5 and all(len(s) == 1 for s in syncs[2:]), syncs
     assert not any(r.unsure for r in rounds)
+    assert all(r.k == min(4, 48 - r.prefix_len + len(ids) - 1) for r in rounds[1:]), [r.k for r in rounds]
 
 
 @pytest.mark.cuda
@@ -548,9 +550,9 @@ def test_the_heads_captured_read_of_kept_positions_is_its_eager_read(own_pair):
 @pytest.mark.parametrize("stop", [0.0, 0.05])
 def test_an_eagle_round_dispatches_at_most_40_operators_and_reads_once(unsure_head, stop):
     """Issue 45's floor on the graphs' stand-in (bench/round_ops.py counts): once the prompt's round is done, an
-    eagle round, whether or not its head's config names a confidence stop, at T = 0 and T = 0.7, dispatches at most 40 operators outside
-    the captured forwards (the head's read and chain, the target's verify and the verdict each one replay) and
-    reads the device once. A tree round does not yet (docs/benchmarks.md)."""
+    eagle round, whether or not its head's config names a confidence stop, at T = 0 and T = 0.7, dispatches at
+    most 40 operators outside the captured forwards (the head's read and chain, the target's verify and the
+    verdict each one replay) and reads the device once. A tree round does not yet (docs/benchmarks.md)."""
     from specdemo.bench.round_ops import round_counts
 
     pair = unsure_head(stop)

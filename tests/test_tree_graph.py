@@ -64,10 +64,9 @@ def test_a_tree_grown_in_one_replay_is_the_tree_grown_step_by_step(own_pair, sha
 
 def test_a_captured_tree_at_t0_keeps_its_low_nodes(own_pair, monkeypatch):
     """docs/decisions.md, "the captured tree keeps its low nodes": the captured growth holds `budget` nodes whatever
-    pruning drops and the verify's graph takes them all, so a tree run that names no prune_below drafts unpruned
-    there at T = 0, and with sampled children at T > 0; step by step, with top-k children at T > 0, or where the run
-    names one, the head's or the run's holds. At T = 0 the unpruned tree holds every path of the pruned one: the
-    same greedy tokens, from fuller trees."""
+    pruning drops and the verify's graph takes them all, so at T = 0 a tree run that names no prune_below drafts
+    unpruned there; step by step, at T > 0, or where the run names one, the head's or the run's holds. The
+    unpruned tree holds every path of the pruned one: the same greedy tokens, from fuller trees."""
     from dataclasses import replace
 
     from specdemo.engine.tree_drafter import run_tree_prune
@@ -78,8 +77,9 @@ def test_a_captured_tree_at_t0_keeps_its_low_nodes(own_pair, monkeypatch):
     spec = SpecConfig(k=4, max_new_tokens=40, strategy="tree", tree_topk=2, tree_depth=4, tree_budget=14,
                       top_candidates=0)
     assert run_tree_prune(spec, GREEDY, pair) == 0.0
-    assert run_tree_prune(replace(spec, tree_children="sampled"), SamplingConfig(0.7), pair) == 0.0
+    assert run_tree_prune(replace(spec, tree_children="sampled"), SamplingConfig(0.7), pair) == 0.2
     assert run_tree_prune(replace(spec, tree_children="top"), SamplingConfig(0.7), pair) == 0.2
+    assert run_tree_prune(replace(spec, tree_lookup=4), GREEDY, pair) == 0.2  # a lookup branch: grown step by step
     assert run_tree_prune(replace(spec, tree_prune=0.1), GREEDY, pair) == 0.1
     captured, stepped = tree_rounds(pair, spec, GREEDY, True), tree_rounds(pair, spec, GREEDY, False)
     assert [t.token_id for r in captured for t in r.output] == [t.token_id for r in stepped for t in r.output]

@@ -211,8 +211,8 @@ def ask(limits: Limits | None = None, pair_name: str = "shakespeare", draft: str
      "本服务器上草稿树规模最多 8 个节点"),
     (dict(tree_budget="2.5"), "Tree budget must be a whole number, got 2.5.", "草稿树规模必须是整数"),
     (dict(tree_topk="many"), "Tree top-k must be a number, got 'many'.", "草稿树 top-k必须是数字"),
-    (dict(tree_prune=1), "Tree pruning must be a cumulative head probability below 1 (0: none; negative: the head's "
-     "own), got 1.", "草稿树剪枝阈值必须是小于 1 的"),
+    (dict(tree_prune=1), "Tree pruning must be a cumulative head probability below 1 (0: none; negative: the run's "
+     "default), got 1.", "草稿树剪枝阈值必须是小于 1 的"),
     (dict(tree_prune="nan"), "Tree pruning must be a finite number.", "草稿树剪枝阈值必须是有限"),
     (dict(tree_lookup=17), "Tree lookup branch must be between 0 and 16, got 17.", "草稿树的查找分支必须"),
     (dict(tree_lookup=-1), "Tree lookup branch must be between 0 and 16, got -1.", "草稿树的查找分支必须"),

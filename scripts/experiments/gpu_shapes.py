@@ -47,7 +47,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=20)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--trees", default=";".join(",".join(map(str, t)) for t in TREES),
-                    help="top-k,depth,budget[,prune_below] trees, ';' between (default prune_below: the head's)")
+                    help="top-k,depth,budget[,prune_below] trees, ';' between (default prune_below: the run's own, "
+                         "tree_drafter.run_tree_prune: none on this stand-in from 6be6bf3 on, the head's before)")
     ap.add_argument("--no-chain", action="store_true", help="only the trees")
     ap.add_argument("--stop-rows", action="store_true",
                     help="the chain with the head's stop_below and with 0 (the same at 2fc105b and after, where the "
@@ -62,8 +63,8 @@ def main() -> None:
     temps = (0.0, 0.7) if args.temperature is None else (args.temperature,)
     where = "held-out" if args.held_out else "SELECTION"
     print(f"{pair.name} on {pair.device} ({pair.dtype}), the graphs' stand-in; {where} {len(prompts)} prompts x "
-          f"{args.max_new_tokens} tokens, {args.seeds} seed(s) each; tokens kept per target call from each run's second "
-          "round")
+          f"{args.max_new_tokens} tokens, {args.seeds} seed(s) each; tokens kept per target call from each run's "
+          "second round")
     print("| drafter | " + " | ".join(f"T = {t:g}: tokens/call (drafts)" for t in temps) + " | modelled H200 ms a "
           "round | " + " | ".join(f"modelled × target-only, T = {t:g}" for t in temps) + " | geometric mean |")
     print("|---|" + "---:|" * (2 * len(temps) + 2))

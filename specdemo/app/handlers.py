@@ -275,10 +275,10 @@ def generate_api(pair: str = DEFAULT_PRESET, prompt: str = PRESETS[DEFAULT_PRESE
     (the head drafts a tree, EAGLE-2: `tree_topk` children per node and nodes expanded per depth, `tree_depth` deep,
     at most `tree_budget` nodes, the server's SPECDEMO_MAX_TREE at most; 0 takes the head's own size; nodes whose
     cumulative head probability is below `tree_prune` are left out, 0 for none, a negative number (the default)
-    for the head's own; `tree_lookup` (0-16, 0 the default: none) grafts up to that many tokens found by prompt
-    lookup onto each top-k tree, nodes marked "copied"; K is not used; each tree round's JSON lists its nodes: id,
-    text, parent, depth, head_p, p, on_path). head: a published EAGLE-3 head (vLLM's speculators format, a Hub id)
-    for a custom pair, which then drafts `eagle` and `tree` with it, checked against the target first. Returns
+    for the run's own (the head's; none at T = 0 where graphs grow it); `tree_lookup` (0-16, 0: none) grafts up to
+    that many tokens found by prompt lookup onto each top-k tree, nodes marked "copied"; K is not used; a tree
+    round's JSON lists its nodes: id, text, parent, depth, head_p, p, on_path). head: a published EAGLE-3 head (vLLM's
+    speculators format, a Hub id) for a custom pair, which drafts `eagle` and `tree` with it, checked first. Returns
     {"speculative": trace, "baseline": trace or null}; each trace has text, token_ids, rounds (labels, p, q, r,
     min(1, p/q), top candidates, timings) and metrics. A run that the time limit ended has no baseline: its
     settings say "baseline": "not measured".

@@ -176,6 +176,7 @@ def main() -> None:
     ap.add_argument("--temperatures", default="0,0.7")
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--eager-head", action="store_true", help="the head's chain step eager (as before issue 45)")
+    ap.add_argument("--tree", default="0,0,0", help="the tree's top-k,depth,budget (0: the run's default)")
     args = ap.parse_args()
     pair = load_pair_uncached(args.pair, device=args.device, decoding="graphs")
     if pair.device.type != "cuda":  # the graphs' stand-in (models/stand_in.py): recorded once, replayed
@@ -192,7 +193,9 @@ def main() -> None:
     lines = {}
     for strategy in args.strategies.split(","):
         for t in (float(x) for x in args.temperatures.split(",")):
-            spec = SpecConfig(k=4, max_new_tokens=args.tokens, strategy=strategy, top_candidates=0)
+            topk, depth, budget = (int(x) for x in args.tree.split(","))
+            spec = SpecConfig(k=4, max_new_tokens=args.tokens, strategy=strategy, top_candidates=0, tree_topk=topk,
+                              tree_depth=depth, tree_budget=budget)
             ids, cfg = pair.encode("Tell me about the sea."), SamplingConfig(t)
             made, took = Tally.count, Tally.seconds
             list(speculative_rounds(pair, ids, cfg, spec))  # a first run captures every graph the run needs

@@ -66,7 +66,7 @@ def run_strategies(pair: ModelPair, sampling: SamplingConfig, k: int, max_new_to
     generate (plain, and with `compiled` its static cache under torch.compile) and assisted generation (constant K,
     its default schedule, prompt lookup), interleaved prompt by prompt. Where the pair has a head, its chain (eagle)
     and its tree, of the sizes `tree` (top-k, depth, budget; 0 = the head's own), pruned below `tree_prune_below`
-    (None = the head's own).
+    (None = what the app's run prunes at, tree_drafter.run_tree_prune).
 
     decodings: how specdemo's own rows run their caches (static.prepare, sized to the longest request; None: as the
     pair loaded). With several, every specdemo row runs under each, the decodings back to back on every prompt in
@@ -265,7 +265,9 @@ def tree_methods(pair: ModelPair, sampling: SamplingConfig, sizes: tuple[int, in
                  prune_below: float | None = None) -> dict[str, dict]:
     """The head's trees in the race, by row name (tree_method): the SpecConfig fields each runs with. One with
     top-k children and, at T > 0, one with sampled children, each of the sizes `sizes` (0 = what a run with those
-    children drafts with here, tree_drafter.run_tree_shape), pruned below `prune_below` (None = the head's own)."""
+    children drafts with here, tree_drafter.run_tree_shape), pruned below `prune_below` (None = what each run
+    drafts with, tree_drafter.run_tree_prune: resolved per run, so that each decoding of a race runs what the app
+    runs under it; the row's name gives the pair's own decoding's)."""
     if pair.head is None:
         return {}
     out = {}
@@ -275,13 +277,13 @@ def tree_methods(pair: ModelPair, sampling: SamplingConfig, sizes: tuple[int, in
         shape, prune = run_tree_shape(spec, sampling, pair), run_tree_prune(spec, sampling, pair)
         out[tree_method(shape, children, prune)] = {"tree_topk": shape[0], "tree_depth": shape[1],
                                                     "tree_budget": shape[2], "tree_children": children,
-                                                    "tree_prune": prune}
+                                                    "tree_prune": prune_below}
     return out
 
 
 def tree_method(shape: tuple[int, int, int], children: str = "top", prune_below: float = 0.0) -> str:
     """A tree's row name: 'tree 2x4 N=8' (top-k, depth, budget) with top-k children, 'tree 2x4 N=8 sampled' with
-    children drawn from the head; ' prune 0.02' where the head prunes (tree_drafter.tree_prune)."""
+    children drawn from the head; ' prune 0.02' where the run prunes (tree_drafter.run_tree_prune)."""
     return (f"tree {shape[0]}x{shape[1]} N={shape[2]}" + (f" prune {prune_below:g}" if prune_below else "")
             + (" sampled" if children == "sampled" else ""))
 

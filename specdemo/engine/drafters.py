@@ -313,9 +313,10 @@ class EagleDrafter(Drafter):
         self.feature_layers = head.cfg.feature_layers  # the target layers it reads besides the last
         self.pending: list[torch.Tensor] = []  # true features not yet read by the head, from position cache.length
         self.true_len = 0  # head positions that carry true features (the rest of a round is cropped off)
-        # the head's confidence stop (0: it always drafts k_max tokens). None where the chain is captured: there
-        # all K drafts cost one replay and the verify's graph takes K + 1 rows whatever the stop says, so a stop
-        # would only throw verified drafts away (docs/decisions.md, "the captured chain judges every draft")
+        # the head's confidence stop (0: it always drafts k_max tokens). 0 where the drafter has the pair's head
+        # slot, whose chain is one replay (falling back to replayed steps): there all K drafts cost one replay and
+        # the verify's graph takes K + 1 rows whatever the stop says, so a stop would only throw verified drafts
+        # away (docs/decisions.md, "the captured chain judges every draft")
         self.stop_below = 0.0 if self.slot else head.cfg.stop_below
 
     def step(self, feat: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

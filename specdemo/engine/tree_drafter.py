@@ -2,9 +2,9 @@
 
 Owns `TreeDrafter` and the sizing of a tree run: its shape (`tree_shape`, `run_tree_shape`, with the head's own
 defaults from its config, `head_tree`), how its children are chosen (`tree_children`: the head's top-k or draws
-from it) and where it prunes (`tree_prune`). It does not own the tree's structure and growth (tree.py), the walk
-that verifies it (walk.py), the chain drafter it extends (drafters.EagleDrafter) or which drafter a run's strategy
-names (strategy.make_drafter).
+from it) and where it prunes (`tree_prune`, `run_tree_prune`). It does not own the tree's structure and growth
+(tree.py), the walk that verifies it (walk.py), the chain drafter it extends (drafters.EagleDrafter) or which
+drafter a run's strategy names (strategy.make_drafter).
 """
 
 from __future__ import annotations
@@ -76,12 +76,14 @@ def tree_prune(head, spec: SpecConfig | None = None) -> float:
 
 
 def run_tree_prune(spec: SpecConfig, sampling: SamplingConfig, pair: ModelPair) -> float:
-    """The prune_below a tree run drafts with (tree_prune), but 0 where the head's growth is captured, the run names
-    none, and its children are top-k at T = 0 or sampled: a captured tree holds `budget` nodes whatever pruning
-    drops, and the verify's graph takes them all, so pruning would only throw verified nodes away (measured for
-    those two; docs/decisions.md, "the captured tree keeps its low nodes")."""
-    captured = "head" in (getattr(pair, "static_slots", None) or {})
-    if spec.tree_prune is None and captured and (sampling.greedy or tree_children(spec, sampling, pair) == "sampled"):
+    """The prune_below a tree run drafts with (tree_prune), but 0 at T = 0 where the run names none and its tree
+    grows in one replay (the pair's head slot, TreeDrafter.propose): a captured tree holds `budget` nodes whatever
+    pruning drops, and the verify's graph takes them all, so pruning would only throw verified nodes away; at T = 0
+    the unpruned tree holds every path of the pruned one (docs/decisions.md, "the captured tree keeps its low
+    nodes"). At T > 0, where the measurements disagreed, and for a top-k tree with a lookup branch (grown step by
+    step), the head's holds."""
+    if spec.tree_prune is None and sampling.greedy and not spec.tree_lookup and "head" in (
+            getattr(pair, "static_slots", None) or {}):
         return 0.0
     return tree_prune(pair.head, spec)
 
