@@ -239,7 +239,7 @@ def filmstrip_html(rounds: list[Round], selected: int | None = None, lang: str |
             verdict = tr("film.copied", lang, pos=rnd.copied_from, n=rnd.ngram) + " \u00b7 " + verdict
         elif rnd.source in SOURCE_FILM_KEY:  # who proposed, where it is not the draft model
             verdict = tr(SOURCE_FILM_KEY[rnd.source], lang) + " \u00b7 " + verdict
-        verdict += f" \u00b7 {rnd.draft_ms + rnd.verify_ms + rnd.overhead_ms:.0f} ms"
+        verdict += f" \u00b7 {rnd.ms:.0f} ms"
         cls = "sd-row" + (" sd-row-tree" if rnd.tree else "") + (" sd-selected" if selected == rnd.index else "")
         rows.append(f'<div class="{cls}" data-round="{rnd.index}" role="button" tabindex="0">'
                     f"<b>{trh('film.round', lang, n=rnd.index + 1)}</b><span>{''.join(cells)}</span>"

@@ -191,9 +191,9 @@ def main() -> None:
           "counted runs |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     lines = {}
+    topk, depth, budget = (int(x) for x in args.tree.split(","))
     for strategy in args.strategies.split(","):
         for t in (float(x) for x in args.temperatures.split(",")):
-            topk, depth, budget = (int(x) for x in args.tree.split(","))
             spec = SpecConfig(k=4, max_new_tokens=args.tokens, strategy=strategy, top_candidates=0, tree_topk=topk,
                               tree_depth=depth, tree_budget=budget)
             ids, cfg = pair.encode("Tell me about the sea."), SamplingConfig(t)

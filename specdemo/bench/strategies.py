@@ -209,7 +209,7 @@ def round_spread(rounds: list) -> dict:
     """How a row's rounds spread in time, leaving out each run's first round (it reads the prompt): the median and
     the slowest round's milliseconds, how many took over SLOW_ROUND times the median (a fallback, a capture or a
     stall; the H200's tree had one prompt at a third of its rate on 2026-11-28), and their share of the time."""
-    times = sorted(r.draft_ms + r.verify_ms + r.overhead_ms for r in rounds if r.index > 0)
+    times = sorted(r.ms for r in rounds if r.index > 0)
     if not times:
         return {}
     median = times[len(times) // 2]

@@ -130,6 +130,11 @@ class Round:
         return [t for t in self.tokens if t.label in OUTPUT_LABELS]
 
     @property
+    def ms(self) -> float:
+        """The round's own time: its draft, its verify and the loop's bookkeeping, in milliseconds."""
+        return self.draft_ms + self.verify_ms + self.overhead_ms
+
+    @property
     def caption(self) -> str:
         """The round in plain English words, for the JSON trace and the CLI: 'draft proposed 4; target kept 2,
         rejected 1 and resampled 1'. It is the page's English caption (captions.round_caption, from the message
